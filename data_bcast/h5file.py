@@ -1,0 +1,228 @@
+"""The evens dataset format: one HDF5 file, read and validated on one rank.
+
+Layout (see docs/data-format.md)::
+
+    /train/x  (N, ...) float32 or uint8     /train/y  (N,) integer class labels
+    /val/x, /val/y                           optional; else held out of train
+    /test/x, /test/y                         optional; else held out of train
+
+The shape of ``x`` says what a sample is: (N, F) tabular, (N, C, L) a 1-D
+signal, (N, C, H, W) an image. ``inspect_file`` validates the file and returns
+a small, picklable :class:`DataPlan`; ``read_into`` fills preallocated arrays
+(for the broadcast, views into a shared window) following that plan.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+
+from .layout import ArraySpec
+
+SPLITS = ("train", "val", "test")
+ROW_BLOCK_BYTES = 64 << 20  # read x in blocks of about this size
+
+
+class DataError(ValueError):
+    """The data file is missing or does not follow the evens format."""
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    """What the reader will produce: six arrays and where each split comes from.
+
+    ``sources[split]`` is ``"file"`` or ``"holdout"``. Held-out rows are chosen
+    by a permutation of the file's train rows seeded with ``seed``: the first
+    ``holdout_sizes["test"]`` go to test, the next ``holdout_sizes["val"]`` to val.
+    """
+
+    path: str
+    specs: tuple[ArraySpec, ...]
+    sources: dict[str, str]
+    holdout_sizes: dict[str, int]
+    num_classes: int
+    seed: int
+
+    def to_dict(self) -> dict:
+        """Plain Python types only, to send as metadata."""
+        return {
+            "path": self.path,
+            "specs": [s.as_tuple() for s in self.specs],
+            "sources": dict(self.sources),
+            "holdout_sizes": dict(self.holdout_sizes),
+            "num_classes": self.num_classes,
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DataPlan":
+        specs = tuple(ArraySpec(n, tuple(s), t) for n, s, t in d["specs"])
+        return cls(d["path"], specs, dict(d["sources"]), dict(d["holdout_sizes"]), int(d["num_classes"]), int(d["seed"]))
+
+    def spec(self, name: str) -> ArraySpec:
+        return next(s for s in self.specs if s.name == name)
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return self.spec("train/x").shape[1:]
+
+
+def _x_dtype(dtype: np.dtype, where: str) -> str:
+    if dtype == np.uint8:
+        return "uint8"
+    if np.issubdtype(dtype, np.floating):
+        return "float32"
+    raise DataError(f"{where}: x must be float32 or uint8, found {dtype}")
+
+
+def _read_labels(path: str, group: h5py.Group, split: str, n: int) -> np.ndarray:
+    if "y" not in group:
+        raise DataError(f"{path}: group '{split}' has no dataset 'y'")
+    y = group["y"]
+    if not np.issubdtype(y.dtype, np.integer):
+        raise DataError(f"{path}: {split}/y must hold integer class labels, found {y.dtype}")
+    if y.ndim != 1 or y.shape[0] != n:
+        raise DataError(f"{path}: {split}/y has shape {y.shape}, expected ({n},) to match {split}/x")
+    labels = y[...].astype(np.int64)
+    if labels.size and labels.min() < 0:
+        raise DataError(f"{path}: {split}/y has a negative class label ({labels.min()})")
+    return labels
+
+
+def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0) -> DataPlan:
+    """Validate ``path`` and plan the arrays to read. Raises :class:`DataError` with a one-line message."""
+    if not os.path.exists(path):
+        raise DataError(f"{path}: no such data file")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise DataError(f"{path}: not a readable HDF5 file ({exc})") from None
+    with f:
+        if "train" not in f:
+            raise DataError(f"{path}: no group 'train' (found: {', '.join(f.keys()) or 'nothing'})")
+        present = [s for s in SPLITS if s in f]
+        shapes, dtypes, max_label = {}, {}, -1
+        for split in present:
+            group = f[split]
+            if not isinstance(group, h5py.Group) or "x" not in group:
+                raise DataError(f"{path}: '{split}' must be a group holding datasets 'x' and 'y'")
+            x = group["x"]
+            if x.ndim not in (2, 3, 4):
+                raise DataError(f"{path}: {split}/x has shape {x.shape}; expected (N, F), (N, C, L) or (N, C, H, W)")
+            if x.shape[0] == 0:
+                raise DataError(f"{path}: {split}/x has no samples")
+            labels = _read_labels(path, group, split, x.shape[0])
+            max_label = max(max_label, int(labels.max()))
+            shapes[split], dtypes[split] = tuple(x.shape), _x_dtype(x.dtype, f"{path}: {split}/x")
+        sample = shapes["train"][1:]
+        for split in present:
+            if shapes[split][1:] != sample:
+                raise DataError(f"{path}: {split}/x samples have shape {shapes[split][1:]}, train/x has {sample}")
+            if dtypes[split] != dtypes["train"]:
+                raise DataError(f"{path}: {split}/x is {dtypes[split]} but train/x is {dtypes['train']}")
+    if max_label < 1:
+        raise DataError(f"{path}: labels need at least two classes")
+
+    n_file = shapes["train"][0]
+    sources = {s: ("file" if s in present else "holdout") for s in SPLITS}
+    holdout = {}
+    for split, fraction in (("test", test_fraction), ("val", val_fraction)):
+        if sources[split] == "holdout":
+            if not 0.0 < fraction < 1.0:
+                raise DataError(f"{path}: no '{split}' group, and its holdout fraction {fraction} is not in (0, 1)")
+            holdout[split] = max(1, int(round(fraction * n_file)))
+    n_train = n_file - sum(holdout.values())
+    if n_train < 1:
+        raise DataError(f"{path}: train has {n_file} samples, too few to hold out val/test from")
+    rows = {"train": n_train}
+    for split in ("val", "test"):
+        rows[split] = shapes[split][0] if split in present else holdout[split]
+    dtype = dtypes["train"]
+    specs = []
+    for split in SPLITS:
+        specs.append(ArraySpec(f"{split}/x", (rows[split],) + sample, dtype))
+        specs.append(ArraySpec(f"{split}/y", (rows[split],), "int64"))
+    return DataPlan(os.path.abspath(path), tuple(specs), sources, holdout, max_label + 1, seed)
+
+
+def _copy_rows(src: h5py.Dataset, dst: np.ndarray, where: str) -> None:
+    """Copy an HDF5 dataset into ``dst`` in row blocks, casting, and reject NaN/inf."""
+    row_bytes = max(1, int(np.prod(dst.shape[1:], dtype=np.int64)) * src.dtype.itemsize)
+    step = max(1, ROW_BLOCK_BYTES // row_bytes)
+    for start in range(0, dst.shape[0], step):
+        block = src[start : start + step]
+        if np.issubdtype(block.dtype, np.floating) and not np.isfinite(block).all():
+            raise DataError(f"{where} holds NaN or infinite values")
+        dst[start : start + step] = block
+
+
+def holdout_permutation(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).permutation(n)
+
+
+def read_into(plan: DataPlan, arrays: dict[str, np.ndarray]) -> None:
+    """Fill ``arrays`` (named as ``plan.specs``) from the file. Raises :class:`DataError`."""
+    with h5py.File(plan.path, "r") as f:
+        for split in ("val", "test"):
+            if plan.sources[split] == "file":
+                _copy_rows(f[split]["x"], arrays[f"{split}/x"], f"{plan.path}: {split}/x")
+                arrays[f"{split}/y"][...] = f[split]["y"][...]
+        if not plan.holdout_sizes:
+            _copy_rows(f["train"]["x"], arrays["train/x"], f"{plan.path}: train/x")
+            arrays["train/y"][...] = f["train"]["y"][...]
+            return
+        # Holding out needs the file's train rows in a seeded order: read them once, then gather.
+        n_file = f["train"]["x"].shape[0]
+        x_all = np.empty((n_file,) + plan.sample_shape, dtype=plan.spec("train/x").dtype)
+        _copy_rows(f["train"]["x"], x_all, f"{plan.path}: train/x")
+        y_all = f["train"]["y"][...].astype(np.int64)
+    order = holdout_permutation(n_file, plan.seed)
+    start = 0
+    for split in ("test", "val"):
+        if split in plan.holdout_sizes:
+            rows = order[start : start + plan.holdout_sizes[split]]
+            np.take(x_all, rows, axis=0, out=arrays[f"{split}/x"])
+            np.take(y_all, rows, out=arrays[f"{split}/y"])
+            start += plan.holdout_sizes[split]
+    rest = np.sort(order[start:])
+    np.take(x_all, rest, axis=0, out=arrays["train/x"])
+    np.take(y_all, rest, out=arrays["train/y"])
+
+
+def load_dataset(path: str, val_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0) -> tuple[DataPlan, dict[str, np.ndarray]]:
+    """Read the whole dataset into private memory (one process, no MPI)."""
+    plan = inspect_file(path, val_fraction, test_fraction, seed)
+    arrays = {s.name: np.empty(s.shape, dtype=s.dtype) for s in plan.specs}
+    read_into(plan, arrays)
+    return plan, arrays
+
+
+def write_dataset(path: str, splits: dict[str, tuple[np.ndarray, np.ndarray]], overwrite: bool = False) -> None:
+    """Write ``{"train": (x, y), ...}`` in the evens format, atomically; refuse to replace a file unless asked."""
+    if os.path.exists(path) and not overwrite:
+        raise DataError(f"{path}: already exists; refusing to overwrite it")
+    if "train" not in splits:
+        raise DataError(f"{path}: a dataset needs a 'train' split")
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["format"] = "evens-dataset"
+            f.attrs["format_version"] = 1
+            for split, (x, y) in splits.items():
+                if split not in SPLITS:
+                    raise DataError(f"{path}: unknown split '{split}' (expected {', '.join(SPLITS)})")
+                x = np.asarray(x)
+                if x.dtype != np.uint8:
+                    x = x.astype(np.float32)
+                y = np.asarray(y)
+                if not np.issubdtype(y.dtype, np.integer):
+                    raise DataError(f"{path}: {split} labels must be integers, found {y.dtype}")
+                g = f.create_group(split)
+                g.create_dataset("x", data=x)
+                g.create_dataset("y", data=y.astype(np.int64))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)

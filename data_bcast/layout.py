@@ -1,0 +1,75 @@
+"""Pure arithmetic for placing named arrays in one flat byte buffer.
+
+The broadcast moves a single contiguous buffer (one MPI-3 shared window per
+node), so every array of the dataset gets an aligned offset in it. Nothing here
+communicates; it is shared by the reader, the broadcaster and the tests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+ALIGN = 64  # bytes; a cache line, and enough for any numpy dtype
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """Name, shape and dtype of one array, e.g. ``ArraySpec("train/x", (100, 1, 8, 8), "float32")``."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def as_tuple(self) -> tuple[str, tuple[int, ...], str]:
+        return (self.name, tuple(int(n) for n in self.shape), self.dtype)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each array starts in the buffer, and how long the buffer is."""
+
+    specs: tuple[ArraySpec, ...]
+    offsets: tuple[int, ...]
+    total_bytes: int
+
+
+def align_up(n: int, align: int = ALIGN) -> int:
+    return (n + align - 1) // align * align
+
+
+def plan_layout(specs: tuple[ArraySpec, ...] | list[ArraySpec], align: int = ALIGN) -> Layout:
+    """Give each array an ``align``-byte aligned offset, in order, without gaps beyond padding."""
+    offsets = []
+    cursor = 0
+    for spec in specs:
+        cursor = align_up(cursor, align)
+        offsets.append(cursor)
+        cursor += spec.nbytes
+    return Layout(tuple(specs), tuple(offsets), align_up(cursor, align) if specs else 0)
+
+
+def array_views(layout: Layout, buffer: np.ndarray) -> dict[str, np.ndarray]:
+    """Numpy views, one per spec, into ``buffer`` (a flat uint8 array of ``layout.total_bytes``)."""
+    if buffer.dtype != np.uint8 or buffer.ndim != 1 or buffer.size < layout.total_bytes:
+        raise ValueError("buffer must be a flat uint8 array of at least layout.total_bytes")
+    views = {}
+    for spec, offset in zip(layout.specs, layout.offsets):
+        raw = buffer[offset : offset + spec.nbytes]
+        views[spec.name] = raw.view(np.dtype(spec.dtype)).reshape(spec.shape)
+    return views
+
+
+def chunk_ranges(total_bytes: int, chunk_bytes: int) -> list[tuple[int, int]]:
+    """Half-open byte ranges ``[start, stop)`` of at most ``chunk_bytes`` covering ``total_bytes``.
+
+    >>> chunk_ranges(10, 4)
+    [(0, 4), (4, 8), (8, 10)]
+    """
+    if chunk_bytes <= 0:
+        raise ValueError("chunk_bytes must be positive")
+    return [(start, min(start + chunk_bytes, total_bytes)) for start in range(0, total_bytes, chunk_bytes)]

@@ -1,0 +1,96 @@
+"""Networks built from a small, explicit description.
+
+A :class:`NetworkSpec` names a family and its size; :func:`build_network` turns
+it into a ``torch.nn.Module`` for a given sample shape. ``mlp`` works on any
+shape (it flattens); ``cnn`` convolves over the spatial dimensions that a sample
+has: 1-D for (C, L), 2-D for (C, H, W).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+ACTIVATIONS = {
+    "relu": nn.ReLU,
+    "gelu": nn.GELU,
+    "silu": nn.SiLU,
+    "tanh": nn.Tanh,
+    "elu": nn.ELU,
+    "leaky_relu": nn.LeakyReLU,
+}
+FAMILIES = ("mlp", "cnn")
+MAX_POOLED_SIDE = 4  # the CNN head sees at most 4 positions per spatial dimension
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """``family`` is "mlp" or "cnn"; ``depth`` hidden layers or conv blocks of ``width`` units/channels."""
+
+    family: str
+    depth: int
+    width: int
+    activation: str = "relu"
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown network family {self.family!r} (known: {', '.join(FAMILIES)})")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {self.activation!r} (known: {', '.join(ACTIVATIONS)})")
+        if self.depth < 1 or self.width < 1 or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"invalid network size: depth={self.depth} width={self.width} dropout={self.dropout}")
+
+
+def families_for(sample_shape: tuple[int, ...]) -> tuple[str, ...]:
+    """The families that apply to samples of this shape: a CNN needs (C, L) or (C, H, W)."""
+    return FAMILIES if len(sample_shape) in (2, 3) else ("mlp",)
+
+
+def _mlp(spec: NetworkSpec, sample_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    layers: list[nn.Module] = [nn.Flatten()]
+    features = int(torch.tensor(sample_shape).prod())
+    for _ in range(spec.depth):
+        layers += [nn.Linear(features, spec.width), ACTIVATIONS[spec.activation]()]
+        if spec.dropout > 0:
+            layers.append(nn.Dropout(spec.dropout))
+        features = spec.width
+    layers.append(nn.Linear(features, num_classes))
+    return nn.Sequential(*layers)
+
+
+def _cnn(spec: NetworkSpec, sample_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    channels, *spatial = sample_shape
+    dims = len(spatial)
+    conv, norm, pool, adaptive = {
+        1: (nn.Conv1d, nn.BatchNorm1d, nn.MaxPool1d, nn.AdaptiveAvgPool1d),
+        2: (nn.Conv2d, nn.BatchNorm2d, nn.MaxPool2d, nn.AdaptiveAvgPool2d),
+    }[dims]
+    layers: list[nn.Module] = []
+    for _ in range(spec.depth):
+        layers += [conv(channels, spec.width, 3, padding=1), norm(spec.width), ACTIVATIONS[spec.activation]()]
+        if min(spatial) >= 2:  # halve while there is something to halve
+            layers.append(pool(2))
+            spatial = [s // 2 for s in spatial]
+        if spec.dropout > 0:
+            layers.append(nn.Dropout(spec.dropout))
+        channels = spec.width
+    pooled = [min(s, MAX_POOLED_SIDE) for s in spatial]
+    layers += [adaptive(tuple(pooled) if dims > 1 else pooled[0]), nn.Flatten()]
+    layers.append(nn.Linear(channels * int(torch.tensor(pooled).prod()), num_classes))
+    return nn.Sequential(*layers)
+
+
+def build_network(spec: NetworkSpec, sample_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """A fresh, randomly initialised network for samples of ``sample_shape`` (no batch dimension).
+
+    >>> net = build_network(NetworkSpec("cnn", depth=2, width=16), (1, 8, 8), 10)
+    >>> net(torch.zeros(5, 1, 8, 8)).shape
+    torch.Size([5, 10])
+    """
+    sample_shape = tuple(int(s) for s in sample_shape)
+    if spec.family not in families_for(sample_shape):
+        raise ValueError(f"family {spec.family!r} does not apply to samples of shape {sample_shape}")
+    builder = _mlp if spec.family == "mlp" else _cnn
+    return builder(spec, sample_shape, num_classes)

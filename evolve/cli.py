@@ -1,0 +1,115 @@
+"""The ``evens`` command line.
+
+::
+
+    mpiexec -n 4 evens run examples/digits.toml --set search.evaluations=40
+    evens run --resume runs/digits-20261122-101500 --set search.evaluations=80
+    evens report runs/digits-20261122-101500 --json
+    evens make-digits data/digits.h5
+    evens convert my_data.npz my_data.h5
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+
+from . import __version__
+from .errors import EvensError
+
+# Launchers tell each process its rank in the environment; read only to print usage errors once.
+_RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK")
+
+
+def launcher_rank() -> int:
+    for name in _RANK_VARIABLES:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors are printed by rank 0 only; every rank exits with status 2."""
+
+    def error(self, message: str):
+        if launcher_rank() == 0:
+            self.print_usage(sys.stderr)
+            print(f"evens: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="evens", description="Evolutionary search for neural networks across MPI ranks, averaged into an ensemble.")
+    parser.add_argument("--version", action="version", version=f"evens {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    run = sub.add_parser("run", help="run or resume a search (launch with mpiexec or srun)")
+    run.add_argument("config", nargs="?", help="TOML config file (optional with --resume)")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. search.evaluations=40")
+    run.add_argument("--out", help="new run directory (default: runs/<config>-<time>)")
+    run.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its checkpoint")
+    run.add_argument("--quiet", action="store_true", help="no progress output")
+
+    rep = sub.add_parser("report", help="summarise a run directory")
+    rep.add_argument("run_dir")
+    rep.add_argument("--json", action="store_true", help="print one JSON object")
+
+    conv = sub.add_parser("convert", help="convert an .npz file (x_train, y_train, ...) to the evens HDF5 format")
+    conv.add_argument("src")
+    conv.add_argument("dst")
+    conv.add_argument("--force", action="store_true", help="replace DST if it exists")
+
+    digits = sub.add_parser("make-digits", help="write scikit-learn's bundled digits as an evens dataset")
+    digits.add_argument("dst")
+    digits.add_argument("--seed", type=int, default=0)
+    digits.add_argument("--force", action="store_true", help="replace DST if it exists")
+    return parser
+
+
+def _run(args) -> int:
+    from . import driver  # imports mpi4py, which starts MPI: only for `run`
+    from .mpi_transport import abort, world
+
+    try:
+        return driver.run(args.config, args.overrides, out=args.out, resume=args.resume, quiet=args.quiet)
+    except Exception:
+        comm = world()
+        print(f"evens: internal error on rank {comm.rank}:", file=sys.stderr)
+        traceback.print_exc()
+        sys.stderr.flush()
+        if comm.size > 1:
+            abort(comm, 1)  # never leave the other ranks waiting
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        return _run(args)
+    from data_bcast.h5file import DataError
+
+    try:
+        if args.command == "report":
+            from .report import report
+
+            print(report(args.run_dir, as_json=args.json))
+        elif args.command == "convert":
+            from data_bcast.convert import npz_to_h5
+
+            counts = npz_to_h5(args.src, args.dst, overwrite=args.force)
+            print(f"wrote {args.dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        elif args.command == "make-digits":
+            from data_bcast.convert import write_digits
+
+            counts = write_digits(args.dst, seed=args.seed, overwrite=args.force)
+            print(f"wrote {args.dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    except (EvensError, DataError) as exc:
+        print(f"evens: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Run configuration: frozen dataclasses with defaults, read from TOML, overridden by ``--set``.
+
+::
+
+    cfg = load_config("examples/digits.toml", ["search.evaluations=40", "data.path=/x.h5"])
+    cfg.search.evaluations   # 40
+
+Overrides are dotted keys; the value is read as a TOML literal (``40``, ``1e-3``,
+``true``, ``[16, 32]``) and otherwise taken as a plain string (``/x.h5``). An
+unknown key or a value of the wrong type is a :class:`ConfigError` naming it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from dataclasses import dataclass, field, fields
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from .errors import ConfigError
+from .space import DEFAULT_SPACE, SearchSpace, parse_space
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    path: str = "data/digits.h5"
+    val_fraction: float = 0.15  # held out of train when the file has no 'val'
+    test_fraction: float = 0.15  # held out of train when the file has no 'test'
+    split_seed: int = 0
+    chunk_mb: int = 64  # broadcast chunk size
+    shared_memory: bool = True  # one host copy per node (MPI-3 shared window)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    evaluations: int = 40  # total networks trained, across resumes
+    population: int = 10
+    seed: int = 0
+    tournament: int = 3
+    crossover_prob: float = 0.7
+    mutation_prob: float = 0.3  # per gene
+    mutation_eta: float = 8.0  # polynomial mutation: larger is more local
+    checkpoint_seconds: float = 10.0  # at most this long between checkpoint writes
+
+
+@dataclass(frozen=True)
+class EnsembleConfig:
+    size: int = 5
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    device: str = "auto"  # "auto", "cpu" or "cuda"
+    threads: int = 0  # torch CPU threads per worker; 0 divides the node's cores among its ranks
+
+
+@dataclass(frozen=True)
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    ensemble: EnsembleConfig = field(default_factory=EnsembleConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    space: SearchSpace = field(default_factory=lambda: parse_space({}))
+
+    def to_dict(self) -> dict:
+        d = {s: dataclasses.asdict(getattr(self, s)) for s in SECTIONS}
+        d["space"] = self.space.to_config()
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+SECTIONS = {"data": DataConfig, "search": SearchConfig, "ensemble": EnsembleConfig, "train": TrainConfig}
+
+# (low, high) bounds, inclusive; None for open.
+_BOUNDS = {
+    "data.val_fraction": (0.0, 1.0),
+    "data.test_fraction": (0.0, 1.0),
+    "data.chunk_mb": (1, None),
+    "search.evaluations": (1, None),
+    "search.population": (2, None),
+    "search.tournament": (1, None),
+    "search.crossover_prob": (0.0, 1.0),
+    "search.mutation_prob": (0.0, 1.0),
+    "search.mutation_eta": (0.0, None),
+    "search.checkpoint_seconds": (0.0, None),
+    "ensemble.size": (1, None),
+    "train.threads": (0, None),
+}
+_CHOICES = {"train.device": ("auto", "cpu", "cuda")}
+
+
+def _type_name(t: type) -> str:
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[t]
+
+
+def _check_value(key: str, value, expected: type):
+    ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        value, ok = float(value), True
+    if not ok:
+        raise ConfigError(f"{key} must be {_type_name(expected)}, got {value!r}")
+    low, high = _BOUNDS.get(key, (None, None))
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f">= {low}" if high is None else f"between {low} and {high}"
+        raise ConfigError(f"{key} must be {bounds}, got {value!r}")
+    if key in _CHOICES and value not in _CHOICES[key]:
+        raise ConfigError(f"{key} must be one of {', '.join(_CHOICES[key])}, got {value!r}")
+    return value
+
+
+def _build_section(name: str, cls: type, raw: dict):
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[{name}] must be a table")
+    known = {f.name: f for f in fields(cls)}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"unknown key '{name}.{key}' (known: {', '.join(known)})")
+    kwargs = {k: _check_value(f"{name}.{k}", v, type(getattr(cls(), k))) for k, v in raw.items()}
+    return cls(**kwargs)
+
+
+def config_from_dict(raw: dict) -> Config:
+    """Validate a nested dict (as read from TOML or JSON) into a :class:`Config`."""
+    for key in raw:
+        if key not in SECTIONS and key != "space":
+            raise ConfigError(f"unknown section '{key}' (known: {', '.join([*SECTIONS, 'space'])})")
+    sections = {name: _build_section(name, cls, raw.get(name, {})) for name, cls in SECTIONS.items()}
+    return Config(space=parse_space(raw.get("space", {})), **sections)
+
+
+def parse_value(text: str):
+    """A ``--set`` value: a TOML literal if it is one, else the text itself."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """Apply ``KEY=VALUE`` strings (dotted keys) to a nested dict, returning a new dict."""
+    raw = json.loads(json.dumps(raw))  # a deep copy of plain data
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        parts = key.split(".")
+        section = parts[0]
+        if section not in SECTIONS and section != "space":
+            raise ConfigError(f"unknown key '{key}' (sections: {', '.join([*SECTIONS, 'space'])})")
+        if len(parts) < 2 or (section in SECTIONS and len(parts) != 2):
+            raise ConfigError(f"unknown key '{key}'")
+        if section == "space" and len(parts) == 3 and isinstance(DEFAULT_SPACE.get(parts[1]), dict):
+            raw.setdefault("space", {}).setdefault(parts[1], dict(DEFAULT_SPACE[parts[1]]))
+        node = raw
+        for p in parts[:-1]:
+            child = node.setdefault(p, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"cannot set '{key}': '{p}' is {child!r}, not a table; set the whole value instead")
+            node = child
+        node[parts[-1]] = parse_value(text.strip())
+    return raw
+
+
+def load_config(path: str | None, overrides: list[str] = ()) -> Config:
+    """Read ``path`` (TOML; None means defaults only) and apply ``overrides``."""
+    raw: dict = {}
+    if path is not None:
+        if not os.path.isfile(path):
+            raise ConfigError(f"{path}: no such config file")
+        try:
+            with open(path, "rb") as f:
+                raw = tomllib.load(f)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read ({exc})") from None
+    try:
+        return config_from_dict(apply_overrides(raw, list(overrides)))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}" if path else str(exc)) from None
+
+
+__all__ = ["Config", "ConfigError", "DEFAULT_SPACE", "apply_overrides", "config_from_dict", "load_config", "parse_value"]

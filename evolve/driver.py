@@ -1,0 +1,274 @@
+"""``evens run``: the one place that decides who is the master and who is a worker.
+
+Every rank runs :func:`run`. Rank 0 (the master) validates the config and the
+run directory, reads the data and broadcasts it; every rank then sets itself up,
+and all ranks agree on the first error before anyone goes on, so bad input ends
+the whole job at once with one message. After that the master runs the search
+and the workers serve it. With a single rank, the master trains in-process.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from data_bcast.broadcast import SharedDataset, broadcast_dataset
+from data_bcast.h5file import DataError
+from ensemble.device import choose_device, cpu_threads
+from ensemble.train import DeviceData
+
+from . import __version__, checkpoint
+from .checkpoint import CHECKPOINT_NAME, RunInfo
+from .config import Config, apply_overrides, config_from_dict, load_config
+from .errors import ConfigError, EvensError, RunDirError
+from .ga import GAParams
+from .master import SearchSettings, SearchState, run_search
+from .mpi_transport import MPIMasterTransport, MPIWorkerChannel, abort, first_error, world
+from .progress import Progress
+from .protocol import InProcessTransport
+from .report import format_summary, summarize
+from .rundir import SUMMARY_NAME, check_new_run_dir, checkpoint_path, default_run_dir, write_json
+from .space import GENE_NAMES, SearchSpace
+from .worker import serve, trainer_for
+
+MASTER = 0
+
+
+@dataclass
+class Prepared:
+    """What the master decided before any data moved."""
+
+    config: Config
+    run_dir: str
+    state: SearchState | None = None  # None for a new run
+    info: RunInfo | None = None
+
+
+def say(message: str) -> None:
+    print(f"evens: {message}", file=sys.stderr, flush=True)
+
+
+def prepare(config_path: str | None, overrides: list[str], out: str | None, resume: str | None) -> Prepared:
+    """Validate the command line's config and run directory (master only; touches nothing)."""
+    if resume is None:
+        if config_path is None:
+            raise ConfigError("evens run needs a CONFIG file, or --resume RUN_DIR")
+        config = load_config(config_path, overrides)
+        run_dir = out or default_run_dir(config_path)
+        check_new_run_dir(run_dir)
+        return Prepared(config, run_dir)
+    if out is not None and os.path.abspath(out) != os.path.abspath(resume):
+        raise RunDirError("--out and --resume name different directories; a resumed run stays in its own")
+    state, info = checkpoint.load(checkpoint_path(resume))
+    if config_path is not None:
+        config = load_config(config_path, overrides)
+    else:
+        try:
+            config = config_from_dict(apply_overrides(info.config, overrides))
+        except ConfigError as exc:
+            raise ConfigError(f"{resume}: {exc}") from None
+    stored = config_from_dict(info.config)
+    if config.space != stored.space or list(info.gene_names) != list(GENE_NAMES):
+        raise ConfigError(f"{resume}: the search space differs from the run's; a resumed run keeps its space")
+    if config.ensemble.size > stored.ensemble.size and state.records:
+        raise ConfigError(
+            f"{resume}: ensemble.size cannot grow on resume ({stored.ensemble.size} -> {config.ensemble.size}); "
+            f"the checkpoint keeps the predictions of the best {stored.ensemble.size} only"
+        )
+    return Prepared(config, resume, state, info)
+
+
+def data_facts(data: SharedDataset) -> dict:
+    plan = data.plan
+    return {
+        "path": plan.path,
+        "sample_shape": list(plan.sample_shape),
+        "num_classes": plan.num_classes,
+        "x_dtype": plan.spec("train/x").dtype,
+        "sizes": {s: plan.spec(f"{s}/y").shape[0] for s in ("train", "val", "test")},
+    }
+
+
+def check_same_data(info: RunInfo, data: SharedDataset) -> None:
+    facts = data_facts(data)
+    for key in ("sample_shape", "num_classes", "sizes"):
+        if facts[key] != info.data[key]:
+            raise DataError(f"{facts['path']}: {key} is {facts[key]}, but the run was made with {info.data[key]}")
+    if not (np.array_equal(data.arrays["val/y"], info.val_labels) and np.array_equal(data.arrays["test/y"], info.test_labels)):
+        raise DataError(f"{facts['path']}: the val/test labels differ from the run's; this is not the same data")
+
+
+def cores_for_this_rank(ranks_here: int) -> tuple[int, int]:
+    """(cores, ranks sharing them): a rank bound to fewer cores than the node has owns its cores."""
+    mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return (mine, 1) if mine < (os.cpu_count() or mine) else (mine, ranks_here)
+
+
+def setup_trainer(config: Config, data: SharedDataset, local_index: int, ranks_here: int) -> DeviceData:
+    """Pick this rank's device and threads and put the data there (a GPU copy, or the shared host copy)."""
+    torch.set_num_threads(cpu_threads(*cores_for_this_rank(ranks_here), requested=config.train.threads))
+    device = choose_device(local_index, config.train.device)
+    return DeviceData.from_arrays(data.arrays, data.plan.num_classes, device)
+
+
+class StopFlag:
+    """Set by SIGTERM (Slurm's preemption or time limit) or SIGINT; a second signal acts as usual."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.signum = signum
+        signal.signal(signum, signal.SIG_DFL)
+
+    def __call__(self) -> bool:
+        return self.signum != 0
+
+
+def run(config_path: str | None, overrides: list[str], out: str | None = None, resume: str | None = None, quiet: bool = False) -> int:
+    """Collective over the world: run or resume a search. Returns the exit code."""
+    comm = world()
+    started = time.time()
+    is_master = comm.rank == MASTER
+    prepared, error = None, None
+    if is_master:
+        try:
+            prepared = prepare(config_path, overrides, out, resume)
+        except EvensError as exc:
+            error = str(exc)
+    config_dict, error = comm.bcast((prepared.config.to_dict() if prepared else None, error), root=MASTER)
+    if error:
+        return _fail(is_master, error)
+    config = config_from_dict(config_dict)
+    try:
+        data = broadcast_dataset(
+            comm,
+            config.data.path if is_master else None,
+            val_fraction=config.data.val_fraction,
+            test_fraction=config.data.test_fraction,
+            seed=config.data.split_seed,
+            root=MASTER,
+            chunk_bytes=config.data.chunk_mb << 20,
+            shared=config.data.shared_memory,
+        )
+    except DataError as exc:
+        return _fail(is_master, str(exc))
+    try:
+        return _run_roles(comm, config, data, prepared, started, quiet)
+    finally:
+        data.close()
+
+
+def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | None, started: float, quiet: bool) -> int:
+    is_master = comm.rank == MASTER
+    error, space, trainer_data = None, None, None
+    # Workers on the master's node count from 0 after it, so they take GPUs 0, 1, ...
+    local_index = data.node_rank - (1 if data.root_here else 0)
+    ranks_here = data.node_size - (1 if data.root_here and comm.size > 1 else 0)
+    try:
+        if is_master:
+            space = config.space.for_sample_shape(data.plan.sample_shape)
+            if prepared.info is not None:
+                check_same_data(prepared.info, data)
+        if not is_master or comm.size == 1:
+            trainer_data = setup_trainer(config, data, max(local_index, 0), ranks_here)
+        elif is_master:
+            torch.set_num_threads(1)
+    except EvensError as exc:
+        error = str(exc)
+    except Exception as exc:  # a device that fails to start, say
+        error = f"rank {comm.rank}: {type(exc).__name__}: {exc}"
+    error = first_error(comm, error, root=MASTER)
+    if error:
+        return _fail(is_master, error)
+    if is_master:
+        return _master(comm, config, data, prepared, space, trainer_data, started, quiet)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)  # the master decides when to stop
+    plan = data.plan
+    serve(MPIWorkerChannel(comm, MASTER), trainer_for(trainer_data), *_prob_shapes(plan))
+    return 0
+
+
+def _prob_shapes(plan) -> tuple[tuple[int, int], tuple[int, int]]:
+    return (plan.spec("val/y").shape[0], plan.num_classes), (plan.spec("test/y").shape[0], plan.num_classes)
+
+
+def _master(comm, config: Config, data: SharedDataset, prepared: Prepared, space: SearchSpace, trainer_data, started: float, quiet: bool) -> int:
+    run_dir, state, info = prepared.run_dir, prepared.state, prepared.info
+    stats = data.stats
+    say(
+        f"data {data.plan.path}: {stats['bytes'] / 1e6:.1f} MB read in {stats.get('read_seconds', 0):.2f} s, "
+        f"broadcast to {comm.size} ranks in {stats.get('broadcast_seconds', 0):.2f} s"
+    )
+    if state is None:
+        os.makedirs(run_dir, exist_ok=True)
+        state = SearchState.fresh(config.search.seed)
+        info = RunInfo(
+            config=config.to_dict(),
+            gene_names=list(GENE_NAMES),
+            data=data_facts(data),
+            val_labels=data.arrays["val/y"].copy(),
+            test_labels=data.arrays["test/y"].copy(),
+            version=__version__,
+        )
+    else:
+        info.config = config.to_dict()
+        say(f"resuming {run_dir}: {len(state.records)} evaluations done, {len(state.pending)} to redo")
+    info.sessions += 1
+    wall_before = info.wall_seconds
+    path = os.path.join(run_dir, CHECKPOINT_NAME)
+
+    def save(s: SearchState) -> None:
+        info.wall_seconds = wall_before + (time.time() - started)
+        checkpoint.save(path, s, info)
+
+    save(state)
+    val_shape, test_shape = _prob_shapes(data.plan)
+    if comm.size == 1:
+        transport = InProcessTransport(trainer_for(trainer_data), 1, val_shape, test_shape)
+    else:
+        transport = MPIMasterTransport(comm, val_shape, test_shape, MASTER)
+    settings = SearchSettings(
+        budget=config.search.evaluations,
+        ga=GAParams(
+            population=config.search.population,
+            tournament=config.search.tournament,
+            crossover_prob=config.search.crossover_prob,
+            mutation_prob=config.search.mutation_prob,
+            mutation_eta=config.search.mutation_eta,
+        ),
+        ensemble_size=config.ensemble.size,
+        seed=config.search.seed,
+        checkpoint_seconds=config.search.checkpoint_seconds,
+    )
+    say(f"searching with {len(transport.workers)} worker(s), budget {settings.budget} evaluations; run directory {run_dir}")
+    stop = StopFlag()
+    progress = Progress(settings.budget, len(state.records), quiet=quiet)
+    finished = run_search(state, transport, space, settings, checkpoint=save, on_result=progress, should_stop=stop)
+    progress.close()
+    save(state)
+    if not finished:
+        say(f"stopped by signal {stop.signum}; checkpoint saved with {len(state.records)} evaluations; continue with: evens run --resume {run_dir}")
+        code = 128 + stop.signum
+        if comm.size > 1:
+            abort(comm, code)  # workers may be mid-training; the checkpoint has what they held
+        return code
+    summary = summarize(state, info, run_dir)
+    write_json(os.path.join(run_dir, SUMMARY_NAME), summary)
+    print(format_summary(summary), flush=True)
+    transport.stop()
+    return 0
+
+
+def _fail(is_master: bool, message: str) -> int:
+    if is_master:
+        say(f"error: {message}")
+    return 2

@@ -1,0 +1,218 @@
+"""The master's search loop: keep every worker busy, evolve, remember everything.
+
+:func:`run_search` is a plain function over explicit state (:class:`SearchState`)
+and an injected :class:`~evolve.protocol.Transport`, so the same loop runs over
+MPI, in one process in the tests, and under a simulator. Dispatch is dynamic:
+the moment a worker returns a result it gets the next individual, bred from
+the population as it stands then; there are no generations to wait for.
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .ga import GAParams, Individual, admit, breed_child, random_genome
+from .protocol import Result, Task, Transport
+from .space import SearchSpace
+
+
+@dataclass
+class Record:
+    """One finished evaluation."""
+
+    id: int
+    genome: list[float]
+    parents: tuple[int, int]
+    status: str  # "ok", "diverged" or "error"
+    val_accuracy: float
+    val_loss: float
+    test_accuracy: float
+    seconds: float  # training time on the worker
+    epochs_done: int
+    worker: int
+    started: float  # wall-clock time (s since the epoch) when dispatched
+    finished: float  # ... and when its result arrived
+    message: str = ""
+
+
+@dataclass
+class Pending:
+    """An individual that was sent out but whose result never came back (the run stopped)."""
+
+    id: int
+    genome: list[float]
+    parents: tuple[int, int]
+
+
+@dataclass
+class Member:
+    """A candidate ensemble member: kept with its predictions while it ranks in the best K."""
+
+    id: int
+    val_accuracy: float
+    val_probs: np.ndarray
+    test_probs: np.ndarray
+
+
+@dataclass
+class SearchState:
+    rng: random.Random
+    records: list[Record] = field(default_factory=list)
+    population: list[int] = field(default_factory=list)  # record ids
+    pending: list[Pending] = field(default_factory=list)
+    members: list[Member] = field(default_factory=list)  # best first
+    next_id: int = 0
+    busy_seconds: float = 0.0  # summed over workers: time with a task in hand
+    capacity_seconds: float = 0.0  # summed over workers: time in the search loop
+
+    @classmethod
+    def fresh(cls, seed: int) -> "SearchState":
+        return cls(rng=random.Random(seed))
+
+    def record(self, ident: int) -> Record:
+        return self._index()[ident]
+
+    def _index(self) -> dict[int, Record]:
+        return {r.id: r for r in self.records}
+
+    @property
+    def utilization(self) -> float:
+        return self.busy_seconds / self.capacity_seconds if self.capacity_seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    budget: int  # total evaluations, across resumes
+    ga: GAParams
+    ensemble_size: int
+    seed: int
+    checkpoint_seconds: float = 10.0
+
+
+def task_seed(search_seed: int, ident: int) -> int:
+    """The torch seed of evaluation ``ident``: fixed by the search seed and the id alone."""
+    return int(np.random.SeedSequence([search_seed, ident]).generate_state(1)[0])
+
+
+def keep_best_members(members: list[Member], newcomer: Member, size: int) -> None:
+    """Insert ``newcomer`` and keep the ``size`` best by validation accuracy (earlier id wins ties)."""
+    members.append(newcomer)
+    members.sort(key=lambda m: (-m.val_accuracy, m.id))
+    del members[size:]
+
+
+def run_search(
+    state: SearchState,
+    transport: Transport,
+    space: SearchSpace,
+    settings: SearchSettings,
+    *,
+    checkpoint: Callable[[SearchState], None] | None = None,
+    on_result: Callable[[Record, SearchState], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    clock: Callable[[], float] = time.monotonic,
+    wall_clock: Callable[[], float] = time.time,
+    poll_seconds: float = 0.2,
+) -> bool:
+    """Evaluate until ``settings.budget`` evaluations are recorded; True if finished, False if stopped.
+
+    On a stop, the individuals still out are left in ``state.pending`` and are sent
+    again first when the search resumes.
+    """
+    records = state._index()
+    population = [Individual(records[i].genome, records[i].val_accuracy, i) for i in state.population]
+    seen = {tuple(_candidate_key(space, r.genome)) for r in state.records}
+    redo = deque(state.pending)
+    state.pending = []
+    idle = deque(transport.workers)
+    inflight: dict[int, tuple[Pending, float, float]] = {}  # worker -> (individual, dispatched (clock), (wall))
+    loop_start, capacity_before = clock(), state.capacity_seconds
+    last_checkpoint = clock()
+
+    def account() -> None:
+        state.capacity_seconds = capacity_before + len(transport.workers) * (clock() - loop_start)
+
+    def propose() -> Pending:
+        if redo:
+            return redo.popleft()
+        if len(population) < settings.ga.population:
+            genome, parents = random_genome(state.rng, len(space)), (-1, -1)
+        else:
+            genome, parents = breed_child(
+                population, state.rng, settings.ga, is_new=lambda g: tuple(_candidate_key(space, g)) not in seen
+            )
+        state.next_id += 1
+        return Pending(state.next_id - 1, genome, parents)
+
+    stopped = False
+    while True:
+        stopped = stopped or should_stop()
+        while idle and not stopped and len(state.records) + len(inflight) < settings.budget:
+            individual = propose()
+            seen.add(tuple(_candidate_key(space, individual.genome)))
+            network, training = space.candidate(individual.genome)
+            worker = idle.popleft()
+            transport.send(worker, Task.build(individual.id, network, training, task_seed(settings.seed, individual.id)))
+            inflight[worker] = (individual, clock(), wall_clock())
+        if not inflight or stopped:
+            break
+        got = transport.receive(timeout=poll_seconds)
+        if got is None:
+            continue
+        worker, result = got
+        individual, dispatched, started = inflight.pop(worker)
+        idle.append(worker)
+        state.busy_seconds += clock() - dispatched
+        record = _record(individual, result, worker, started, wall_clock())
+        state.records.append(record)
+        if record.status == "ok":
+            _admit(state, population, record, settings.ga.population)
+            ev = result.evaluation
+            keep_best_members(state.members, Member(record.id, record.val_accuracy, ev.val_probs, ev.test_probs), settings.ensemble_size)
+        if on_result is not None:
+            on_result(record, state)
+        if checkpoint is not None and clock() - last_checkpoint >= settings.checkpoint_seconds:
+            account()
+            state.pending = [p for p, _, _ in inflight.values()] + list(redo)
+            checkpoint(state)
+            state.pending = []
+            last_checkpoint = clock()
+
+    now = clock()
+    state.busy_seconds += sum(now - dispatched for _, dispatched, _ in inflight.values())
+    state.pending = [p for p, _, _ in inflight.values()] + list(redo)
+    account()
+    return not stopped
+
+
+def _candidate_key(space: SearchSpace, genome) -> list:
+    return list(space.decode(genome).values())
+
+
+def _admit(state: SearchState, population: list[Individual], record: Record, capacity: int) -> None:
+    admit(population, Individual(record.genome, record.val_accuracy, record.id), capacity)
+    state.population = [ind.ident for ind in population]
+
+
+def _record(individual: Pending, result: Result, worker: int, started: float, finished: float) -> Record:
+    ev = result.evaluation
+    return Record(
+        id=individual.id,
+        genome=list(individual.genome),
+        parents=tuple(individual.parents),
+        status=ev.status,
+        val_accuracy=float(ev.val_accuracy),
+        val_loss=float(ev.val_loss),
+        test_accuracy=float(ev.test_accuracy),
+        seconds=float(ev.seconds),
+        epochs_done=int(ev.epochs_done),
+        worker=worker,
+        started=started,
+        finished=finished,
+        message=ev.message,
+    )
