@@ -1,0 +1,68 @@
+"""Shared fixtures: tiny synthetic datasets and a launcher for MPI programs."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from data_bcast.h5file import write_dataset
+
+torch.set_num_threads(1)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MPI_PROGRAMS = os.path.join(ROOT, "tests", "mpi")
+
+
+def blobs(n: int, sample_shape: tuple[int, ...], classes: int = 3, seed: int = 0, dtype=np.float32):
+    """Separable classes: each class has its own mean pattern plus noise."""
+    rng = np.random.default_rng(seed)
+    means = rng.normal(0.0, 1.0, size=(classes,) + sample_shape)
+    y = rng.integers(0, classes, size=n)
+    x = means[y] + 0.3 * rng.normal(size=(n,) + sample_shape)
+    if dtype == np.uint8:
+        x = np.clip((x + 3) * 40, 0, 255).astype(np.uint8)
+    return x.astype(dtype), y.astype(np.int64)
+
+
+def blob_splits(sample_shape, n=(120, 40, 40), classes=3, splits=("train", "val", "test"), dtype=np.float32, seed=0):
+    """One draw of blobs, cut into splits (so all splits share the class patterns)."""
+    x, y = blobs(sum(n[: len(splits)]), sample_shape, classes, seed=seed, dtype=dtype)
+    bounds = np.cumsum((0,) + tuple(n[: len(splits)]))
+    return {split: (x[a:b], y[a:b]) for split, a, b in zip(splits, bounds, bounds[1:])}
+
+
+def write_blobs(path, sample_shape=(1, 8, 8), n=(120, 40, 40), classes=3, splits=("train", "val", "test"), dtype=np.float32):
+    write_dataset(str(path), blob_splits(sample_shape, n, classes, splits, dtype))
+    return str(path)
+
+
+@pytest.fixture
+def image_file(tmp_path):
+    return write_blobs(tmp_path / "images.h5")
+
+
+def mpiexec() -> str:
+    exe = shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    if exe is None:
+        pytest.skip("no mpiexec on PATH")
+    return exe
+
+
+def launch(n: int, args: list[str], timeout: float = 120, cwd: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``mpiexec -n N args...``; a hang fails the test instead of blocking the suite."""
+    full_env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT, **(env or {}))
+    return subprocess.run(
+        [mpiexec(), "-n", str(n), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full_env
+    )
+
+
+def launch_python(n: int, program: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return launch(n, [sys.executable, os.path.join(MPI_PROGRAMS, program), *args], timeout=timeout)
+
+
+def evens_cmd() -> list[str]:
+    return [sys.executable, "-m", "evolve"]

@@ -1,0 +1,63 @@
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evolve.ga import GAParams, Individual, admit, breed_child, drawing_from, random_genome
+
+
+def population(values, genes=4, seed=0):
+    rng = random.Random(seed)
+    return [Individual(random_genome(rng, genes), v, i) for i, v in enumerate(values)]
+
+
+def test_drawing_from_uses_the_given_rng_and_leaves_global_random_alone():
+    random.seed(123)
+    expected_global = random.random()
+    random.seed(123)
+    rng = random.Random(7)
+    with drawing_from(rng):
+        inside = random.random()
+    assert inside == random.Random(7).random()
+    assert random.random() == expected_global  # the global stream did not move
+    assert rng.random() == (lambda r: (r.random(), r.random())[1])(random.Random(7))  # rng moved on by one
+
+
+def test_breeding_is_reproducible_and_bounded():
+    pop = population([0.1, 0.5, 0.9, 0.3])
+    a = breed_child(pop, random.Random(1), GAParams())
+    b = breed_child(pop, random.Random(1), GAParams())
+    assert a == b
+    genome, parents = a
+    assert all(0.0 <= g <= 1.0 for g in genome)
+    assert set(parents) <= {ind.ident for ind in pop}
+
+
+def test_tournament_prefers_fitter_parents():
+    pop = population([0.0] * 9 + [1.0], seed=2)
+    rng = random.Random(0)
+    parents = [p for _ in range(300) for p in breed_child(pop, rng, GAParams(tournament=3))[1]]
+    assert parents.count(9) / len(parents) > 0.2  # uniform choice would give 0.1
+
+
+def test_breeding_avoids_children_already_seen():
+    pop = population([0.2, 0.4, 0.6])
+    seen = set()
+    rng = random.Random(3)
+    coarse = lambda g: tuple(int(x * 3) for x in g)  # noqa: E731  - a small discrete space
+    for _ in range(10):
+        genome, _ = breed_child(pop, rng, GAParams(mutation_prob=0.5), is_new=lambda g: coarse(g) not in seen)
+        seen.add(coarse(genome))
+    assert len(seen) >= 8
+
+
+@settings(max_examples=50)
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=40), st.integers(2, 6))
+def test_admit_is_elitist_and_bounded(values, capacity):
+    pop = []
+    for i, v in enumerate(values):
+        admit(pop, Individual([0.5], v, i), capacity)
+        assert len(pop) == min(i + 1, capacity)
+        assert max(ind.fitness.values[0] for ind in pop) == max(values[: i + 1])
+    kept = sorted(ind.fitness.values[0] for ind in pop)
+    assert kept == sorted(values)[-len(kept):]

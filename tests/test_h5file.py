@@ -1,0 +1,107 @@
+import h5py
+import numpy as np
+import pytest
+
+from conftest import blobs, write_blobs
+from data_bcast.convert import npz_to_h5
+from data_bcast.h5file import DataError, inspect_file, load_dataset, write_dataset
+
+
+def test_reads_all_three_splits(image_file):
+    plan, arrays = load_dataset(image_file)
+    assert plan.sources == {"train": "file", "val": "file", "test": "file"}
+    assert plan.num_classes == 3 and plan.sample_shape == (1, 8, 8)
+    with h5py.File(image_file) as f:
+        for split in ("train", "val", "test"):
+            np.testing.assert_array_equal(arrays[f"{split}/x"], f[split]["x"][...])
+            np.testing.assert_array_equal(arrays[f"{split}/y"], f[split]["y"][...])
+
+
+def test_holdout_is_seeded_and_partitions_train(tmp_path):
+    path = write_blobs(tmp_path / "t.h5", sample_shape=(5,), n=(100,), splits=("train",))
+    plan, a = load_dataset(path, val_fraction=0.2, test_fraction=0.1, seed=3)
+    assert plan.sources == {"train": "file", "val": "holdout", "test": "holdout"}
+    assert [a[f"{s}/y"].shape[0] for s in ("train", "val", "test")] == [70, 20, 10]
+    rows = np.concatenate([a["train/x"], a["val/x"], a["test/x"]])
+    with h5py.File(path) as f:
+        original = f["train"]["x"][...]
+    # every file row lands in exactly one split
+    assert sorted(map(bytes, rows)) == sorted(map(bytes, original))
+    _, again = load_dataset(path, val_fraction=0.2, test_fraction=0.1, seed=3)
+    np.testing.assert_array_equal(again["val/x"], a["val/x"])
+    _, other = load_dataset(path, val_fraction=0.2, test_fraction=0.1, seed=4)
+    assert not np.array_equal(other["val/x"], a["val/x"])
+
+
+def test_uint8_is_kept_as_uint8(tmp_path):
+    path = write_blobs(tmp_path / "u.h5", dtype=np.uint8)
+    plan, arrays = load_dataset(path)
+    assert arrays["train/x"].dtype == np.uint8 and plan.spec("train/x").dtype == "uint8"
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda f: f.__delitem__("train"), "no group 'train'"),
+        (lambda f: f["train"].__delitem__("y"), "has no dataset 'y'"),
+        (lambda f: (f["val"].__delitem__("y"), f["val"].create_dataset("y", data=np.zeros(3, np.int64))), "val/y has shape"),
+        (lambda f: (f["test"].__delitem__("y"), f["test"].create_dataset("y", data=np.zeros(40, np.float32))), "integer class labels"),
+        (lambda f: (f["test"].__delitem__("x"), f["test"].create_dataset("x", data=np.zeros((40, 1, 4, 4), np.float32))), "samples have shape"),
+        (lambda f: (f["train"].__delitem__("x"), f["train"].create_dataset("x", data=np.zeros((120, 2, 2, 2, 2), np.float32))), "expected (N, F)"),
+        (lambda f: (f["train"].__delitem__("x"), f["train"].create_dataset("x", data=np.zeros((120, 64), np.int32))), "float32 or uint8"),
+    ],
+)
+def test_malformed_files_are_one_line_errors(image_file, mutate, message):
+    with h5py.File(image_file, "a") as f:
+        mutate(f)
+    with pytest.raises(DataError) as info:
+        inspect_file(image_file)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_missing_and_non_hdf5_files(tmp_path):
+    with pytest.raises(DataError, match="no such data file"):
+        inspect_file(str(tmp_path / "absent.h5"))
+    junk = tmp_path / "junk.h5"
+    junk.write_text("not hdf5")
+    with pytest.raises(DataError, match="not a readable HDF5 file"):
+        inspect_file(str(junk))
+
+
+def test_nan_in_x_is_rejected(image_file):
+    with h5py.File(image_file, "a") as f:
+        f["train"]["x"][5, 0, 0, 0] = np.nan
+    with pytest.raises(DataError, match="NaN"):
+        load_dataset(image_file)
+
+
+def test_write_refuses_to_overwrite(tmp_path):
+    path = tmp_path / "d.h5"
+    path.write_text("the user's own file")
+    with pytest.raises(DataError, match="refusing to overwrite"):
+        write_dataset(str(path), {"train": blobs(10, (4,))})
+    assert path.read_text() == "the user's own file"
+
+
+def test_npz_conversion_round_trip(tmp_path):
+    xt, yt = blobs(30, (2, 16))
+    xv, yv = blobs(10, (2, 16), seed=1)
+    np.savez(tmp_path / "d.npz", x_train=xt, y_train=yt, x_val=xv, y_val=yv)
+    counts = npz_to_h5(str(tmp_path / "d.npz"), str(tmp_path / "d.h5"))
+    assert counts == {"train": 30, "val": 10}
+    plan, arrays = load_dataset(str(tmp_path / "d.h5"))
+    assert plan.sources["test"] == "holdout"
+    np.testing.assert_array_equal(arrays["val/x"], xv)
+
+
+def test_npz_with_objects_is_refused_not_unpickled(tmp_path):
+    np.savez(tmp_path / "bad.npz", x=np.array([{"a": 1}] * 4, dtype=object), y=np.arange(4))
+    with pytest.raises(DataError, match="cannot read"):
+        npz_to_h5(str(tmp_path / "bad.npz"), str(tmp_path / "bad.h5"))
+    assert not (tmp_path / "bad.h5").exists()
+
+
+def test_npz_without_train_keys(tmp_path):
+    np.savez(tmp_path / "d.npz", features=np.zeros((3, 2)))
+    with pytest.raises(DataError, match="need x_train and y_train"):
+        npz_to_h5(str(tmp_path / "d.npz"), str(tmp_path / "d.h5"))

@@ -1,0 +1,63 @@
+import numpy as np
+import pytest
+import torch
+
+from conftest import blob_splits, blobs
+from ensemble.models import NetworkSpec, build_network, families_for
+from ensemble.train import DeviceData, TrainSpec, train_and_evaluate
+
+
+@pytest.mark.parametrize("shape", [(12,), (2, 20), (1, 8, 8), (3, 5, 7)])
+@pytest.mark.parametrize("family", ["mlp", "cnn"])
+@pytest.mark.parametrize("depth", [1, 3])
+def test_networks_map_samples_to_class_scores(shape, family, depth):
+    if family not in families_for(shape):
+        with pytest.raises(ValueError, match="does not apply"):
+            build_network(NetworkSpec(family, depth, 8), shape, 4)
+        return
+    net = build_network(NetworkSpec(family, depth, 8, "gelu", 0.1), shape, 4)
+    assert net(torch.randn(5, *shape)).shape == (5, 4)
+
+
+def test_cnn_convolves_in_as_many_dimensions_as_the_sample_has():
+    conv1d = build_network(NetworkSpec("cnn", 1, 4), (2, 20), 3)
+    conv2d = build_network(NetworkSpec("cnn", 1, 4), (1, 8, 8), 3)
+    assert any(isinstance(m, torch.nn.Conv1d) for m in conv1d.modules())
+    assert any(isinstance(m, torch.nn.Conv2d) for m in conv2d.modules())
+
+
+def data_for(shape, dtype=np.float32):
+    splits = blob_splits(shape, (200, 60, 60), dtype=dtype)
+    arrays = {f"{s}/{k}": v for s, xy in splits.items() for k, v in zip("xy", xy)}
+    return DeviceData.from_arrays(arrays, 3)
+
+
+@pytest.mark.parametrize("shape, family", [((10,), "mlp"), ((2, 16), "cnn"), ((1, 6, 6), "cnn")])
+def test_training_learns_separable_classes(shape, family):
+    ev = train_and_evaluate(NetworkSpec(family, 1, 16), TrainSpec(1e-2, 32, 5), data_for(shape), seed=0)
+    assert ev.status == "ok" and ev.val_accuracy > 0.9 and ev.test_accuracy > 0.9
+    assert ev.val_probs.shape == (60, 3) and np.allclose(ev.val_probs.sum(axis=1), 1.0, atol=1e-5)
+
+
+def test_uint8_inputs_are_scaled_and_train():
+    ev = train_and_evaluate(NetworkSpec("mlp", 1, 16), TrainSpec(3e-2, 16, 10), data_for((10,), np.uint8), seed=0)
+    assert ev.status == "ok" and ev.val_accuracy > 0.9
+
+
+def test_same_seed_same_network():
+    data = data_for((10,))
+    a = train_and_evaluate(NetworkSpec("mlp", 2, 8, dropout=0.2), TrainSpec(1e-2, 16, 2), data, seed=5)
+    b = train_and_evaluate(NetworkSpec("mlp", 2, 8, dropout=0.2), TrainSpec(1e-2, 16, 2), data, seed=5)
+    np.testing.assert_array_equal(a.val_probs, b.val_probs)
+
+
+def test_exploding_loss_is_reported_as_diverged():
+    ev = train_and_evaluate(NetworkSpec("mlp", 2, 32), TrainSpec(1e4, 16, 3, "sgd"), data_for((10,)), seed=0)
+    assert ev.status == "diverged" and ev.val_accuracy == 0.0 and "NaN" in ev.message
+
+
+def test_cpu_data_shares_memory_with_the_arrays():
+    arrays = {f"{s}/{k}": v for s in ("train", "val", "test") for k, v in zip("xy", blobs(10, (4,)))}
+    data = DeviceData.from_arrays(arrays, 3)
+    arrays["train/x"][0, 0] = 42.0
+    assert data.train.x[0, 0].item() == 42.0
