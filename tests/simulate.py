@@ -1,0 +1,61 @@
+"""Test doubles for the master's loop: a fitness landscape and a transport on a virtual clock."""
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+from ensemble.train import Evaluation
+from evolve.protocol import Result, Task, evaluate_safely
+
+VAL_SHAPE, TEST_SHAPE = (4, 2), (6, 2)
+
+
+def landscape(task: Task) -> Evaluation:
+    """A smooth fitness over the decoded genes: prefers lr near 3e-3 and a deep, wide network."""
+    net, tr = task.network, task.training
+    score = 0.5 + 0.1 * net["depth"] / 3 + 0.1 * net["width"] / 128 - 0.05 * abs(math.log10(tr["learning_rate"]) + 2.5)
+    score = min(max(score, 0.0), 1.0)
+    p = np.tile([score, 1 - score], (VAL_SHAPE[0], 1)).astype(np.float32)
+    q = np.tile([score, 1 - score], (TEST_SHAPE[0], 1)).astype(np.float32)
+    return Evaluation("ok", score, -math.log(max(score, 1e-9)), score, 1.0, tr["epochs"], p, q)
+
+
+class VirtualClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class SimulatedTransport:
+    """Workers with fixed speeds on a virtual clock; ``receive`` jumps to the next finish."""
+
+    def __init__(self, seconds_per_task: dict[int, float], evaluate=landscape, clock: VirtualClock | None = None):
+        self.workers = sorted(seconds_per_task)
+        self.speed = seconds_per_task
+        self.evaluate = evaluate
+        self.clock = clock or VirtualClock()
+        self._running: list[tuple[float, int, int, Task]] = []
+        self.sends: list[tuple[float, int, int]] = []  # (time, worker, task id)
+        self.results: list[tuple[float, int, int]] = []
+        self._n = 0
+
+    def send(self, worker: int, task: Task) -> None:
+        assert all(w != worker for _, _, w, _ in self._running), "task sent to a busy worker"
+        self.sends.append((self.clock.now, worker, task.id))
+        self._n += 1
+        heapq.heappush(self._running, (self.clock.now + self.speed[worker], self._n, worker, task))
+
+    def receive(self, timeout=None):
+        if not self._running:
+            return None
+        finish, _, worker, task = heapq.heappop(self._running)
+        self.clock.now = finish
+        self.results.append((finish, worker, task.id))
+        return worker, Result(task.id, evaluate_safely(self.evaluate, task, VAL_SHAPE, TEST_SHAPE))
+
+    def stop(self) -> None:
+        pass

@@ -1,0 +1,131 @@
+import statistics
+
+import numpy as np
+import pytest
+
+from simulate import TEST_SHAPE, VAL_SHAPE, SimulatedTransport, VirtualClock, landscape
+from evolve import checkpoint
+from evolve.checkpoint import RunInfo
+from evolve.ga import GAParams
+from evolve.master import SearchSettings, SearchState, run_search
+from evolve.protocol import InProcessTransport
+from evolve.space import GENE_NAMES, parse_space
+
+SPACE = parse_space({}).for_sample_shape((1, 8, 8))
+
+
+def settings(budget, population=6, k=3):
+    return SearchSettings(budget=budget, ga=GAParams(population=population), ensemble_size=k, seed=0, checkpoint_seconds=0)
+
+
+def test_budget_ids_population_and_members():
+    state = SearchState.fresh(0)
+    transport = InProcessTransport(landscape, 3, VAL_SHAPE, TEST_SHAPE)
+    assert run_search(state, transport, SPACE, settings(25))
+    assert len(state.records) == 25 and state.pending == []
+    assert sorted(r.id for r in state.records) == list(range(25))
+    assert len(state.population) == 6
+    best3 = sorted(state.records, key=lambda r: (-r.val_accuracy, r.id))[:3]
+    assert [m.id for m in state.members] == [r.id for r in best3]
+    pop_scores = sorted(r.val_accuracy for r in state.records if r.id in state.population)
+    assert pop_scores == sorted(r.val_accuracy for r in state.records)[-6:]  # steady state keeps the best
+
+
+def test_children_come_from_the_population_after_the_random_start():
+    state = SearchState.fresh(1)
+    run_search(state, InProcessTransport(landscape, 2, VAL_SHAPE, TEST_SHAPE), SPACE, settings(30))
+    random_start = [r for r in state.records if r.parents == (-1, -1)]
+    bred = [r for r in state.records if r.parents != (-1, -1)]
+    assert 6 <= len(random_start) <= 8 and len(bred) >= 20
+    ids = {r.id for r in state.records}
+    assert all(p in ids for r in bred for p in r.parents)
+
+
+def test_evolution_beats_its_random_start():
+    means = []
+    for seed in range(3):
+        state = SearchState.fresh(seed)
+        run_search(state, InProcessTransport(landscape, 4, VAL_SHAPE, TEST_SHAPE), SPACE, settings(80, population=10))
+        first = [r.val_accuracy for r in state.records[:10]]
+        last = [r.val_accuracy for r in state.records[-20:]]
+        means.append(statistics.mean(last) - statistics.mean(first))
+    assert min(means) > 0
+
+
+def test_same_seed_same_search():
+    runs = []
+    for _ in range(2):
+        state = SearchState.fresh(5)
+        run_search(state, InProcessTransport(landscape, 3, VAL_SHAPE, TEST_SHAPE), SPACE, settings(15))
+        runs.append([r.genome for r in state.records])
+    assert runs[0] == runs[1]
+
+
+def test_a_free_worker_gets_work_at_once_and_fast_workers_do_more():
+    clock = VirtualClock()
+    transport = SimulatedTransport({1: 1.0, 2: 2.0, 3: 5.0}, clock=clock)
+    state = SearchState.fresh(0)
+    run_search(state, transport, SPACE, settings(60), clock=clock)
+    counts = {w: sum(1 for r in state.records if r.worker == w) for w in (1, 2, 3)}
+    assert counts[1] > counts[2] > counts[3]
+    # every send after the first wave happens at the very moment that worker's previous result arrived
+    finished_at = {}
+    for time_, worker, _ in sorted(transport.results):
+        finished_at.setdefault(worker, []).append(time_)
+    for time_, worker, _ in transport.sends[3:]:
+        assert time_ in finished_at[worker]
+    assert state.utilization > 0.9
+
+
+def test_a_failing_evaluation_is_recorded_and_the_search_goes_on():
+    def flaky(task):
+        if task.id % 4 == 1:
+            raise RuntimeError("CUDA out of memory")
+        return landscape(task)
+
+    state = SearchState.fresh(0)
+    assert run_search(state, InProcessTransport(flaky, 2, VAL_SHAPE, TEST_SHAPE), SPACE, settings(20))
+    errors = [r for r in state.records if r.status == "error"]
+    assert len(state.records) == 20 and len(errors) == 5
+    assert all("CUDA out of memory" in r.message for r in errors)
+    assert not set(state.population) & {r.id for r in errors}
+    assert not {m.id for m in state.members} & {r.id for r in errors}
+
+
+def test_stop_checkpoint_resume_continues_the_count(tmp_path):
+    clock = VirtualClock()
+    state = SearchState.fresh(0)
+    stop_after = lambda: len(state.records) >= 7  # noqa: E731
+    saved = []
+    transport = SimulatedTransport({1: 1.0, 2: 1.5, 3: 2.5}, clock=clock)
+    finished = run_search(state, transport, SPACE, settings(12), should_stop=stop_after, clock=clock, checkpoint=saved.append)
+    assert not finished and len(state.records) == 7 and len(state.pending) == 2  # the other two workers were busy
+    assert saved, "the loop wrote checkpoints while it ran"
+
+    info = RunInfo({"search": {"evaluations": 12}}, list(GENE_NAMES), {"num_classes": 2}, np.zeros(4, np.int64), np.zeros(6, np.int64))
+    path = str(tmp_path / "checkpoint.h5")
+    checkpoint.save(path, state, info)
+    resumed, _ = checkpoint.load(path)
+    pending_ids = {p.id for p in resumed.pending}
+
+    transport = SimulatedTransport({1: 1.0, 2: 1.0}, clock=clock)
+    assert run_search(resumed, transport, SPACE, settings(12), clock=clock)
+    assert len(resumed.records) == 12
+    assert sorted(r.id for r in resumed.records) == list(range(12))
+    assert pending_ids <= {r.id for r in resumed.records[7:]}  # the interrupted ones were redone first
+    assert {tid for _, _, tid in transport.sends[:2]} == pending_ids
+
+
+def test_nothing_to_do_when_the_budget_is_already_spent():
+    state = SearchState.fresh(0)
+    run_search(state, InProcessTransport(landscape, 2, VAL_SHAPE, TEST_SHAPE), SPACE, settings(5))
+    transport = InProcessTransport(landscape, 2, VAL_SHAPE, TEST_SHAPE)
+    assert run_search(state, transport, SPACE, settings(3))
+    assert len(state.records) == 5 and not transport._queue
+
+
+@pytest.mark.parametrize("workers", [1, 5])
+def test_more_workers_than_budget_is_fine(workers):
+    state = SearchState.fresh(0)
+    run_search(state, InProcessTransport(landscape, workers, VAL_SHAPE, TEST_SHAPE), SPACE, settings(3))
+    assert len(state.records) == 3
