@@ -1,0 +1,60 @@
+"""Under mpiexec: broadcast a dataset and check, on every rank, what each rank got.
+
+Usage: prog_broadcast.py DATA.h5 shared|private CHUNK_BYTES
+Exit status 0 only if every check held on every rank; rank 0 prints a JSON report.
+"""
+import json
+import sys
+import zlib
+
+import h5py
+from mpi4py import MPI
+
+from data_bcast.broadcast import broadcast_dataset
+from data_bcast.h5file import load_dataset
+
+path, mode, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3])
+comm = MPI.COMM_WORLD
+opened = []
+if comm.rank != 0:  # record (and refuse) any attempt by a worker to open an HDF5 file
+    real_file = h5py.File
+
+    def spy(name, *a, **k):
+        opened.append(str(name))
+        raise PermissionError("worker opened a file")
+
+    h5py.File = spy
+
+data = broadcast_dataset(comm, path if comm.rank == 0 else "/nonexistent/workers-must-not-read.h5", chunk_bytes=chunk, shared=(mode == "shared"))
+checksums = {name: zlib.crc32(a.tobytes()) for name, a in sorted(data.arrays.items())}
+
+# One host copy per node: a write by the node leader is seen by every rank of the node.
+node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+x = data.arrays["train/x"]
+before = float(x.flat[0])
+comm.Barrier()
+if node.rank == 0:
+    x.flat[0] = 12345.0
+comm.Barrier()
+sees_leader_write = float(x.flat[0]) == 12345.0
+comm.Barrier()
+if node.rank == 0:
+    x.flat[0] = before
+
+facts = comm.gather({"rank": comm.rank, "checksums": checksums, "opened": opened, "sees": sees_leader_write, "node_rank": data.node_rank}, root=0)
+ok = True
+if comm.rank == 0:
+    _, truth = load_dataset(path)
+    expected = {name: zlib.crc32(a.tobytes()) for name, a in sorted(truth.items())}
+    report = {
+        "same_data": all(f["checksums"] == expected for f in facts),
+        "worker_opens": sum(len(f["opened"]) for f in facts),
+        "shared_view": [f["sees"] for f in facts],
+        "stats": data.stats,
+    }
+    want_shared = mode == "shared"
+    ok = report["same_data"] and report["worker_opens"] == 0 and all(s == want_shared for s in report["shared_view"][1:])
+    print(json.dumps(report))
+ok = comm.bcast(ok, root=0)
+data.close()
+sys.exit(0 if ok else 1)

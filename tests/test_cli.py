@@ -1,0 +1,145 @@
+"""End to end: the `evens` command under mpiexec, as a user runs it."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import pytest
+
+from conftest import ROOT, evens_cmd, launch, launch_python, mpiexec, write_blobs
+
+pytestmark = pytest.mark.e2e
+
+SMALL = [
+    "--set", "space.family=['mlp', 'cnn']",
+    "--set", "space.width=[4, 8]",
+    "--set", "space.depth={low = 1, high = 2}",
+    "--set", "space.epochs={low = 1, high = 2}",
+    "--set", "search.population=4",
+    "--set", "ensemble.size=3",
+    "--set", "train.threads=1",
+]
+
+
+@pytest.fixture
+def small_config(tmp_path):
+    data = write_blobs(tmp_path / "data.h5", sample_shape=(1, 6, 6), n=(90, 30, 30), classes=3)
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(f'[data]\npath = "{data}"\n[search]\nevaluations = 6\ncheckpoint_seconds = 0.0\n')
+    return str(cfg)
+
+
+def report(run_dir):
+    out = subprocess.run(evens_cmd() + ["report", run_dir, "--json"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def checkpoint_evaluations(run_dir):
+    try:
+        with h5py.File(os.path.join(run_dir, "checkpoint.h5"), "r") as f:
+            return len(f["evaluations"]["id"])
+    except (OSError, KeyError):
+        return 0
+
+
+def test_run_report_and_resume(tmp_path, small_config):
+    out = str(tmp_path / "run")
+    proc = launch_python(3, "prog_run_spied.py", "run", small_config, "--out", out, *SMALL, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "best network" in proc.stdout and "ensemble of 3" in proc.stdout
+    spied = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert spied == {"worker_opens": [[], []], "codes": [0, 0, 0]}
+
+    first = report(out)
+    assert first["evaluations"] == 6 and first["sessions"] == 1
+    assert set(first["best"]) >= {"val_accuracy", "test_accuracy"}
+    assert len(first["ensemble"]["members"]) == 3 and 0 <= first["ensemble"]["test_accuracy"] <= 1
+    assert 0 < first["worker_utilization"] <= 1 and first["wall_seconds"] > 0
+    with open(os.path.join(out, "summary.json")) as f:
+        assert json.load(f)["evaluations"] == 6
+
+    proc = launch(3, evens_cmd() + ["run", "--resume", out, "--set", "search.evaluations=9"], timeout=180, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    second = report(out)
+    assert second["evaluations"] == 9 and second["sessions"] == 2
+    assert second["wall_seconds"] > first["wall_seconds"]
+    assert second["best"]["val_accuracy"] >= first["best"]["val_accuracy"]
+
+
+def test_single_process_run_trains_in_process(tmp_path, small_config):
+    out = str(tmp_path / "solo")
+    proc = subprocess.run(evens_cmd() + ["run", small_config, "--out", out, "--set", "search.evaluations=2", *SMALL],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert report(out)["evaluations"] == 2
+
+
+BAD = {
+    "missing config": (["run", "nope.toml"], "nope.toml: no such config file"),
+    "unknown key": (["run", "{cfg}", "--set", "search.evalutions=3"], "unknown key 'search.evalutions'"),
+    "wrong type": (["run", "{cfg}", "--set", "search.evaluations=many"], "must be an integer"),
+    "missing data": (["run", "{cfg}", "--set", "data.path={tmp}/absent.h5"], "no such data file"),
+    "not hdf5": (["run", "{cfg}", "--set", "data.path={cfg}"], "not a readable HDF5 file"),
+    "used run dir": (["run", "{cfg}", "--out", "{tmp}/used"], "directory is not empty"),
+    "missing run dir": (["run", "--resume", "{tmp}/absent"], "no such run directory"),
+    "no checkpoint": (["run", "--resume", "{tmp}/used"], "no checkpoint.h5 here"),
+    "no gpu": (["run", "{cfg}", "--set", "train.device=cuda"], "no CUDA device"),
+    "bad flag": (["run", "{cfg}", "--frobnicate"], "unrecognized arguments"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_ends_every_rank_fast_with_one_line(tmp_path, small_config, case):
+    if case == "no gpu":
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "notes.txt").write_text("the user's notes")
+    args, expected = BAD[case]
+    args = [a.format(cfg=small_config, tmp=tmp_path) for a in args]
+    start = time.monotonic()
+    proc = launch(3, evens_cmd() + args, timeout=90, cwd=ROOT)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("evens: error:")]
+    assert len(errors) == 1 and expected in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert elapsed < 60
+    assert (tmp_path / "used" / "notes.txt").read_text() == "the user's notes"
+    assert sorted(os.listdir(tmp_path / "used")) == ["notes.txt"]
+
+
+def _start(args):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    return subprocess.Popen([mpiexec(), "-n", "3", *evens_cmd(), *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_interrupted_run_resumes(tmp_path, small_config, sig):
+    """SIGTERM to every process (as Slurm does at preemption) or SIGKILL (a crash), then --resume."""
+    out = str(tmp_path / "run")
+    proc = _start(["run", small_config, "--out", out, "--set", "search.evaluations=40", *SMALL])
+    deadline = time.monotonic() + 120
+    while checkpoint_evaluations(out) < 3:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no progress"
+        time.sleep(0.2)
+    os.killpg(proc.pid, sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    if sig == signal.SIGTERM:
+        assert "checkpoint saved" in stderr and f"--resume {out}" in stderr
+    done = checkpoint_evaluations(out)
+    assert 3 <= done < 40
+
+    resumed = launch(3, evens_cmd() + ["run", "--resume", out, "--set", f"search.evaluations={done + 4}"], timeout=180, cwd=ROOT)
+    assert resumed.returncode == 0, resumed.stderr
+    final = report(out)
+    assert final["evaluations"] == done + 4 and final["pending"] == 0 and final["sessions"] == 2

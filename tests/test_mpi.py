@@ -1,0 +1,44 @@
+"""Collective code under real MPI: each test launches mpiexec with 2 and 3 ranks."""
+import json
+import os
+
+import pytest
+
+from conftest import launch_python, write_blobs
+
+pytestmark = pytest.mark.mpi
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.parametrize("mode, chunk", [("shared", 1000), ("private", 1 << 20)])
+def test_every_rank_gets_the_same_data_and_no_worker_opens_the_file(tmp_path, ranks, mode, chunk):
+    path = write_blobs(tmp_path / "d.h5", sample_shape=(3, 17), n=(101, 13, 7), classes=5)
+    proc = launch_python(ranks, "prog_broadcast.py", path, mode, str(chunk))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["same_data"] and report["worker_opens"] == 0
+    # shared: all ranks on this node see the leader's write (one copy); private: only the leader does
+    assert report["shared_view"] == [True] * ranks if mode == "shared" else [True] + [False] * (ranks - 1)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_holdout_splits_are_identical_on_every_rank(tmp_path, ranks):
+    path = write_blobs(tmp_path / "t.h5", sample_shape=(6,), n=(80,), splits=("train",))
+    proc = launch_python(ranks, "prog_broadcast.py", path, "shared", "4096")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_bad_file_fails_on_every_rank_with_one_message(tmp_path, ranks):
+    junk = tmp_path / "junk.h5"
+    junk.write_text("not hdf5")
+    proc = launch_python(ranks, "prog_bad_data.py", str(junk), timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "not a readable HDF5 file" in proc.stdout
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_search_over_mpi_messages(ranks):
+    proc = launch_python(ranks, "prog_transport.py", TESTS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
