@@ -52,7 +52,7 @@ class SharedDataset:
                 c.Free()
         self._comms = ()
 
-    def __enter__(self) -> "SharedDataset":
+    def __enter__(self) -> SharedDataset:
         return self
 
     def __exit__(self, *exc) -> None:

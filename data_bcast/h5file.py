@@ -57,7 +57,7 @@ class DataPlan:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "DataPlan":
+    def from_dict(cls, d: dict) -> DataPlan:
         specs = tuple(ArraySpec(n, tuple(s), t) for n, s, t in d["specs"])
         return cls(d["path"], specs, dict(d["sources"]), dict(d["holdout_sizes"]), int(d["num_classes"]), int(d["seed"]))
 

@@ -63,7 +63,7 @@ class DeviceData:
         return tuple(self.train.x.shape[1:])
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], num_classes: int, device: torch.device | str = "cpu") -> "DeviceData":
+    def from_arrays(cls, arrays: dict[str, np.ndarray], num_classes: int, device: torch.device | str = "cpu") -> DeviceData:
         """Wrap ``{"train/x": ..., "train/y": ..., "val/x": ...}``; on the CPU this shares memory, no copy."""
         device = torch.device(device)
 

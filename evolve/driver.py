@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -59,6 +59,8 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
         if config_path is None:
             raise ConfigError("evens run needs a CONFIG file, or --resume RUN_DIR")
         config = load_config(config_path, overrides)
+        # An absolute data path, so that a resume from another directory finds the same file.
+        config = replace(config, data=replace(config.data, path=os.path.abspath(config.data.path)))
         run_dir = out or default_run_dir(config_path)
         check_new_run_dir(run_dir)
         return Prepared(config, run_dir)

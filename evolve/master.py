@@ -71,13 +71,10 @@ class SearchState:
     capacity_seconds: float = 0.0  # summed over workers: time in the search loop
 
     @classmethod
-    def fresh(cls, seed: int) -> "SearchState":
+    def fresh(cls, seed: int) -> SearchState:
         return cls(rng=random.Random(seed))
 
-    def record(self, ident: int) -> Record:
-        return self._index()[ident]
-
-    def _index(self) -> dict[int, Record]:
+    def by_id(self) -> dict[int, Record]:
         return {r.id: r for r in self.records}
 
     @property
@@ -124,9 +121,9 @@ def run_search(
     On a stop, the individuals still out are left in ``state.pending`` and are sent
     again first when the search resumes.
     """
-    records = state._index()
+    records = state.by_id()
     population = [Individual(records[i].genome, records[i].val_accuracy, i) for i in state.population]
-    seen = {tuple(_candidate_key(space, r.genome)) for r in state.records}
+    seen = {_candidate_key(space, r.genome) for r in state.records}
     redo = deque(state.pending)
     state.pending = []
     idle = deque(transport.workers)
@@ -144,7 +141,7 @@ def run_search(
             genome, parents = random_genome(state.rng, len(space)), (-1, -1)
         else:
             genome, parents = breed_child(
-                population, state.rng, settings.ga, is_new=lambda g: tuple(_candidate_key(space, g)) not in seen
+                population, state.rng, settings.ga, is_new=lambda g: _candidate_key(space, g) not in seen
             )
         state.next_id += 1
         return Pending(state.next_id - 1, genome, parents)
@@ -154,7 +151,7 @@ def run_search(
         stopped = stopped or should_stop()
         while idle and not stopped and len(state.records) + len(inflight) < settings.budget:
             individual = propose()
-            seen.add(tuple(_candidate_key(space, individual.genome)))
+            seen.add(_candidate_key(space, individual.genome))
             network, training = space.candidate(individual.genome)
             worker = idle.popleft()
             transport.send(worker, Task.build(individual.id, network, training, task_seed(settings.seed, individual.id)))
@@ -190,8 +187,9 @@ def run_search(
     return not stopped
 
 
-def _candidate_key(space: SearchSpace, genome) -> list:
-    return list(space.decode(genome).values())
+def _candidate_key(space: SearchSpace, genome) -> tuple:
+    """What a genome decodes to: two genomes with the same key train the same network."""
+    return tuple(space.decode(genome).values())
 
 
 def _admit(state: SearchState, population: list[Individual], record: Record, capacity: int) -> None:

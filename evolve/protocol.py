@@ -28,7 +28,7 @@ class Task:
     seed: int
 
     @classmethod
-    def build(cls, ident: int, network: NetworkSpec, training: TrainSpec, seed: int) -> "Task":
+    def build(cls, ident: int, network: NetworkSpec, training: TrainSpec, seed: int) -> Task:
         return cls(ident, asdict(network), asdict(training), seed)
 
     def specs(self) -> tuple[NetworkSpec, TrainSpec]:

@@ -166,7 +166,7 @@ class SearchSpace:
     def to_config(self) -> dict:
         return {name: gene.to_config() for name, gene in zip(GENE_NAMES, self.genes)}
 
-    def for_sample_shape(self, sample_shape: tuple[int, ...]) -> "SearchSpace":
+    def for_sample_shape(self, sample_shape: tuple[int, ...]) -> SearchSpace:
         """Drop the families that cannot apply to samples of this shape (a CNN on tabular data)."""
         family = self.genes[0]
         usable = tuple(f for f in family.options if f in families_for(tuple(sample_shape)))
