@@ -162,10 +162,11 @@ def run(config_path: str | None, overrides: list[str], out: str | None = None, r
         )
     except DataError as exc:
         return _fail(is_master, str(exc))
-    try:
-        return _run_roles(comm, config, data, prepared, started, quiet)
-    finally:
-        data.close()
+    code = _run_roles(comm, config, data, prepared, started, quiet)
+    # Freeing the shared window is collective: only on a normal return. After an exception the
+    # CLI aborts the job instead, and a collective here would wait for ranks that never come.
+    data.close()
+    return code
 
 
 def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | None, started: float, quiet: bool) -> int:
