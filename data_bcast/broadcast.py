@@ -96,6 +96,8 @@ def broadcast_dataset(
             plan_dict = inspect_file(path, val_fraction, test_fraction, seed).to_dict()
         except DataError as exc:
             error = str(exc)
+        except OSError as exc:  # a damaged file can fail past its header
+            error = f"{path}: read failed ({exc})"
     plan_dict, error = comm.bcast((plan_dict, error), root=root)
     if error is not None:
         raise DataError(error)
@@ -118,28 +120,28 @@ def broadcast_dataset(
     arrays = array_views(layout, buffer)
     stats: dict[str, float] = {"bytes": float(layout.total_bytes)}
 
-    try:
-        error = None
-        if comm.rank == root:
-            t0 = time.perf_counter()
-            try:
-                read_into(plan, arrays)
-            except DataError as exc:
-                error = str(exc)
-            except OSError as exc:
-                error = f"{plan.path}: read failed ({exc})"
-            stats["read_seconds"] = time.perf_counter() - t0
-        _agree(comm, root, error)
-
+    result = SharedDataset(plan, arrays, node.rank, node.size, root_here, stats, window, (node, carriers))
+    error = None
+    if comm.rank == root:
         t0 = time.perf_counter()
-        if carriers != MPI.COMM_NULL:
-            for start, stop in chunk_ranges(layout.total_bytes, chunk_bytes):
-                carriers.Bcast([buffer[start:stop], MPI.BYTE], root=0)
-        node.Barrier()  # the window is filled before anyone on the node reads it
-        stats["broadcast_seconds"] = time.perf_counter() - t0
-    except BaseException:
-        if window is not None:
-            window.Free()
+        try:
+            read_into(plan, arrays)
+        except DataError as exc:
+            error = str(exc)
+        except OSError as exc:
+            error = f"{plan.path}: read failed ({exc})"
+        stats["read_seconds"] = time.perf_counter() - t0
+    try:
+        _agree(comm, root, error)
+    except DataError:
+        result.close()  # collective, and every rank is here: they all raise together
         raise
+    # Any other exception is left to propagate without collective clean-up: the caller aborts the job.
 
-    return SharedDataset(plan, arrays, node.rank, node.size, root_here, stats, window, (node, carriers))
+    t0 = time.perf_counter()
+    if carriers != MPI.COMM_NULL:
+        for start, stop in chunk_ranges(layout.total_bytes, chunk_bytes):
+            carriers.Bcast([buffer[start:stop], MPI.BYTE], root=0)
+    node.Barrier()  # the window is filled before anyone on the node reads it
+    stats["broadcast_seconds"] = time.perf_counter() - t0
+    return result

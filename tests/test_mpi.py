@@ -2,6 +2,8 @@
 import json
 import os
 
+import h5py
+import numpy as np
 import pytest
 
 from conftest import launch_python, write_blobs
@@ -30,12 +32,19 @@ def test_holdout_splits_are_identical_on_every_rank(tmp_path, ranks):
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_a_bad_file_fails_on_every_rank_with_one_message(tmp_path, ranks):
-    junk = tmp_path / "junk.h5"
-    junk.write_text("not hdf5")
-    proc = launch_python(ranks, "prog_bad_data.py", str(junk), timeout=60)
+@pytest.mark.parametrize("flaw", ["not hdf5", "nan in x"])
+def test_a_bad_file_fails_on_every_rank_with_one_message(tmp_path, ranks, flaw):
+    """A flaw found while planning (header) or only while reading (values): all ranks raise together."""
+    path = tmp_path / "bad.h5"
+    if flaw == "not hdf5":
+        path.write_text("not hdf5")
+    else:
+        write_blobs(path)
+        with h5py.File(path, "a") as f:
+            f["train"]["x"][7, 0, 1, 1] = np.nan
+    proc = launch_python(ranks, "prog_bad_data.py", str(path), timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "not a readable HDF5 file" in proc.stdout
+    assert ("not a readable HDF5 file" if flaw == "not hdf5" else "NaN") in proc.stdout
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
