@@ -184,7 +184,7 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
             trainer_data = setup_trainer(config, data, max(local_index, 0), ranks_here)
         elif is_master:
             torch.set_num_threads(1)
-    except EvensError as exc:
+    except (EvensError, DataError) as exc:
         error = str(exc)
     except Exception as exc:  # a device that fails to start, say
         error = f"rank {comm.rank}: {type(exc).__name__}: {exc}"

@@ -152,3 +152,20 @@ def test_an_internal_failure_on_one_rank_ends_the_whole_job(tmp_path, small_conf
     assert proc.returncode != 0
     assert message in proc.stderr and "Traceback" in proc.stderr
     assert time.monotonic() - start < 90
+
+
+def test_resume_refuses_other_data_or_another_search_space(tmp_path, small_config):
+    out = str(tmp_path / "run")
+    first = subprocess.run(evens_cmd() + ["run", small_config, "--out", out, "--set", "search.evaluations=1", *SMALL],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert first.returncode == 0, first.stderr
+    other = write_blobs(tmp_path / "other.h5", sample_shape=(1, 6, 6), n=(90, 30, 31), classes=3)
+    cases = {
+        "data.path=" + other: "sizes is",
+        "space.width=[4, 8, 16]": "search space differs",
+    }
+    for override, expected in cases.items():
+        proc = launch(3, evens_cmd() + ["run", "--resume", out, "--set", override], timeout=90, cwd=ROOT)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("evens: error:")]
+        assert proc.returncode == 2 and len(errors) == 1 and expected in errors[0], proc.stderr
+    assert report(out)["evaluations"] == 1  # the run is untouched
