@@ -55,8 +55,11 @@ class SharedDataset:
     def __enter__(self) -> SharedDataset:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # Closing is collective; after an exception the other ranks may never arrive, so leave
+        # the window to the job's abort rather than hang here.
+        if exc_type is None:
+            self.close()
 
 
 def node_communicator(comm: MPI.Comm, root: int = 0) -> MPI.Comm:

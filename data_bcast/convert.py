@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import zipfile
 
 import numpy as np
 
@@ -22,7 +23,9 @@ def npz_to_h5(src: str, dst: str, overwrite: bool = False) -> dict[str, int]:
         raise DataError(f"{src}: no such file")
     try:
         npz = np.load(src, allow_pickle=False)
-    except (OSError, ValueError) as exc:
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise ValueError("a single array, not an .npz archive")
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise DataError(f"{src}: not a readable .npz file ({exc})") from None
     with npz:
         keys = set(npz.files)
@@ -32,7 +35,7 @@ def npz_to_h5(src: str, dst: str, overwrite: bool = False) -> dict[str, int]:
                 if kx in keys and ky in keys:
                     try:
                         splits[split] = (npz[kx], npz[ky])
-                    except ValueError as exc:
+                    except (ValueError, OSError, zipfile.BadZipFile) as exc:
                         raise DataError(f"{src}: cannot read {kx}/{ky} ({exc})") from None
                     break
     if "train" not in splits:

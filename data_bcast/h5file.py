@@ -23,6 +23,7 @@ from .layout import ArraySpec
 
 SPLITS = ("train", "val", "test")
 ROW_BLOCK_BYTES = 64 << 20  # read x in blocks of about this size
+MAX_CLASSES = 100_000  # beyond this, y is surely not class indices
 
 
 class DataError(ValueError):
@@ -81,6 +82,8 @@ def _read_labels(path: str, group: h5py.Group, split: str, n: int) -> np.ndarray
     if "y" not in group:
         raise DataError(f"{path}: group '{split}' has no dataset 'y'")
     y = group["y"]
+    if not isinstance(y, h5py.Dataset):
+        raise DataError(f"{path}: {split}/y must be a dataset, found a {type(y).__name__}")
     if not np.issubdtype(y.dtype, np.integer):
         raise DataError(f"{path}: {split}/y must hold integer class labels, found {y.dtype}")
     if y.ndim != 1 or y.shape[0] != n:
@@ -109,6 +112,8 @@ def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0
             if not isinstance(group, h5py.Group) or "x" not in group:
                 raise DataError(f"{path}: '{split}' must be a group holding datasets 'x' and 'y'")
             x = group["x"]
+            if not isinstance(x, h5py.Dataset):
+                raise DataError(f"{path}: {split}/x must be a dataset, found a {type(x).__name__}")
             if x.ndim not in (2, 3, 4):
                 raise DataError(f"{path}: {split}/x has shape {x.shape}; expected (N, F), (N, C, L) or (N, C, H, W)")
             if x.shape[0] == 0:
@@ -124,6 +129,8 @@ def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0
                 raise DataError(f"{path}: {split}/x is {dtypes[split]} but train/x is {dtypes['train']}")
     if max_label < 1:
         raise DataError(f"{path}: labels need at least two classes")
+    if max_label >= MAX_CLASSES:
+        raise DataError(f"{path}: a label of {max_label} means more than {MAX_CLASSES} classes; y must hold class indices 0..C-1")
 
     n_file = shapes["train"][0]
     sources = {s: ("file" if s in present else "holdout") for s in SPLITS}
@@ -152,10 +159,12 @@ def _copy_rows(src: h5py.Dataset, dst: np.ndarray, where: str) -> None:
     row_bytes = max(1, int(np.prod(dst.shape[1:], dtype=np.int64)) * src.dtype.itemsize)
     step = max(1, ROW_BLOCK_BYTES // row_bytes)
     for start in range(0, dst.shape[0], step):
-        block = src[start : start + step]
-        if np.issubdtype(block.dtype, np.floating) and not np.isfinite(block).all():
-            raise DataError(f"{where} holds NaN or infinite values")
-        dst[start : start + step] = block
+        part = dst[start : start + step]
+        with np.errstate(over="ignore"):  # overflow becomes inf, reported just below
+            part[...] = src[start : start + step]
+        # Checked after the cast, so that float64 values beyond float32's range count as infinite.
+        if np.issubdtype(part.dtype, np.floating) and not np.isfinite(part).all():
+            raise DataError(f"{where} holds NaN or infinite values (as float32)")
 
 
 def holdout_permutation(n: int, seed: int) -> np.ndarray:
@@ -219,6 +228,8 @@ def write_dataset(path: str, splits: dict[str, tuple[np.ndarray, np.ndarray]], o
                 y = np.asarray(y)
                 if not np.issubdtype(y.dtype, np.integer):
                     raise DataError(f"{path}: {split} labels must be integers, found {y.dtype}")
+                if y.ndim != 1 or x.ndim < 2 or len(x) != len(y):
+                    raise DataError(f"{path}: {split} has x of shape {x.shape} and y of shape {y.shape}; need (N, ...) and (N,)")
                 g = f.create_group(split)
                 g.create_dataset("x", data=x)
                 g.create_dataset("y", data=y.astype(np.int64))

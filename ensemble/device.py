@@ -25,11 +25,19 @@ def choose_device(local_rank: int, prefer: str = "auto") -> torch.device:
         if prefer == "cuda":
             raise RuntimeError("train.device = 'cuda' but no CUDA device is visible on this node")
         return torch.device("cpu")
-    return torch.device("cuda", local_rank % count)
+    device = torch.device("cuda", local_rank % count)
+    torch.cuda.set_device(device)  # so that nothing, library code included, opens a context on GPU 0
+    return device
 
 
-def cpu_threads(cores: int, ranks_on_node: int, requested: int = 0) -> int:
-    """Threads per rank so that the node's ranks together do not oversubscribe its cores."""
+def cpu_threads(cores: int, ranks_sharing: int, requested: int = 0, cores_per_task: int = 0) -> int:
+    """Threads per rank so that the ranks sharing ``cores`` together do not oversubscribe them.
+
+    ``requested`` (the config's ``train.threads``) wins; then ``cores_per_task`` (what the
+    scheduler gave each task, e.g. Slurm's ``--cpus-per-task``); else the cores are divided.
+    """
     if requested > 0:
         return requested
-    return max(1, cores // max(1, ranks_on_node))
+    if cores_per_task > 0:
+        return cores_per_task
+    return max(1, cores // max(1, ranks_sharing))

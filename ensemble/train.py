@@ -117,6 +117,8 @@ def train(model: torch.nn.Module, data: Split, spec: TrainSpec, generator: torch
         order = torch.randperm(n, generator=generator).to(device)
         total = torch.zeros((), device=device)
         for start in range(0, n, spec.batch_size):
+            if n - start == 1 and start > 0:
+                break  # a last batch of one sample: batch norm cannot normalise it, and it adds nothing
             xb, yb = data.batch(order[start : start + spec.batch_size])
             loss = F.cross_entropy(model(xb), yb)
             optimizer.zero_grad(set_to_none=True)

@@ -111,9 +111,23 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        _sync_directory(os.path.dirname(os.path.abspath(path)))  # make the rename itself durable
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _sync_directory(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse to sync a directory; the rename still happened
+        pass
+    finally:
+        os.close(fd)
 
 
 def load(path: str) -> tuple[SearchState, RunInfo]:
@@ -125,12 +139,12 @@ def load(path: str) -> tuple[SearchState, RunInfo]:
     with f:
         if f.attrs.get("format") != FORMAT:
             raise RunDirError(f"{path}: not an evens checkpoint")
-        if int(f.attrs["format_version"]) > FORMAT_VERSION:
-            raise RunDirError(f"{path}: checkpoint format {f.attrs['format_version']} is newer than this evens reads")
         try:
+            if int(f.attrs["format_version"]) > FORMAT_VERSION:
+                raise RunDirError(f"{path}: checkpoint format {f.attrs['format_version']} is newer than this evens reads")
             return _read(f)
-        except (KeyError, ValueError, TypeError) as exc:
-            raise RunDirError(f"{path}: damaged checkpoint ({exc})") from None
+        except (KeyError, ValueError, TypeError, IndexError, OSError) as exc:
+            raise RunDirError(f"{path}: damaged checkpoint ({type(exc).__name__}: {exc})") from None
 
 
 def _read(f: h5py.File) -> tuple[SearchState, RunInfo]:

@@ -74,14 +74,19 @@ def _run(args) -> int:
 
     try:
         return driver.run(args.config, args.overrides, out=args.out, resume=args.resume, quiet=args.quiet)
-    except Exception:
+    except BaseException as exc:  # KeyboardInterrupt too: a rank that leaves must take the job with it
         comm = world()
-        print(f"evens: internal error on rank {comm.rank}:", file=sys.stderr)
-        traceback.print_exc()
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        if interrupted:
+            print(f"evens: interrupted on rank {comm.rank}", file=sys.stderr)
+        else:
+            print(f"evens: internal error on rank {comm.rank}:", file=sys.stderr)
+            traceback.print_exc()
         sys.stderr.flush()
+        code = 130 if interrupted else 1
         if comm.size > 1:
-            abort(comm, 1)  # never leave the other ranks waiting
-        return 1
+            abort(comm, code)  # never leave the other ranks waiting
+        return code
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass, field, fields
@@ -83,6 +84,8 @@ _BOUNDS = {
     "data.val_fraction": (0.0, 1.0),
     "data.test_fraction": (0.0, 1.0),
     "data.chunk_mb": (1, None),
+    "data.split_seed": (0, None),
+    "search.seed": (0, None),
     "search.evaluations": (1, None),
     "search.population": (2, None),
     "search.tournament": (1, None),
@@ -106,6 +109,8 @@ def _check_value(key: str, value, expected: type):
         value, ok = float(value), True
     if not ok:
         raise ConfigError(f"{key} must be {_type_name(expected)}, got {value!r}")
+    if expected is float and not math.isfinite(value):
+        raise ConfigError(f"{key} must be a finite number, got {value!r}")
     low, high = _BOUNDS.get(key, (None, None))
     if (low is not None and value < low) or (high is not None and value > high):
         bounds = f">= {low}" if high is None else f"between {low} and {high}"

@@ -32,7 +32,7 @@ from .mpi_transport import MPIMasterTransport, MPIWorkerChannel, abort, first_er
 from .progress import Progress
 from .protocol import InProcessTransport
 from .report import format_summary, summarize
-from .rundir import SUMMARY_NAME, check_new_run_dir, checkpoint_path, default_run_dir, write_json
+from .rundir import SUMMARY_NAME, checkpoint_path, claim_default_run_dir, claim_run_dir, release_run_dir, write_json
 from .space import GENE_NAMES, SearchSpace
 from .worker import serve, trainer_for
 
@@ -54,15 +54,22 @@ def say(message: str) -> None:
 
 
 def prepare(config_path: str | None, overrides: list[str], out: str | None, resume: str | None) -> Prepared:
-    """Validate the command line's config and run directory (master only; touches nothing)."""
+    """Validate the command line's config and run directory (master only).
+
+    A new run claims its directory here (see :func:`claim_run_dir`); :func:`run` releases it
+    if the run fails before it starts.
+    """
     if resume is None:
         if config_path is None:
             raise ConfigError("evens run needs a CONFIG file, or --resume RUN_DIR")
         config = load_config(config_path, overrides)
         # An absolute data path, so that a resume from another directory finds the same file.
         config = replace(config, data=replace(config.data, path=os.path.abspath(config.data.path)))
-        run_dir = out or default_run_dir(config_path)
-        check_new_run_dir(run_dir)
+        if out is None:
+            run_dir = claim_default_run_dir(config_path)
+        else:
+            claim_run_dir(out)
+            run_dir = out
         return Prepared(config, run_dir)
     if out is not None and os.path.abspath(out) != os.path.abspath(resume):
         raise RunDirError("--out and --resume name different directories; a resumed run stays in its own")
@@ -77,10 +84,11 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
     stored = config_from_dict(info.config)
     if config.space != stored.space or list(info.gene_names) != list(GENE_NAMES):
         raise ConfigError(f"{resume}: the search space differs from the run's; a resumed run keeps its space")
-    if config.ensemble.size > stored.ensemble.size and state.records:
+    succeeded = sum(r.status == "ok" for r in state.records)
+    if config.ensemble.size > len(state.members) and succeeded > len(state.members):
         raise ConfigError(
-            f"{resume}: ensemble.size cannot grow on resume ({stored.ensemble.size} -> {config.ensemble.size}); "
-            f"the checkpoint keeps the predictions of the best {stored.ensemble.size} only"
+            f"{resume}: ensemble.size cannot grow beyond the {len(state.members)} members whose predictions "
+            f"the checkpoint kept (asked for {config.ensemble.size})"
         )
     return Prepared(config, resume, state, info)
 
@@ -105,15 +113,18 @@ def check_same_data(info: RunInfo, data: SharedDataset) -> None:
         raise DataError(f"{facts['path']}: the val/test labels differ from the run's; this is not the same data")
 
 
-def cores_for_this_rank(ranks_here: int) -> tuple[int, int]:
-    """(cores, ranks sharing them): a rank bound to fewer cores than the node has owns its cores."""
-    mine = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return (mine, 1) if mine < (os.cpu_count() or mine) else (mine, ranks_here)
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def slurm_cpus_per_task() -> int:
+    value = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    return int(value) if value.isdigit() else 0
 
 
 def setup_trainer(config: Config, data: SharedDataset, local_index: int, ranks_here: int) -> DeviceData:
     """Pick this rank's device and threads and put the data there (a GPU copy, or the shared host copy)."""
-    torch.set_num_threads(cpu_threads(*cores_for_this_rank(ranks_here), requested=config.train.threads))
+    torch.set_num_threads(cpu_threads(usable_cores(), ranks_here, config.train.threads, slurm_cpus_per_task()))
     device = choose_device(local_index, config.train.device)
     return DeviceData.from_arrays(data.arrays, data.plan.num_classes, device)
 
@@ -148,6 +159,16 @@ def run(config_path: str | None, overrides: list[str], out: str | None = None, r
     config_dict, error = comm.bcast((prepared.config.to_dict() if prepared else None, error), root=MASTER)
     if error:
         return _fail(is_master, error)
+    try:
+        return _run_prepared(comm, config_dict, prepared, started, quiet)
+    finally:
+        # A new run that failed before its first checkpoint leaves no directory behind.
+        if is_master and prepared.state is None and not os.path.exists(os.path.join(prepared.run_dir, CHECKPOINT_NAME)):
+            release_run_dir(prepared.run_dir)
+
+
+def _run_prepared(comm, config_dict: dict, prepared: Prepared | None, started: float, quiet: bool) -> int:
+    is_master = comm.rank == MASTER
     config = config_from_dict(config_dict)
     try:
         data = broadcast_dataset(
@@ -212,7 +233,6 @@ def _master(comm, config: Config, data: SharedDataset, prepared: Prepared, space
         f"broadcast to {comm.size} ranks in {stats.get('broadcast_seconds', 0):.2f} s"
     )
     if state is None:
-        os.makedirs(run_dir, exist_ok=True)
         state = SearchState.fresh(config.search.seed)
         info = RunInfo(
             config=config.to_dict(),

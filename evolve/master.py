@@ -65,7 +65,7 @@ class SearchState:
     records: list[Record] = field(default_factory=list)
     population: list[int] = field(default_factory=list)  # record ids
     pending: list[Pending] = field(default_factory=list)
-    members: list[Member] = field(default_factory=list)  # best first
+    members: list[Member] = field(default_factory=list)  # best first; the ensemble is a prefix
     next_id: int = 0
     busy_seconds: float = 0.0  # summed over workers: time with a task in hand
     capacity_seconds: float = 0.0  # summed over workers: time in the search loop
@@ -128,6 +128,9 @@ def run_search(
     state.pending = []
     idle = deque(transport.workers)
     inflight: dict[int, tuple[Pending, float, float]] = {}  # worker -> (individual, dispatched (clock), (wall))
+    # Members' predictions are never dropped for a smaller ensemble.size on resume: the
+    # ensemble is the best ensemble_size of them, and a later resume may ask for more again.
+    pool_size = max(settings.ensemble_size, len(state.members))
     loop_start, capacity_before = clock(), state.capacity_seconds
     last_checkpoint = clock()
 
@@ -146,7 +149,7 @@ def run_search(
         state.next_id += 1
         return Pending(state.next_id - 1, genome, parents)
 
-    stopped = False
+    stopped, unsaved = False, False
     while True:
         stopped = stopped or should_stop()
         while idle and not stopped and len(state.records) + len(inflight) < settings.budget:
@@ -157,7 +160,14 @@ def run_search(
             transport.send(worker, Task.build(individual.id, network, training, task_seed(settings.seed, individual.id)))
             inflight[worker] = (individual, clock(), wall_clock())
         if not inflight or stopped:
-            break
+            break  # the caller writes the final checkpoint
+        if checkpoint is not None and unsaved and clock() - last_checkpoint >= settings.checkpoint_seconds:
+            # Written after the free workers have their next task, so none idles during the write.
+            account()
+            state.pending = [p for p, _, _ in inflight.values()] + list(redo)
+            checkpoint(state)
+            state.pending = []
+            last_checkpoint, unsaved = clock(), False
         got = transport.receive(timeout=poll_seconds)
         if got is None:
             continue
@@ -170,15 +180,10 @@ def run_search(
         if record.status == "ok":
             _admit(state, population, record, settings.ga.population)
             ev = result.evaluation
-            keep_best_members(state.members, Member(record.id, record.val_accuracy, ev.val_probs, ev.test_probs), settings.ensemble_size)
+            keep_best_members(state.members, Member(record.id, record.val_accuracy, ev.val_probs, ev.test_probs), pool_size)
+        unsaved = True
         if on_result is not None:
             on_result(record, state)
-        if checkpoint is not None and clock() - last_checkpoint >= settings.checkpoint_seconds:
-            account()
-            state.pending = [p for p, _, _ in inflight.values()] + list(redo)
-            checkpoint(state)
-            state.pending = []
-            last_checkpoint = clock()
 
     now = clock()
     state.busy_seconds += sum(now - dispatched for _, dispatched, _ in inflight.values())

@@ -44,12 +44,13 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
             "worker": best.worker,
             "genome": space.decode(best.genome),
         }
-    if state.members:
-        val = np.stack([m.val_probs for m in state.members])
-        test = np.stack([m.test_probs for m in state.members])
+    members = state.members[: int(info.config["ensemble"]["size"])]
+    if members:
+        val = np.stack([m.val_probs for m in members])
+        test = np.stack([m.test_probs for m in members])
         summary["ensemble"] = {
-            "members": [m.id for m in state.members],
-            "size": len(state.members),
+            "members": [m.id for m in members],
+            "size": len(members),
             "val_accuracy": accuracy(average_probabilities(val), info.val_labels),
             "test_accuracy": accuracy(average_probabilities(test), info.test_labels),
             "test_uncertainty": uncertainty(test).means(),

@@ -99,8 +99,10 @@ def _check_number(name: str, value, kind: type):
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind is int and not (isinstance(value, int) and not isinstance(value, bool)):
         ok = False
+    if ok and not math.isfinite(value):
+        ok = False
     if not ok:
-        raise ConfigError(f"space.{name}: expected {'an integer' if kind is int else 'a number'}, got {value!r}")
+        raise ConfigError(f"space.{name}: expected {'an integer' if kind is int else 'a finite number'}, got {value!r}")
     low, high = _NUMERIC[name]
     if value < low or (high is not None and value > high):
         raise ConfigError(f"space.{name}: {value!r} is out of range" + (f" ({low} to {high})" if high else f" (>= {low})"))

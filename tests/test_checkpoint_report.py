@@ -14,7 +14,7 @@ from evolve.ga import GAParams
 from evolve.master import SearchSettings, SearchState, run_search
 from evolve.protocol import InProcessTransport
 from evolve.report import format_summary, summarize
-from evolve.rundir import check_new_run_dir
+from evolve.rundir import check_new_run_dir, claim_default_run_dir, claim_run_dir, release_run_dir
 from evolve.space import GENE_NAMES
 
 
@@ -107,6 +107,27 @@ def test_summary_ensemble_is_the_mean_of_its_members():
     assert set(s["best"]["genome"]) == set(GENE_NAMES)
     text = format_summary(s)
     assert f"best network #{best.id}" in text and "ensemble of 3" in text
+
+
+def test_summary_uses_the_configured_ensemble_size():
+    state, info = finished_run(k=4)
+    info.config["ensemble"]["size"] = 2
+    s = summarize(state, info)
+    assert s["ensemble"]["members"] == [m.id for m in state.members[:2]] and s["ensemble"]["size"] == 2
+
+
+def test_claiming_run_directories(tmp_path):
+    target = str(tmp_path / "runs" / "a")
+    claim_run_dir(target)
+    with pytest.raises(RunDirError, match="another run has just taken|not empty"):
+        claim_run_dir(target)  # a second run racing for the same --out loses, with a clear message
+    names = {claim_default_run_dir("cfg.toml", root=str(tmp_path / "runs")) for _ in range(3)}
+    assert len(names) == 3 and all(os.path.basename(n).startswith("cfg-") for n in names)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(RunDirError, match="cannot create the run directory"):
+        claim_run_dir(str(tmp_path / "afile" / "run"))
+    release_run_dir(target)
+    assert not os.path.exists(target)
 
 
 def test_new_run_dir_never_takes_a_used_directory(tmp_path):

@@ -49,6 +49,10 @@ def test_uint8_is_kept_as_uint8(tmp_path):
         (lambda f: (f["test"].__delitem__("x"), f["test"].create_dataset("x", data=np.zeros((40, 1, 4, 4), np.float32))), "samples have shape"),
         (lambda f: (f["train"].__delitem__("x"), f["train"].create_dataset("x", data=np.zeros((120, 2, 2, 2, 2), np.float32))), "expected (N, F)"),
         (lambda f: (f["train"].__delitem__("x"), f["train"].create_dataset("x", data=np.zeros((120, 64), np.int32))), "float32 or uint8"),
+        (lambda f: (f["val"].__delitem__("x"), f["val"].create_group("x")), "val/x must be a dataset"),
+        (lambda f: (f["test"].__delitem__("y"), f["test"].create_group("y")), "test/y must be a dataset"),
+        (lambda f: f["test"]["y"].__setitem__(0, 2_000_000_000), "more than 100000 classes"),
+        (lambda f: f["test"]["y"].__setitem__(0, -1), "negative class label"),
     ],
 )
 def test_malformed_files_are_one_line_errors(image_file, mutate, message):
@@ -73,6 +77,33 @@ def test_nan_in_x_is_rejected(image_file):
         f["train"]["x"][5, 0, 0, 0] = np.nan
     with pytest.raises(DataError, match="NaN"):
         load_dataset(image_file)
+
+
+def test_float64_beyond_float32_range_counts_as_infinite(tmp_path):
+    x, y = blobs(20, (4,))
+    x = x.astype(np.float64)
+    x[3, 1] = 1e300
+    write_dataset(str(tmp_path / "big.h5"), {"train": (x, y)})
+    with h5py.File(tmp_path / "big.h5", "a") as f:  # write_dataset casts; put the float64 back
+        del f["train"]["x"]
+        f["train"]["x"] = x
+    with pytest.raises(DataError, match="infinite"):
+        load_dataset(str(tmp_path / "big.h5"))
+
+
+def test_write_checks_shapes(tmp_path):
+    x, y = blobs(10, (4,))
+    with pytest.raises(DataError, match="need \\(N, ...\\) and \\(N,\\)"):
+        write_dataset(str(tmp_path / "d.h5"), {"train": (x, y[:7])})
+    with pytest.raises(DataError, match="need"):
+        write_dataset(str(tmp_path / "d.h5"), {"train": (x, np.int64(3))})
+    assert not (tmp_path / "d.h5").exists()
+
+
+def test_corrupt_npz_is_a_one_line_error(tmp_path):
+    (tmp_path / "bad.npz").write_bytes(b"PK\x03\x04 definitely not a zip archive")
+    with pytest.raises(DataError, match="not a readable .npz"):
+        npz_to_h5(str(tmp_path / "bad.npz"), str(tmp_path / "bad.h5"))
 
 
 def test_write_refuses_to_overwrite(tmp_path):

@@ -119,9 +119,20 @@ def test_stop_checkpoint_resume_continues_the_count(tmp_path):
 def test_nothing_to_do_when_the_budget_is_already_spent():
     state = SearchState.fresh(0)
     run_search(state, InProcessTransport(landscape, 2, VAL_SHAPE, TEST_SHAPE), SPACE, settings(5))
-    transport = InProcessTransport(landscape, 2, VAL_SHAPE, TEST_SHAPE)
-    assert run_search(state, transport, SPACE, settings(3))
-    assert len(state.records) == 5 and not transport._queue
+    clock = VirtualClock()
+    transport = SimulatedTransport({1: 1.0, 2: 1.0}, clock=clock)
+    assert run_search(state, transport, SPACE, settings(3), clock=clock)
+    assert len(state.records) == 5 and transport.sends == []
+
+
+def test_a_smaller_ensemble_on_resume_keeps_the_members_for_later():
+    state = SearchState.fresh(0)
+    run_search(state, InProcessTransport(landscape, 2, VAL_SHAPE, TEST_SHAPE), SPACE, settings(10, k=4))
+    assert len(state.members) == 4
+    run_search(state, InProcessTransport(landscape, 2, VAL_SHAPE, TEST_SHAPE), SPACE, settings(16, k=2))
+    assert len(state.members) == 4  # the pool keeps what it had, so ensemble.size can go back up
+    ok = sorted((r for r in state.records if r.status == "ok"), key=lambda r: (-r.val_accuracy, r.id))
+    assert [m.id for m in state.members] == [r.id for r in ok[:4]]
 
 
 @pytest.mark.parametrize("workers", [1, 5])

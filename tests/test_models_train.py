@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from conftest import blob_splits, blobs
+from ensemble.device import cpu_threads
 from ensemble.models import NetworkSpec, build_network, families_for
 from ensemble.train import DeviceData, TrainSpec, train_and_evaluate
 
@@ -61,3 +62,18 @@ def test_cpu_data_shares_memory_with_the_arrays():
     data = DeviceData.from_arrays(arrays, 3)
     arrays["train/x"][0, 0] = 42.0
     assert data.train.x[0, 0].item() == 42.0
+
+
+def test_a_last_batch_of_one_does_not_break_batch_norm():
+    data = data_for((1, 8, 8))
+    n = data.train.y.shape[0]
+    batch = n - 1  # leaves a final batch of exactly one sample
+    ev = train_and_evaluate(NetworkSpec("cnn", 4, 4), TrainSpec(1e-2, batch, 2), data, seed=0)
+    assert ev.status == "ok"
+
+
+def test_threads_never_oversubscribe():
+    assert cpu_threads(cores=16, ranks_sharing=4) == 4
+    assert cpu_threads(cores=2, ranks_sharing=3) == 1
+    assert cpu_threads(cores=64, ranks_sharing=8, cores_per_task=7) == 7
+    assert cpu_threads(cores=64, ranks_sharing=8, requested=2, cores_per_task=7) == 2

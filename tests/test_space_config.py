@@ -92,6 +92,12 @@ def test_override_one_bound_of_a_default_range():
         ("data.shared_memory=1", "true or false"),
         ("search", "KEY=VALUE"),
         ("space.width.high=3", "not a table"),
+        ("search.mutation_eta=nan", "finite number"),
+        ("search.checkpoint_seconds=inf", "finite number"),
+        ("search.seed=-1", "must be >= 0"),
+        ("data.split_seed=-3", "must be >= 0"),
+        ("space.dropout={low = 0.0, high = nan}", "finite number"),
+        ("space.learning_rate=[inf]", "finite number"),
     ],
 )
 def test_bad_overrides(override, message):

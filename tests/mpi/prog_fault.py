@@ -1,7 +1,9 @@
 """Under mpiexec: the real `evens run` with a fault injected on one rank mid-search.
 
-Usage: prog_fault.py master|worker EVENS-RUN-ARGS...
+Usage: prog_fault.py master|interrupt|worker EVENS-RUN-ARGS...
   master: the master's third checkpoint write raises (a full disk, say);
+  interrupt: a KeyboardInterrupt reaches the master during its first checkpoint write,
+             before its signal handlers are in place;
   worker: rank 1 raises while sending its second result.
 Either way the job must end, non-zero, with the traceback shown: no rank may wait forever.
 """
@@ -26,6 +28,11 @@ if where == "master" and rank == 0:
         return real_save(*a, **k)
 
     checkpoint.save = failing_save
+elif where == "interrupt" and rank == 0:
+    def interrupted_save(*a, **k):
+        raise KeyboardInterrupt
+
+    checkpoint.save = interrupted_save
 elif where == "worker" and rank == 1:
     real_send = mpi_transport.MPIWorkerChannel.send_result
 
