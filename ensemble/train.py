@@ -139,7 +139,9 @@ def predict_proba(model: torch.nn.Module, x: torch.Tensor, batch_size: int = EVA
 
 
 def _score(probs: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
-    accuracy = (probs.argmax(dim=1) == y).float().mean().item()
+    # An exact fraction in double precision, as ensemble.combine.accuracy computes it, so that a
+    # member and an ensemble with the same number of correct answers compare equal.
+    accuracy = (probs.argmax(dim=1) == y).sum().item() / y.shape[0]
     loss = F.nll_loss(torch.log(probs.clamp_min(1e-12)), y).item()
     return accuracy, loss
 

@@ -77,3 +77,12 @@ def test_threads_never_oversubscribe():
     assert cpu_threads(cores=2, ranks_sharing=3) == 1
     assert cpu_threads(cores=64, ranks_sharing=8, cores_per_task=7) == 7
     assert cpu_threads(cores=64, ranks_sharing=8, requested=2, cores_per_task=7) == 2
+
+
+def test_member_accuracy_is_the_same_number_the_ensemble_math_gives():
+    from ensemble.combine import accuracy
+
+    data = data_for((10,))
+    ev = train_and_evaluate(NetworkSpec("mlp", 1, 4), TrainSpec(1e-3, 32, 1), data, seed=1)
+    assert ev.test_accuracy == accuracy(ev.test_probs, data.test.y.numpy())
+    assert ev.val_accuracy == accuracy(ev.val_probs, data.val.y.numpy())
