@@ -47,7 +47,10 @@ def npz_to_h5(src: str, dst: str, overwrite: bool = False) -> dict[str, int]:
 def write_digits(dst: str, seed: int = 0, overwrite: bool = False) -> dict[str, int]:
     """Write scikit-learn's bundled 8x8 digits (1,797 images, 10 classes) as (N, 1, 8, 8) float32 in [0, 1].
 
-    The data ships inside scikit-learn, so nothing is downloaded. Split, seeded: 25 % test, 20 % val.
+    The data ships inside scikit-learn, so nothing is downloaded. Split, seeded: 40 % test (718),
+    20 % val (359), 40 % train (720). The large test split keeps the comparison of networks and
+    ensembles above the noise of a few samples; the small train split keeps the task from
+    saturating at 99.5 %, where everything is within two test samples of everything else.
     """
     try:
         from sklearn.datasets import load_digits
@@ -57,7 +60,7 @@ def write_digits(dst: str, seed: int = 0, overwrite: bool = False) -> dict[str, 
     x = (digits.images / 16.0).astype(np.float32)[:, None, :, :]
     y = digits.target.astype(np.int64)
     order = np.random.default_rng(seed).permutation(len(y))
-    n_test, n_val = int(0.25 * len(y)), int(0.20 * len(y))
+    n_test, n_val = int(0.40 * len(y)), int(0.20 * len(y))
     parts = {
         "test": order[:n_test],
         "val": order[n_test : n_test + n_val],
