@@ -137,6 +137,10 @@ def run_search(
     def account() -> None:
         state.capacity_seconds = capacity_before + len(transport.workers) * (clock() - loop_start)
 
+    def outstanding() -> list[Pending]:
+        """Sent out but not back, then not yet re-sent: what a resume must redo first."""
+        return [p for p, _, _ in inflight.values()] + list(redo)
+
     def propose() -> Pending:
         if redo:
             return redo.popleft()
@@ -164,7 +168,7 @@ def run_search(
         if checkpoint is not None and unsaved and clock() - last_checkpoint >= settings.checkpoint_seconds:
             # Written after the free workers have their next task, so none idles during the write.
             account()
-            state.pending = [p for p, _, _ in inflight.values()] + list(redo)
+            state.pending = outstanding()
             checkpoint(state)
             state.pending = []
             last_checkpoint, unsaved = clock(), False
@@ -187,7 +191,7 @@ def run_search(
 
     now = clock()
     state.busy_seconds += sum(now - dispatched for _, dispatched, _ in inflight.values())
-    state.pending = [p for p, _, _ in inflight.values()] + list(redo)
+    state.pending = outstanding()
     account()
     return not stopped
 
