@@ -1,26 +1,43 @@
 """Build, train and combine networks: no MPI and no search logic in here.
 
-``models`` turns a :class:`NetworkSpec` into a torch module, ``train`` trains and
-scores one network on resident data, ``combine`` averages members' probabilities
-and measures the ensemble's uncertainty, ``device`` picks a device and threads.
-"""
-from .combine import accuracy, average_probabilities, entropy, top_k, uncertainty
-from .models import FAMILIES, NetworkSpec, build_network, families_for
-from .train import DeviceData, Evaluation, TrainSpec, predict_proba, train_and_evaluate
+``specs`` describes a network and its training in plain values, ``models`` turns
+a spec into a torch module, ``train`` trains and scores one network on resident
+data, ``combine`` averages members' predictions and measures the ensemble's
+uncertainty, ``device`` picks a device and threads.
 
-__all__ = [
-    "FAMILIES",
-    "DeviceData",
-    "Evaluation",
-    "NetworkSpec",
-    "TrainSpec",
-    "accuracy",
-    "average_probabilities",
-    "build_network",
-    "entropy",
-    "families_for",
-    "predict_proba",
-    "top_k",
-    "train_and_evaluate",
-    "uncertainty",
-]
+Names are imported on first use, so that ``import ensemble.specs`` (done by the
+search, which must not need PyTorch) does not import torch.
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "FAMILIES": "specs",
+    "NetworkSpec": "specs",
+    "TrainSpec": "specs",
+    "families_for": "specs",
+    "Evaluation": "results",
+    "accuracy": "combine",
+    "average_probabilities": "combine",
+    "entropy": "combine",
+    "top_k": "combine",
+    "uncertainty": "combine",
+    "build_network": "models",
+    "DeviceData": "train",
+    "predict_proba": "train",
+    "train_and_evaluate": "train",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'ensemble' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -7,10 +7,10 @@ has: 1-D for (C, L), 2-D for (C, H, W).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
+
+from .specs import ACTIVATION_NAMES, FAMILIES, NetworkSpec, families_for
 
 ACTIVATIONS = {
     "relu": nn.ReLU,
@@ -20,32 +20,9 @@ ACTIVATIONS = {
     "elu": nn.ELU,
     "leaky_relu": nn.LeakyReLU,
 }
-FAMILIES = ("mlp", "cnn")
+assert tuple(ACTIVATIONS) == ACTIVATION_NAMES
+__all__ = ["ACTIVATIONS", "FAMILIES", "NetworkSpec", "build_network", "families_for"]
 MAX_POOLED_SIDE = 4  # the CNN head sees at most 4 positions per spatial dimension
-
-
-@dataclass(frozen=True)
-class NetworkSpec:
-    """``family`` is "mlp" or "cnn"; ``depth`` hidden layers or conv blocks of ``width`` units/channels."""
-
-    family: str
-    depth: int
-    width: int
-    activation: str = "relu"
-    dropout: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise ValueError(f"unknown network family {self.family!r} (known: {', '.join(FAMILIES)})")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {self.activation!r} (known: {', '.join(ACTIVATIONS)})")
-        if self.depth < 1 or self.width < 1 or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"invalid network size: depth={self.depth} width={self.width} dropout={self.dropout}")
-
-
-def families_for(sample_shape: tuple[int, ...]) -> tuple[str, ...]:
-    """The families that apply to samples of this shape: a CNN needs (C, L) or (C, H, W)."""
-    return FAMILIES if len(sample_shape) in (2, 3) else ("mlp",)
 
 
 def _mlp(spec: NetworkSpec, sample_shape: tuple[int, ...], num_classes: int) -> nn.Module:

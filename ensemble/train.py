@@ -16,27 +16,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .models import NetworkSpec, build_network
+from .models import build_network
+from .results import Evaluation
+from .specs import NetworkSpec, TrainSpec
 
-OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 EVAL_BATCH = 4096
-
-
-@dataclass(frozen=True)
-class TrainSpec:
-    """How to train: optimizer settings, batch size and number of epochs."""
-
-    learning_rate: float
-    batch_size: int
-    epochs: int
-    optimizer: str = "adam"
-    weight_decay: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer!r} (known: {', '.join(OPTIMIZERS)})")
-        if not (self.learning_rate > 0 and self.batch_size >= 1 and self.epochs >= 1 and self.weight_decay >= 0):
-            raise ValueError(f"invalid training settings: {self}")
 
 
 @dataclass
@@ -72,21 +56,6 @@ class DeviceData:
 
         splits = {s: Split(tensor(f"{s}/x"), tensor(f"{s}/y")) for s in ("train", "val", "test")}
         return cls(splits["train"], splits["val"], splits["test"], num_classes, device)
-
-
-@dataclass
-class Evaluation:
-    """What a worker reports for one network."""
-
-    status: str  # "ok", "diverged" or "error"
-    val_accuracy: float
-    val_loss: float
-    test_accuracy: float
-    seconds: float
-    epochs_done: int
-    val_probs: np.ndarray = field(repr=False)
-    test_probs: np.ndarray = field(repr=False)
-    message: str = ""
 
 
 def as_float(x: torch.Tensor) -> torch.Tensor:

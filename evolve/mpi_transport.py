@@ -15,7 +15,7 @@ from dataclasses import asdict, fields
 import numpy as np
 from mpi4py import MPI
 
-from ensemble.train import Evaluation
+from ensemble.results import Evaluation
 
 from .protocol import Result, Task
 

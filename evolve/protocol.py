@@ -14,8 +14,8 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from ensemble.models import NetworkSpec
-from ensemble.train import Evaluation, TrainSpec
+from ensemble.results import Evaluation
+from ensemble.specs import NetworkSpec, TrainSpec
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ensemble.models import ACTIVATIONS, FAMILIES, NetworkSpec, families_for
-from ensemble.train import OPTIMIZERS, TrainSpec
+from ensemble.specs import ACTIVATION_NAMES, FAMILIES, OPTIMIZERS, NetworkSpec, TrainSpec, families_for
 
 from .errors import ConfigError
 
@@ -47,7 +46,7 @@ DEFAULT_SPACE: dict = {
     "weight_decay": {"low": 1e-6, "high": 1e-2, "log": True},
 }
 
-_ALLOWED = {"family": FAMILIES, "activation": tuple(ACTIVATIONS), "optimizer": OPTIMIZERS}
+_ALLOWED = {"family": FAMILIES, "activation": ACTIVATION_NAMES, "optimizer": OPTIMIZERS}
 # Inclusive numeric bounds; dropout must stay below 1.
 _NUMERIC = {
     "depth": (1, None),

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Callable, Protocol
 
-from ensemble.train import DeviceData, Evaluation, train_and_evaluate
+from ensemble.results import Evaluation
+from ensemble.train import DeviceData, train_and_evaluate
 
 from .protocol import Result, Task, evaluate_safely
 

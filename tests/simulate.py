@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ensemble.train import Evaluation
+from ensemble.results import Evaluation
 from evolve.protocol import Result, Task, evaluate_safely
 
 VAL_SHAPE, TEST_SHAPE = (4, 2), (6, 2)

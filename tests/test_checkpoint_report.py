@@ -13,8 +13,8 @@ from evolve.errors import RunDirError
 from evolve.ga import GAParams
 from evolve.master import SearchSettings, SearchState, run_search
 from evolve.protocol import InProcessTransport
-from evolve.report import format_summary, summarize
-from evolve.rundir import check_new_run_dir, claim_default_run_dir, claim_run_dir, release_run_dir
+from evolve.app.report import format_summary, summarize
+from evolve.app.rundir import check_new_run_dir, claim_default_run_dir, claim_run_dir, release_run_dir
 from evolve.space import GENE_NAMES
 
 

@@ -5,7 +5,8 @@ import torch
 from conftest import blob_splits, blobs
 from ensemble.device import cpu_threads
 from ensemble.models import NetworkSpec, build_network, families_for
-from ensemble.train import DeviceData, TrainSpec, train_and_evaluate
+from ensemble.specs import TrainSpec
+from ensemble.train import DeviceData, train_and_evaluate
 
 
 @pytest.mark.parametrize("shape", [(12,), (2, 20), (1, 8, 8), (3, 5, 7)])

@@ -12,7 +12,7 @@ import sys
 from mpi4py import MPI
 
 from evolve import checkpoint, mpi_transport
-from evolve.cli import main
+from evolve.app.cli import main
 
 where, args = sys.argv[1], sys.argv[2:]
 rank = MPI.COMM_WORLD.rank

@@ -6,7 +6,7 @@ import time
 
 from tqdm import tqdm
 
-from .master import Record, SearchState
+from ..master import Record, SearchState
 
 
 class Progress:

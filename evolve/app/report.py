@@ -7,11 +7,11 @@ import numpy as np
 
 from ensemble.combine import accuracy, average_probabilities, uncertainty
 
-from . import checkpoint
-from .checkpoint import RunInfo
-from .master import SearchState
+from .. import checkpoint
+from ..checkpoint import RunInfo
+from ..master import SearchState
+from ..space import parse_space
 from .rundir import checkpoint_path
-from .space import parse_space
 
 
 def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> dict:

@@ -15,8 +15,8 @@ import os
 import sys
 import traceback
 
-from . import __version__
-from .errors import EvensError
+from .. import __version__
+from ..errors import EvensError
 
 # Launchers tell each process its rank in the environment; read only to print usage errors once.
 _RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK")
@@ -70,7 +70,7 @@ def build_parser() -> Parser:
 
 def _run(args) -> int:
     from . import driver  # imports mpi4py, which starts MPI: only for `run`
-    from .mpi_transport import abort, world
+    from ..mpi_transport import abort, world
 
     try:
         return driver.run(args.config, args.overrides, out=args.out, resume=args.resume, quiet=args.quiet)

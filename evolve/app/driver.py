@@ -22,19 +22,19 @@ from data_bcast.h5file import DataError
 from ensemble.device import choose_device, cpu_threads
 from ensemble.train import DeviceData
 
-from . import __version__, checkpoint
-from .checkpoint import CHECKPOINT_NAME, RunInfo
-from .config import Config, apply_overrides, config_from_dict, load_config
-from .errors import ConfigError, EvensError, RunDirError
-from .ga import GAParams
-from .master import SearchSettings, SearchState, run_search
-from .mpi_transport import MPIMasterTransport, MPIWorkerChannel, abort, first_error, world
+from .. import __version__, checkpoint
+from ..checkpoint import CHECKPOINT_NAME, RunInfo
+from ..config import Config, apply_overrides, config_from_dict, load_config
+from ..errors import ConfigError, EvensError, RunDirError
+from ..ga import GAParams
+from ..master import SearchSettings, SearchState, run_search
+from ..mpi_transport import MPIMasterTransport, MPIWorkerChannel, abort, first_error, world
+from ..protocol import InProcessTransport
+from ..space import GENE_NAMES, SearchSpace
+from ..worker import serve, trainer_for
 from .progress import Progress
-from .protocol import InProcessTransport
 from .report import format_summary, summarize
 from .rundir import SUMMARY_NAME, checkpoint_path, claim_default_run_dir, claim_run_dir, release_run_dir, write_json
-from .space import GENE_NAMES, SearchSpace
-from .worker import serve, trainer_for
 
 MASTER = 0
 

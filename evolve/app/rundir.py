@@ -9,8 +9,8 @@ import json
 import os
 import time
 
-from .checkpoint import CHECKPOINT_NAME
-from .errors import RunDirError
+from ..checkpoint import CHECKPOINT_NAME
+from ..errors import RunDirError
 
 SUMMARY_NAME = "summary.json"
 
