@@ -2,12 +2,14 @@
 
 Layout (see docs/data-format.md)::
 
-    /train/x  (N, ...) float32 or uint8     /train/y  (N,) integer class labels
+    /train/x  (N, ...) float32 or uint8     /train/y  (N,) integer class labels,
+                                                  or (N,) / (N, T) float regression targets
     /val/x, /val/y                           optional; else held out of train
     /test/x, /test/y                         optional; else held out of train
 
 The shape of ``x`` says what a sample is: (N, F) tabular, (N, C, L) a 1-D
-signal, (N, C, H, W) an image. ``inspect_file`` validates the file and returns
+signal, (N, C, H, W) an image. The dtype of ``y`` says what is learned:
+integers are class labels (classification), floats are targets (regression). ``inspect_file`` validates the file and returns
 a small, picklable :class:`DataPlan`; ``read_into`` fills preallocated arrays
 (for the broadcast, views into a shared window) following that plan.
 """
@@ -24,6 +26,7 @@ from .layout import ArraySpec
 SPLITS = ("train", "val", "test")
 ROW_BLOCK_BYTES = 64 << 20  # read x in blocks of about this size
 MAX_CLASSES = 100_000  # beyond this, y is surely not class indices
+_KIND_WORDS = {"classification": "integer class labels", "regression": "float regression targets"}
 
 
 class DataError(ValueError):
@@ -43,8 +46,10 @@ class DataPlan:
     specs: tuple[ArraySpec, ...]
     sources: dict[str, str]
     holdout_sizes: dict[str, int]
-    num_classes: int
+    num_classes: int  # 0 for regression
     seed: int
+    kind: str = "classification"  # or "regression"
+    target_shape: tuple[int, ...] = ()  # regression: () for y of shape (N,), (T,) for (N, T)
 
     def to_dict(self) -> dict:
         """Plain Python types only, to send as metadata."""
@@ -55,12 +60,17 @@ class DataPlan:
             "holdout_sizes": dict(self.holdout_sizes),
             "num_classes": self.num_classes,
             "seed": self.seed,
+            "kind": self.kind,
+            "target_shape": list(self.target_shape),
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> DataPlan:
         specs = tuple(ArraySpec(n, tuple(s), t) for n, s, t in d["specs"])
-        return cls(d["path"], specs, dict(d["sources"]), dict(d["holdout_sizes"]), int(d["num_classes"]), int(d["seed"]))
+        return cls(
+            d["path"], specs, dict(d["sources"]), dict(d["holdout_sizes"]), int(d["num_classes"]), int(d["seed"]),
+            d["kind"], tuple(int(t) for t in d["target_shape"]),
+        )
 
     def spec(self, name: str) -> ArraySpec:
         return next(s for s in self.specs if s.name == name)
@@ -78,20 +88,29 @@ def _x_dtype(dtype: np.dtype, where: str) -> str:
     raise DataError(f"{where}: x must be float32 or uint8, found {dtype}")
 
 
-def _read_labels(path: str, group: h5py.Group, split: str, n: int) -> np.ndarray:
+def _read_targets(path: str, group: h5py.Group, split: str, n: int) -> tuple[str, np.ndarray]:
+    """``y`` of a split, and what it makes of the run: ("classification", int64 labels) or ("regression", float32)."""
     if "y" not in group:
         raise DataError(f"{path}: group '{split}' has no dataset 'y'")
     y = group["y"]
     if not isinstance(y, h5py.Dataset):
         raise DataError(f"{path}: {split}/y must be a dataset, found a {type(y).__name__}")
-    if not np.issubdtype(y.dtype, np.integer):
-        raise DataError(f"{path}: {split}/y must hold integer class labels, found {y.dtype}")
-    if y.ndim != 1 or y.shape[0] != n:
-        raise DataError(f"{path}: {split}/y has shape {y.shape}, expected ({n},) to match {split}/x")
-    labels = y[...].astype(np.int64)
-    if labels.size and labels.min() < 0:
-        raise DataError(f"{path}: {split}/y has a negative class label ({labels.min()})")
-    return labels
+    if np.issubdtype(y.dtype, np.integer):
+        if y.ndim != 1 or y.shape[0] != n:
+            raise DataError(f"{path}: {split}/y has shape {y.shape}, expected ({n},) to match {split}/x")
+        labels = y[...].astype(np.int64)
+        if labels.size and labels.min() < 0:
+            raise DataError(f"{path}: {split}/y has a negative class label ({labels.min()})")
+        return "classification", labels
+    if np.issubdtype(y.dtype, np.floating):
+        if y.ndim not in (1, 2) or y.shape[0] != n or (y.ndim == 2 and y.shape[1] == 0):
+            raise DataError(f"{path}: {split}/y has shape {y.shape}, expected ({n},) or ({n}, T) to match {split}/x")
+        with np.errstate(over="ignore"):
+            values = y[...].astype(np.float32)
+        if not np.isfinite(values).all():
+            raise DataError(f"{path}: {split}/y holds NaN or infinite values (as float32)")
+        return "regression", values
+    raise DataError(f"{path}: {split}/y must hold integer class labels or float regression targets, found {y.dtype}")
 
 
 def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0) -> DataPlan:
@@ -106,7 +125,7 @@ def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0
         if "train" not in f:
             raise DataError(f"{path}: no group 'train' (found: {', '.join(f.keys()) or 'nothing'})")
         present = [s for s in SPLITS if s in f]
-        shapes, dtypes, max_label = {}, {}, -1
+        shapes, dtypes, kinds, target_shapes, max_label = {}, {}, {}, {}, -1
         for split in present:
             group = f[split]
             if not isinstance(group, h5py.Group) or "x" not in group:
@@ -118,8 +137,10 @@ def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0
                 raise DataError(f"{path}: {split}/x has shape {x.shape}; expected (N, F), (N, C, L) or (N, C, H, W)")
             if x.shape[0] == 0:
                 raise DataError(f"{path}: {split}/x has no samples")
-            labels = _read_labels(path, group, split, x.shape[0])
-            max_label = max(max_label, int(labels.max()))
+            kinds[split], y = _read_targets(path, group, split, x.shape[0])
+            target_shapes[split] = tuple(y.shape[1:])
+            if kinds[split] == "classification":
+                max_label = max(max_label, int(y.max()))
             shapes[split], dtypes[split] = tuple(x.shape), _x_dtype(x.dtype, f"{path}: {split}/x")
         sample = shapes["train"][1:]
         for split in present:
@@ -127,10 +148,16 @@ def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0
                 raise DataError(f"{path}: {split}/x samples have shape {shapes[split][1:]}, train/x has {sample}")
             if dtypes[split] != dtypes["train"]:
                 raise DataError(f"{path}: {split}/x is {dtypes[split]} but train/x is {dtypes['train']}")
-    if max_label < 1:
-        raise DataError(f"{path}: labels need at least two classes")
-    if max_label >= MAX_CLASSES:
-        raise DataError(f"{path}: a label of {max_label} means more than {MAX_CLASSES} classes; y must hold class indices 0..C-1")
+            if kinds[split] != kinds["train"]:
+                raise DataError(f"{path}: {split}/y holds {_KIND_WORDS[kinds[split]]} but train/y holds {_KIND_WORDS[kinds['train']]}")
+            if target_shapes[split] != target_shapes["train"]:
+                raise DataError(f"{path}: {split}/y targets have shape {target_shapes[split]}, train/y has {target_shapes['train']}")
+    kind = kinds["train"]
+    if kind == "classification":
+        if max_label < 1:
+            raise DataError(f"{path}: labels need at least two classes")
+        if max_label >= MAX_CLASSES:
+            raise DataError(f"{path}: a label of {max_label} means more than {MAX_CLASSES} classes; y must hold class indices 0..C-1")
 
     n_file = shapes["train"][0]
     sources = {s: ("file" if s in present else "holdout") for s in SPLITS}
@@ -147,11 +174,14 @@ def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0
     for split in ("val", "test"):
         rows[split] = shapes[split][0] if split in present else holdout[split]
     dtype = dtypes["train"]
+    y_dtype = "int64" if kind == "classification" else "float32"
+    target_shape = target_shapes["train"]
     specs = []
     for split in SPLITS:
         specs.append(ArraySpec(f"{split}/x", (rows[split],) + sample, dtype))
-        specs.append(ArraySpec(f"{split}/y", (rows[split],), "int64"))
-    return DataPlan(os.path.abspath(path), tuple(specs), sources, holdout, max_label + 1, seed)
+        specs.append(ArraySpec(f"{split}/y", (rows[split],) + target_shape, y_dtype))
+    num_classes = max_label + 1 if kind == "classification" else 0
+    return DataPlan(os.path.abspath(path), tuple(specs), sources, holdout, num_classes, seed, kind, target_shape)
 
 
 def _copy_rows(src: h5py.Dataset, dst: np.ndarray, where: str) -> None:
@@ -177,16 +207,17 @@ def read_into(plan: DataPlan, arrays: dict[str, np.ndarray]) -> None:
         for split in ("val", "test"):
             if plan.sources[split] == "file":
                 _copy_rows(f[split]["x"], arrays[f"{split}/x"], f"{plan.path}: {split}/x")
-                arrays[f"{split}/y"][...] = f[split]["y"][...]
+                _copy_rows(f[split]["y"], arrays[f"{split}/y"], f"{plan.path}: {split}/y")
         if not plan.holdout_sizes:
             _copy_rows(f["train"]["x"], arrays["train/x"], f"{plan.path}: train/x")
-            arrays["train/y"][...] = f["train"]["y"][...]
+            _copy_rows(f["train"]["y"], arrays["train/y"], f"{plan.path}: train/y")
             return
         # Holding out needs the file's train rows in a seeded order: read them once, then gather.
         n_file = f["train"]["x"].shape[0]
         x_all = np.empty((n_file,) + plan.sample_shape, dtype=plan.spec("train/x").dtype)
         _copy_rows(f["train"]["x"], x_all, f"{plan.path}: train/x")
-        y_all = f["train"]["y"][...].astype(np.int64)
+        y_all = np.empty((n_file,) + plan.target_shape, dtype=plan.spec("train/y").dtype)
+        _copy_rows(f["train"]["y"], y_all, f"{plan.path}: train/y")
     order = holdout_permutation(n_file, plan.seed)
     start = 0
     for split in ("test", "val"):
@@ -226,13 +257,18 @@ def write_dataset(path: str, splits: dict[str, tuple[np.ndarray, np.ndarray]], o
                 if x.dtype != np.uint8:
                     x = x.astype(np.float32)
                 y = np.asarray(y)
-                if not np.issubdtype(y.dtype, np.integer):
-                    raise DataError(f"{path}: {split} labels must be integers, found {y.dtype}")
-                if y.ndim != 1 or x.ndim < 2 or len(x) != len(y):
-                    raise DataError(f"{path}: {split} has x of shape {x.shape} and y of shape {y.shape}; need (N, ...) and (N,)")
+                if np.issubdtype(y.dtype, np.integer):
+                    y, y_ndims = y.astype(np.int64), (1,)
+                elif np.issubdtype(y.dtype, np.floating):
+                    y, y_ndims = y.astype(np.float32), (1, 2)
+                else:
+                    raise DataError(f"{path}: {split} y must hold integer labels or float targets, found {y.dtype}")
+                if y.ndim not in y_ndims or x.ndim < 2 or len(x) != len(y):
+                    need = "(N,)" if y_ndims == (1,) else "(N,) or (N, T)"
+                    raise DataError(f"{path}: {split} has x of shape {x.shape} and y of shape {y.shape}; need (N, ...) and {need}")
                 g = f.create_group(split)
                 g.create_dataset("x", data=x)
-                g.create_dataset("y", data=y.astype(np.int64))
+                g.create_dataset("y", data=y)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

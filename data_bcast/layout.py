@@ -73,3 +73,28 @@ def chunk_ranges(total_bytes: int, chunk_bytes: int) -> list[tuple[int, int]]:
     if chunk_bytes <= 0:
         raise ValueError("chunk_bytes must be positive")
     return [(start, min(start + chunk_bytes, total_bytes)) for start in range(0, total_bytes, chunk_bytes)]
+
+
+def pack_arrays(arrays: dict[str, np.ndarray]) -> tuple[list[tuple[str, tuple[int, ...], str]], np.ndarray]:
+    """Copy named arrays into one aligned byte buffer; returns (specs as plain tuples, buffer).
+
+    The specs are the metadata to send first (small, picklable); the buffer is the payload to
+    send with one buffer-based message. :func:`unpack_arrays` undoes it.
+    """
+    specs = [ArraySpec(name, tuple(int(n) for n in a.shape), np.dtype(a.dtype).name) for name, a in arrays.items()]
+    layout = plan_layout(specs)
+    buffer = np.empty(layout.total_bytes, dtype=np.uint8)
+    views = array_views(layout, buffer)
+    for name, a in arrays.items():
+        views[name][...] = a
+    return [s.as_tuple() for s in specs], buffer
+
+
+def packed_size(specs: list[tuple[str, tuple[int, ...], str]]) -> int:
+    """Bytes of the buffer that :func:`pack_arrays` made for these specs."""
+    return plan_layout([ArraySpec(n, tuple(s), t) for n, s, t in specs]).total_bytes
+
+
+def unpack_arrays(specs: list[tuple[str, tuple[int, ...], str]], buffer: np.ndarray) -> dict[str, np.ndarray]:
+    """Views, by name, into a buffer made by :func:`pack_arrays` (they keep the buffer alive)."""
+    return array_views(plan_layout([ArraySpec(n, tuple(s), t) for n, s, t in specs]), buffer)

@@ -2,60 +2,91 @@
 
 The data lives on the worker's device for the whole run (:class:`DeviceData`);
 each evaluation builds a network, trains it for a fixed number of epochs with
-minibatches drawn by a seeded generator, and returns class probabilities on the
-validation and test splits. A loss that turns NaN or infinite ends training
-with status ``"diverged"`` instead of poisoning the search.
+minibatches drawn by a seeded generator, and scores its predictions on the
+validation and test splits with the run's :mod:`~ensemble.problem`. A loss that
+turns NaN or infinite ends training with status ``"diverged"`` instead of
+poisoning the search. A network good enough for the hall of fame (``keep`` says
+which) comes back whole: predictions and weights.
 """
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from .models import build_network
+from .problem import Problem
 from .results import Evaluation
 from .specs import NetworkSpec, TrainSpec
 
 EVAL_BATCH = 4096
+SPLITS = ("train", "val", "test")
 
 
-@dataclass
-class Split:
-    x: torch.Tensor  # float32, or uint8 scaled by 1/255 per batch
-    y: torch.Tensor  # int64
+class Head:
+    """The problem's end of a network: its training loss, and raw outputs turned into predictions.
 
-    def batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return as_float(self.x[index]), self.y[index]
+    Classification: cross-entropy, and softmax probabilities. Regression: mean squared error on
+    standardised targets, and outputs mapped back to the targets' units.
+    """
+
+    def __init__(self, problem: Problem, device: torch.device | str = "cpu"):
+        self.problem = problem
+        if problem.kind == "regression":
+            self._mean = torch.tensor(problem.mean, dtype=torch.float32, device=device)
+            self._scale = torch.tensor(problem.scale, dtype=torch.float32, device=device)
+
+    def fit_target(self, y: np.ndarray) -> torch.Tensor:
+        """What the loss compares training outputs with: labels, or standardised targets (N, outputs)."""
+        if self.problem.kind == "classification":
+            return torch.from_numpy(np.asarray(y, dtype=np.int64))
+        y = torch.from_numpy(np.asarray(y, dtype=np.float32).reshape(len(y), -1))
+        return (y.to(self._mean.device) - self._mean) / self._scale
+
+    def loss(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if self.problem.kind == "classification":
+            return F.cross_entropy(out, target)
+        return F.mse_loss(out.float(), target)
+
+    def predictions(self, out: torch.Tensor) -> torch.Tensor:
+        if self.problem.kind == "classification":
+            return torch.softmax(out.float(), dim=1)
+        return out.float() * self._scale + self._mean
 
 
 @dataclass
 class DeviceData:
-    """The three splits as tensors on one device, shared by every evaluation on a worker."""
+    """The splits as tensors on one device, shared by every evaluation on a worker.
 
-    train: Split
-    val: Split
-    test: Split
-    num_classes: int
+    ``x`` holds the inputs on the device (on the CPU, views of the caller's arrays: no copy);
+    ``y`` the labels or targets as host arrays, for scoring; ``fit_target`` the training
+    split's targets on the device, in the form the loss wants.
+    """
+
+    problem: Problem
+    head: Head
     device: torch.device
+    x: dict[str, torch.Tensor]
+    y: dict[str, np.ndarray]
+    fit_target: torch.Tensor
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
-        return tuple(self.train.x.shape[1:])
+        return tuple(self.x["train"].shape[1:])
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], num_classes: int, device: torch.device | str = "cpu") -> DeviceData:
-        """Wrap ``{"train/x": ..., "train/y": ..., "val/x": ...}``; on the CPU this shares memory, no copy."""
+    def from_arrays(cls, arrays: dict[str, np.ndarray], problem: Problem, device: torch.device | str = "cpu") -> DeviceData:
+        """Wrap ``{"train/x": ..., "train/y": ..., "val/x": ...}`` for ``problem`` on ``device``."""
         device = torch.device(device)
-
-        def tensor(name: str) -> torch.Tensor:
-            return torch.from_numpy(arrays[name]).to(device)
-
-        splits = {s: Split(tensor(f"{s}/x"), tensor(f"{s}/y")) for s in ("train", "val", "test")}
-        return cls(splits["train"], splits["val"], splits["test"], num_classes, device)
+        head = Head(problem, device)
+        x = {s: torch.from_numpy(arrays[f"{s}/x"]).to(device) for s in SPLITS}
+        y = {s: arrays[f"{s}/y"] for s in SPLITS}
+        return cls(problem, head, device, x, y, head.fit_target(y["train"]).to(device))
 
 
 def as_float(x: torch.Tensor) -> torch.Tensor:
@@ -73,23 +104,23 @@ def make_optimizer(spec: TrainSpec, params) -> torch.optim.Optimizer:
     return torch.optim.RMSprop(params, lr=lr, weight_decay=wd)
 
 
-def train(model: torch.nn.Module, data: Split, spec: TrainSpec, generator: torch.Generator) -> tuple[str, int]:
+def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: torch.Generator) -> tuple[str, int]:
     """Minibatch training for ``spec.epochs`` epochs; returns (status, epochs completed).
 
     The loss is checked once per epoch (not per step, which would stall a GPU).
     """
     optimizer = make_optimizer(spec, model.parameters())
-    n = data.y.shape[0]
-    device = data.y.device
+    x, target = data.x["train"], data.fit_target
+    n = x.shape[0]
     model.train()
     for epoch in range(spec.epochs):
-        order = torch.randperm(n, generator=generator).to(device)
-        total = torch.zeros((), device=device)
+        order = torch.randperm(n, generator=generator).to(data.device)
+        total = torch.zeros((), device=data.device)
         for start in range(0, n, spec.batch_size):
             if n - start == 1 and start > 0:
                 break  # a last batch of one sample: batch norm cannot normalise it, and it adds nothing
-            xb, yb = data.batch(order[start : start + spec.batch_size])
-            loss = F.cross_entropy(model(xb), yb)
+            index = order[start : start + spec.batch_size]
+            loss = data.head.loss(model(as_float(x[index])), target[index])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -100,52 +131,48 @@ def train(model: torch.nn.Module, data: Split, spec: TrainSpec, generator: torch
 
 
 @torch.no_grad()
-def predict_proba(model: torch.nn.Module, x: torch.Tensor, batch_size: int = EVAL_BATCH) -> torch.Tensor:
-    """Class probabilities (softmax), evaluated in batches with the model in eval mode."""
+def predict(model: torch.nn.Module, head: Head, x: torch.Tensor, batch_size: int = EVAL_BATCH) -> torch.Tensor:
+    """Predictions (probabilities or target values), float32 (N, outputs), in batches, in eval mode."""
     model.eval()
-    parts = [torch.softmax(model(as_float(x[i : i + batch_size])).float(), dim=1) for i in range(0, x.shape[0], batch_size)]
-    return torch.cat(parts)
+    return torch.cat([head.predictions(model(as_float(x[i : i + batch_size]))) for i in range(0, x.shape[0], batch_size)])
 
 
-def _score(probs: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
-    # An exact fraction in double precision, as ensemble.combine.accuracy computes it, so that a
-    # member and an ensemble with the same number of correct answers compare equal.
-    accuracy = (probs.argmax(dim=1) == y).sum().item() / y.shape[0]
-    loss = F.nll_loss(torch.log(probs.clamp_min(1e-12)), y).item()
-    return accuracy, loss
+def state_arrays(model: torch.nn.Module) -> dict[str, np.ndarray]:
+    """The trained state dict as host numpy arrays (copies), to store or send."""
+    return {name: t.detach().cpu().numpy().copy() for name, t in model.state_dict().items()}
 
 
-def train_and_evaluate(network: NetworkSpec, training: TrainSpec, data: DeviceData, seed: int) -> Evaluation:
+def train_and_evaluate(
+    network: NetworkSpec, training: TrainSpec, data: DeviceData, seed: int, keep: Callable[[float], bool] = lambda fitness: True
+) -> Evaluation:
     """Build, train and score one network; never raises for a diverging network.
 
+    The predictions and weights come back only if ``keep(fitness)`` (a worker asks whether the
+    network would enter the hall of fame).
+
     >>> ev = train_and_evaluate(NetworkSpec("mlp", 1, 32), TrainSpec(1e-2, 64, 3), data, seed=0)  # doctest: +SKIP
-    >>> ev.status, ev.val_probs.shape                                                             # doctest: +SKIP
-    ('ok', (360, 10))
+    >>> ev.status, ev.metrics["val_accuracy"], ev.val_pred.shape                                 # doctest: +SKIP
+    ('ok', 0.97, (359, 10))
     """
     start = time.perf_counter()
     torch.manual_seed(seed)  # weight initialisation and dropout
     generator = torch.Generator().manual_seed(seed)  # minibatch order
-    model = build_network(network, data.sample_shape, data.num_classes).to(data.device)
-    status, epochs = train(model, data.train, training, generator)
-    val_probs = predict_proba(model, data.val.x)
-    test_probs = predict_proba(model, data.test.x)
-    if status == "ok" and not (torch.isfinite(val_probs).all() and torch.isfinite(test_probs).all()):
-        status = "diverged"
+    model = build_network(network, data.sample_shape, data.problem.outputs).to(data.device)
+    status, epochs = train(model, data, training, generator)
+    preds = {}
     if status == "ok":
-        val_acc, val_loss = _score(val_probs, data.val.y)
-        test_acc, _ = _score(test_probs, data.test.y)
-    else:
-        val_acc, val_loss, test_acc = 0.0, math.inf, 0.0
-    if torch.cuda.is_available() and data.device.type == "cuda":
+        preds = {s: predict(model, data.head, data.x[s]).cpu().numpy() for s in ("val", "test")}
+        if not all(np.isfinite(p).all() for p in preds.values()):
+            status = "diverged"
+    if data.device.type == "cuda":
         torch.cuda.synchronize(data.device)
-    return Evaluation(
-        status=status,
-        val_accuracy=val_acc,
-        val_loss=val_loss,
-        test_accuracy=test_acc,
-        seconds=time.perf_counter() - start,
-        epochs_done=epochs,
-        val_probs=val_probs.cpu().numpy().astype(np.float32, copy=False),
-        test_probs=test_probs.cpu().numpy().astype(np.float32, copy=False),
-        message="" if status == "ok" else "loss became NaN or infinite",
-    )
+    seconds = time.perf_counter() - start
+    if status != "ok":
+        return Evaluation(status, -math.inf, {}, seconds, epochs, "loss became NaN or infinite")
+    scores = {s: data.problem.scores(preds[s], data.y[s]) for s in ("val", "test")}
+    metrics = {f"{s}_{name}": value for s in ("val", "test") for name, value in scores[s].items()}
+    fitness = data.problem.fitness(scores["val"])
+    ev = Evaluation("ok", fitness, metrics, seconds, epochs)
+    if keep(fitness):
+        ev.val_pred, ev.test_pred, ev.weights = preds["val"], preds["test"], state_arrays(model)
+    return ev

@@ -1,18 +1,18 @@
-"""The run's checkpoint: one HDF5 file with everything needed to resume and report.
+"""The run's checkpoint: one HDF5 file with everything needed to resume, report and predict.
 
 Layout::
 
     /                attrs: format, format_version, evens_version, config (JSON),
-                     gene_names (JSON), data (JSON: shapes, classes), next_id,
+                     gene_names (JSON), data (JSON: shapes, problem, sizes), next_id,
                      busy_seconds, capacity_seconds, wall_seconds, sessions
     /rng             the master's random.Random state (uint32[625]; attrs version, gauss_next)
-    /evaluations/*   one row per finished evaluation: id, genome, parents, status,
-                     val_accuracy, val_loss, test_accuracy, seconds, epochs_done,
-                     worker, started, finished, message
+    /evaluations/*   one column per field of :class:`~evolve.master.Record` (genome and
+                     parents as 2-D arrays), and /evaluations/metrics/<name> per metric
+                     (NaN where an evaluation has none)
     /population      record ids in the current population
     /pending/*       individuals sent out but not finished: id, genome, parents
-    /members/*       the best K so far: id, val_accuracy, val_probs, test_probs
-    /labels/val, /labels/test   true classes, so reports need no data file
+    /ensemble        the hall of fame with weights, the labels, and the chosen ensemble
+                     (written by :mod:`ensemble.store`, which documents it)
 
 Only numbers, strings and JSON are stored: loading executes nothing. Writes go
 to a temporary file in the same directory, are synced, and then renamed over
@@ -21,19 +21,24 @@ the old checkpoint, so a crash leaves either the old or the new file, whole.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
+import typing
 from dataclasses import dataclass, fields
 
 import h5py
 import numpy as np
 
+from ensemble.problem import problem_from_dict
+from ensemble.store import GROUP, RUN_FILE_NAME, StoredEnsemble, read_ensemble, write_ensemble
+
 from .errors import RunDirError
-from .master import Member, Pending, Record, SearchState
+from .master import Pending, Record, SearchState
 
 FORMAT = "evens-checkpoint"
-FORMAT_VERSION = 1
-CHECKPOINT_NAME = "checkpoint.h5"
+FORMAT_VERSION = 2
+CHECKPOINT_NAME = RUN_FILE_NAME
 _STR = h5py.string_dtype()
 
 
@@ -43,16 +48,68 @@ class RunInfo:
 
     config: dict
     gene_names: list[str]
-    data: dict  # sample_shape, num_classes, x_dtype, sizes, path
-    val_labels: np.ndarray
-    test_labels: np.ndarray
+    data: dict  # path, sample_shape, x_dtype, sizes, problem (see evolve.app.driver.data_facts)
+    val_y: np.ndarray  # labels or targets of the validation split
+    test_y: np.ndarray
     wall_seconds: float = 0.0
     sessions: int = 0
     version: str = ""
 
 
-def _column(records: list, name: str):
-    return [getattr(r, name) for r in records]
+# Record fields by type: how each is stored as a column, and read back.
+_RECORD_TYPES = typing.get_type_hints(Record)
+_SCALARS = {int: (np.int64, int), float: (np.float64, float)}
+
+
+def _write_records(group: h5py.Group, records: list[Record], n_genes: int) -> None:
+    n = len(records)
+    for f in fields(Record):
+        values = [getattr(r, f.name) for r in records]
+        kind = _RECORD_TYPES[f.name]
+        if f.name == "genome":
+            group[f.name] = np.asarray(values, dtype=np.float64).reshape(n, n_genes)
+        elif f.name == "parents":
+            group[f.name] = np.asarray(values, dtype=np.int64).reshape(n, 2)
+        elif f.name == "metrics":
+            metrics = group.create_group("metrics")
+            for name in sorted({k for r in records for k in r.metrics}):
+                metrics[name] = np.asarray([r.metrics.get(name, math.nan) for r in records], dtype=np.float64)
+        elif kind is str:
+            group.create_dataset(f.name, data=np.asarray(values, dtype=object), dtype=_STR)
+        else:
+            group[f.name] = np.asarray(values, dtype=_SCALARS[kind][0])
+
+
+def _read_records(group: h5py.Group) -> list[Record]:
+    columns = {}
+    for f in fields(Record):
+        kind = _RECORD_TYPES[f.name]
+        if f.name == "genome":
+            columns[f.name] = [[float(g) for g in row] for row in group[f.name][...]]
+        elif f.name == "parents":
+            columns[f.name] = [(int(a), int(b)) for a, b in group[f.name][...]]
+        elif f.name == "metrics":
+            named = {name: group["metrics"][name][...] for name in group["metrics"]}
+            n = len(group["id"])
+            columns[f.name] = [{k: float(v[i]) for k, v in named.items() if not math.isnan(v[i])} for i in range(n)]
+        elif kind is str:
+            columns[f.name] = [str(v) for v in group[f.name].asstr()[...]]
+        else:
+            columns[f.name] = [_SCALARS[kind][1](v) for v in group[f.name][...]]
+    return [Record(**dict(zip(columns, row))) for row in zip(*columns.values())]
+
+
+def stored_ensemble(state: SearchState, info: RunInfo) -> StoredEnsemble:
+    """The ensemble group's content for this state."""
+    return StoredEnsemble(
+        problem=problem_from_dict(info.data["problem"]),
+        sample_shape=tuple(info.data["sample_shape"]),
+        x_dtype=info.data["x_dtype"],
+        val_y=np.asarray(info.val_y),
+        test_y=np.asarray(info.test_y),
+        hall_of_fame=state.hall_of_fame,
+        selection=state.selection,
+    )
 
 
 def save(path: str, state: SearchState, info: RunInfo) -> None:
@@ -79,35 +136,13 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
             rng.attrs["version"] = version
             rng.attrs["gauss_next"] = np.nan if gauss is None else gauss
 
-            ev = f.create_group("evaluations")
-            recs = state.records
-            ev["id"] = np.asarray(_column(recs, "id"), dtype=np.int64)
-            ev["genome"] = np.asarray(_column(recs, "genome"), dtype=np.float64).reshape(len(recs), n_genes)
-            ev["parents"] = np.asarray(_column(recs, "parents"), dtype=np.int64).reshape(len(recs), 2)
-            for name in ("val_accuracy", "val_loss", "test_accuracy", "seconds", "started", "finished"):
-                ev[name] = np.asarray(_column(recs, name), dtype=np.float64)
-            for name in ("epochs_done", "worker"):
-                ev[name] = np.asarray(_column(recs, name), dtype=np.int64)
-            for name in ("status", "message"):
-                ev.create_dataset(name, data=np.asarray(_column(recs, name), dtype=object), dtype=_STR)
-
+            _write_records(f.create_group("evaluations"), state.records, n_genes)
             f["population"] = np.asarray(state.population, dtype=np.int64)
             pend = f.create_group("pending")
             pend["id"] = np.asarray([p.id for p in state.pending], dtype=np.int64)
             pend["genome"] = np.asarray([p.genome for p in state.pending], dtype=np.float64).reshape(len(state.pending), n_genes)
             pend["parents"] = np.asarray([p.parents for p in state.pending], dtype=np.int64).reshape(len(state.pending), 2)
-
-            mem = f.create_group("members")
-            k = len(state.members)
-            mem["id"] = np.asarray([m.id for m in state.members], dtype=np.int64)
-            mem["val_accuracy"] = np.asarray([m.val_accuracy for m in state.members], dtype=np.float64)
-            n_classes = int(info.data["num_classes"])
-            mem["val_probs"] = np.asarray([m.val_probs for m in state.members], dtype=np.float32).reshape(k, len(info.val_labels), n_classes)
-            mem["test_probs"] = np.asarray([m.test_probs for m in state.members], dtype=np.float32).reshape(k, len(info.test_labels), n_classes)
-
-            labels = f.create_group("labels")
-            labels["val"] = np.asarray(info.val_labels, dtype=np.int64)
-            labels["test"] = np.asarray(info.test_labels, dtype=np.int64)
+            write_ensemble(f.create_group(GROUP), stored_ensemble(state, info))
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -130,8 +165,12 @@ def _sync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def load(path: str) -> tuple[SearchState, RunInfo]:
-    """Read a checkpoint written by :func:`save`. Raises :class:`RunDirError` if it is not one."""
+def load(path: str, weights: bool = True) -> tuple[SearchState, RunInfo]:
+    """Read a checkpoint written by :func:`save`. Raises :class:`RunDirError` if it is not one.
+
+    ``weights=False`` leaves the hall of fame's weights on disk (reports and selection need
+    only the predictions).
+    """
     try:
         f = h5py.File(path, "r")
     except (OSError, FileNotFoundError) as exc:
@@ -139,57 +178,35 @@ def load(path: str) -> tuple[SearchState, RunInfo]:
     with f:
         if f.attrs.get("format") != FORMAT:
             raise RunDirError(f"{path}: not an evens checkpoint")
+        version = int(f.attrs["format_version"])
+        if version > FORMAT_VERSION:
+            raise RunDirError(f"{path}: checkpoint format {version} is newer than this evens reads")
+        if version < FORMAT_VERSION:
+            raise RunDirError(f"{path}: checkpoint format {version} is from an older evens (before the hall of fame); start a new run")
         try:
-            if int(f.attrs["format_version"]) > FORMAT_VERSION:
-                raise RunDirError(f"{path}: checkpoint format {f.attrs['format_version']} is newer than this evens reads")
-            return _read(f)
+            return _read(f, weights)
         except (KeyError, ValueError, TypeError, IndexError, OSError) as exc:
             raise RunDirError(f"{path}: damaged checkpoint ({type(exc).__name__}: {exc})") from None
 
 
-def _read(f: h5py.File) -> tuple[SearchState, RunInfo]:
+def _read(f: h5py.File, weights: bool) -> tuple[SearchState, RunInfo]:
     rng = random.Random()
     gauss = float(f["rng"].attrs["gauss_next"])
     rng.setstate((int(f["rng"].attrs["version"]), tuple(int(v) for v in f["rng"][...]), None if np.isnan(gauss) else gauss))
-
-    ev = f["evaluations"]
-    cols = {name: ev[name][...] for name in ev if name not in ("status", "message")}
-    cols["status"] = ev["status"].asstr()[...]
-    cols["message"] = ev["message"].asstr()[...]
-    records = []
-    for i in range(len(cols["id"])):
-        values = {}
-        for fld in fields(Record):
-            v = cols[fld.name][i]
-            if fld.name == "genome":
-                v = [float(g) for g in v]
-            elif fld.name == "parents":
-                v = (int(v[0]), int(v[1]))
-            elif fld.name in ("id", "epochs_done", "worker"):
-                v = int(v)
-            elif fld.name in ("status", "message"):
-                v = str(v)
-            else:
-                v = float(v)
-            values[fld.name] = v
-        records.append(Record(**values))
 
     pend = f["pending"]
     pending = [
         Pending(int(i), [float(g) for g in genome], (int(p[0]), int(p[1])))
         for i, genome, p in zip(pend["id"][...], pend["genome"][...], pend["parents"][...])
     ]
-    mem = f["members"]
-    members = [
-        Member(int(i), float(acc), vp, tp)
-        for i, acc, vp, tp in zip(mem["id"][...], mem["val_accuracy"][...], mem["val_probs"][...], mem["test_probs"][...])
-    ]
+    stored = read_ensemble(f[GROUP], "all" if weights else "none")
     state = SearchState(
         rng=rng,
-        records=records,
+        records=_read_records(f["evaluations"]),
         population=[int(i) for i in f["population"][...]],
         pending=pending,
-        members=members,
+        hall_of_fame=stored.hall_of_fame,
+        selection=stored.selection,
         next_id=int(f.attrs["next_id"]),
         busy_seconds=float(f.attrs["busy_seconds"]),
         capacity_seconds=float(f.attrs["capacity_seconds"]),
@@ -198,8 +215,8 @@ def _read(f: h5py.File) -> tuple[SearchState, RunInfo]:
         config=json.loads(f.attrs["config"]),
         gene_names=json.loads(f.attrs["gene_names"]),
         data=json.loads(f.attrs["data"]),
-        val_labels=f["labels"]["val"][...],
-        test_labels=f["labels"]["test"][...],
+        val_y=stored.val_y,
+        test_y=stored.test_y,
         wall_seconds=float(f.attrs["wall_seconds"]),
         sessions=int(f.attrs["sessions"]),
         version=str(f.attrs["evens_version"]),

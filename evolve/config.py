@@ -51,7 +51,9 @@ class SearchConfig:
 
 @dataclass(frozen=True)
 class EnsembleConfig:
-    size: int = 5
+    size: int = 5  # picks (greedy, with replacement) or members (top_k)
+    candidates: int = 32  # the hall of fame: the best networks kept with their weights
+    method: str = "greedy"  # "greedy" (Caruana's forward selection) or "top_k"
 
 
 @dataclass(frozen=True)
@@ -94,9 +96,10 @@ _BOUNDS = {
     "search.mutation_eta": (0.0, None),
     "search.checkpoint_seconds": (0.0, None),
     "ensemble.size": (1, None),
+    "ensemble.candidates": (1, None),
     "train.threads": (0, None),
 }
-_CHOICES = {"train.device": ("auto", "cpu", "cuda")}
+_CHOICES = {"train.device": ("auto", "cpu", "cuda"), "ensemble.method": ("greedy", "top_k")}
 
 
 def _type_name(t: type) -> str:
@@ -137,6 +140,9 @@ def config_from_dict(raw: dict) -> Config:
         if key not in SECTIONS and key != "space":
             raise ConfigError(f"unknown section '{key}' (known: {', '.join([*SECTIONS, 'space'])})")
     sections = {name: _build_section(name, cls, raw.get(name, {})) for name, cls in SECTIONS.items()}
+    ens = sections["ensemble"]
+    if ens.candidates < ens.size:
+        raise ConfigError(f"ensemble.candidates ({ens.candidates}) must be at least ensemble.size ({ens.size})")
     return Config(space=parse_space(raw.get("space", {})), **sections)
 
 

@@ -5,6 +5,10 @@ and an injected :class:`~evolve.protocol.Transport`, so the same loop runs over
 MPI, in one process in the tests, and under a simulator. Dispatch is dynamic:
 the moment a worker returns a result it gets the next individual, bred from
 the population as it stands then; there are no generations to wait for.
+
+Every result becomes a :class:`Record`. A result good enough for the hall of
+fame arrives whole (predictions and weights) and is kept there; the hall's entry
+bar goes out with every task, so the rest arrive as small headers.
 """
 from __future__ import annotations
 
@@ -15,6 +19,9 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+
+from ensemble.hall_of_fame import HallOfFame, Member
+from ensemble.select import Selection
 
 from .ga import GAParams, Individual, admit, breed_child, random_genome
 from .protocol import Result, Task, Transport
@@ -29,9 +36,8 @@ class Record:
     genome: list[float]
     parents: tuple[int, int]
     status: str  # "ok", "diverged" or "error"
-    val_accuracy: float
-    val_loss: float
-    test_accuracy: float
+    fitness: float  # higher is better (validation accuracy, or -RMSE); -inf unless ok
+    metrics: dict[str, float]  # "val_accuracy", "test_loss", "val_rmse", ...: empty unless ok
     seconds: float  # training time on the worker
     epochs_done: int
     worker: int
@@ -50,29 +56,20 @@ class Pending:
 
 
 @dataclass
-class Member:
-    """A candidate ensemble member: kept with its predictions while it ranks in the best K."""
-
-    id: int
-    val_accuracy: float
-    val_probs: np.ndarray
-    test_probs: np.ndarray
-
-
-@dataclass
 class SearchState:
     rng: random.Random
     records: list[Record] = field(default_factory=list)
     population: list[int] = field(default_factory=list)  # record ids
     pending: list[Pending] = field(default_factory=list)
-    members: list[Member] = field(default_factory=list)  # best first; the ensemble is a prefix
+    hall_of_fame: HallOfFame = field(default_factory=lambda: HallOfFame(32))
+    selection: Selection | None = None  # the ensemble chosen from the hall of fame, as last saved
     next_id: int = 0
     busy_seconds: float = 0.0  # summed over workers: time with a task in hand
     capacity_seconds: float = 0.0  # summed over workers: time in the search loop
 
     @classmethod
-    def fresh(cls, seed: int) -> SearchState:
-        return cls(rng=random.Random(seed))
+    def fresh(cls, seed: int, candidates: int = 32) -> SearchState:
+        return cls(rng=random.Random(seed), hall_of_fame=HallOfFame(candidates))
 
     def by_id(self) -> dict[int, Record]:
         return {r.id: r for r in self.records}
@@ -86,7 +83,7 @@ class SearchState:
 class SearchSettings:
     budget: int  # total evaluations, across resumes
     ga: GAParams
-    ensemble_size: int
+    candidates: int  # hall of fame capacity
     seed: int
     checkpoint_seconds: float = 10.0
 
@@ -94,13 +91,6 @@ class SearchSettings:
 def task_seed(search_seed: int, ident: int) -> int:
     """The torch seed of evaluation ``ident``: fixed by the search seed and the id alone."""
     return int(np.random.SeedSequence([search_seed, ident]).generate_state(1)[0])
-
-
-def keep_best_members(members: list[Member], newcomer: Member, size: int) -> None:
-    """Insert ``newcomer`` and keep the ``size`` best by validation accuracy (earlier id wins ties)."""
-    members.append(newcomer)
-    members.sort(key=lambda m: (-m.val_accuracy, m.id))
-    del members[size:]
 
 
 def run_search(
@@ -122,15 +112,14 @@ def run_search(
     again first when the search resumes.
     """
     records = state.by_id()
-    population = [Individual(records[i].genome, records[i].val_accuracy, i) for i in state.population]
+    population = [Individual(records[i].genome, records[i].fitness, i) for i in state.population]
     seen = {_candidate_key(space, r.genome) for r in state.records}
     redo = deque(state.pending)
     state.pending = []
     idle = deque(transport.workers)
-    inflight: dict[int, tuple[Pending, float, float]] = {}  # worker -> (individual, dispatched (clock), (wall))
-    # Members' predictions are never dropped for a smaller ensemble.size on resume: the
-    # ensemble is the best ensemble_size of them, and a later resume may ask for more again.
-    pool_size = max(settings.ensemble_size, len(state.members))
+    inflight: dict[int, tuple[Pending, Task, float, float]] = {}  # worker -> (individual, task, dispatched (clock), (wall))
+    hall = state.hall_of_fame
+    hall.grow(settings.candidates)  # a resume may ask for more candidates; members kept are never dropped
     loop_start, capacity_before = clock(), state.capacity_seconds
     last_checkpoint = clock()
 
@@ -139,7 +128,7 @@ def run_search(
 
     def outstanding() -> list[Pending]:
         """Sent out but not back, then not yet re-sent: what a resume must redo first."""
-        return [p for p, _, _ in inflight.values()] + list(redo)
+        return [p for p, _, _, _ in inflight.values()] + list(redo)
 
     def propose() -> Pending:
         if redo:
@@ -161,8 +150,9 @@ def run_search(
             seen.add(_candidate_key(space, individual.genome))
             network, training = space.candidate(individual.genome)
             worker = idle.popleft()
-            transport.send(worker, Task.build(individual.id, network, training, task_seed(settings.seed, individual.id)))
-            inflight[worker] = (individual, clock(), wall_clock())
+            task = Task.build(individual.id, network, training, task_seed(settings.seed, individual.id), hall.entry_bar())
+            transport.send(worker, task)
+            inflight[worker] = (individual, task, clock(), wall_clock())
         if not inflight or stopped:
             break  # the caller writes the final checkpoint
         if checkpoint is not None and unsaved and clock() - last_checkpoint >= settings.checkpoint_seconds:
@@ -176,21 +166,22 @@ def run_search(
         if got is None:
             continue
         worker, result = got
-        individual, dispatched, started = inflight.pop(worker)
+        individual, task, dispatched, started = inflight.pop(worker)
         idle.append(worker)
         state.busy_seconds += clock() - dispatched
         record = _record(individual, result, worker, started, wall_clock())
         state.records.append(record)
+        ev = result.evaluation
         if record.status == "ok":
             _admit(state, population, record, settings.ga.population)
-            ev = result.evaluation
-            keep_best_members(state.members, Member(record.id, record.val_accuracy, ev.val_probs, ev.test_probs), pool_size)
+            if ev.has_payload:
+                hall.offer(Member(record.id, record.fitness, task.network, task.training, ev.val_pred, ev.test_pred, ev.weights or {}))
         unsaved = True
         if on_result is not None:
             on_result(record, state)
 
     now = clock()
-    state.busy_seconds += sum(now - dispatched for _, dispatched, _ in inflight.values())
+    state.busy_seconds += sum(now - dispatched for _, _, dispatched, _ in inflight.values())
     state.pending = outstanding()
     account()
     return not stopped
@@ -202,7 +193,7 @@ def _candidate_key(space: SearchSpace, genome) -> tuple:
 
 
 def _admit(state: SearchState, population: list[Individual], record: Record, capacity: int) -> None:
-    admit(population, Individual(record.genome, record.val_accuracy, record.id), capacity)
+    admit(population, Individual(record.genome, record.fitness, record.id), capacity)
     state.population = [ind.ident for ind in population]
 
 
@@ -213,9 +204,8 @@ def _record(individual: Pending, result: Result, worker: int, started: float, fi
         genome=list(individual.genome),
         parents=tuple(individual.parents),
         status=ev.status,
-        val_accuracy=float(ev.val_accuracy),
-        val_loss=float(ev.val_loss),
-        test_accuracy=float(ev.test_accuracy),
+        fitness=float(ev.fitness),
+        metrics={k: float(v) for k, v in ev.metrics.items()},
         seconds=float(ev.seconds),
         epochs_done=int(ev.epochs_done),
         worker=worker,

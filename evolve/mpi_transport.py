@@ -1,35 +1,54 @@
 """The master/worker protocol over MPI.
 
 A task is a small pickled dict sent with ``send``. A result is a small pickled
-header followed, for a successful evaluation, by the validation and test class
-probabilities as raw float32 buffers (``Send``/``Recv``, never pickled). The
-master learns that a result is waiting with ``Iprobe`` and a short, growing
-sleep, so it stays responsive to signals and uses almost no CPU; each worker
-simply blocks on its next message.
+header (status, fitness, metrics, times: a few hundred bytes); only a network
+that may enter the hall of fame follows it with its payload, predictions and
+weights packed into one aligned byte buffer and sent with a single buffer-based
+``Send`` (never pickled). The master learns that a result is waiting with
+``Iprobe`` and a short, growing sleep, so it stays responsive to signals and uses
+almost no CPU; each worker simply blocks on its next message.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, fields
+from dataclasses import asdict
 
 import numpy as np
 from mpi4py import MPI
 
+from data_bcast.layout import pack_arrays, packed_size, unpack_arrays
 from ensemble.results import Evaluation
 
 from .protocol import Result, Task
 
-TAG_TASK, TAG_STOP, TAG_RESULT, TAG_VAL, TAG_TEST = 11, 12, 13, 14, 15
-_ARRAYS = ("val_probs", "test_probs")
+TAG_TASK, TAG_STOP, TAG_RESULT, TAG_PAYLOAD = 11, 12, 13, 14
+
+
+def send_arrays(comm: MPI.Comm, header: dict, arrays: dict[str, np.ndarray], dest: int, tag: int, payload_tag: int) -> None:
+    """Send a small header (pickled) and, if there are any, named arrays as one raw buffer."""
+    specs, buffer = pack_arrays(arrays) if arrays else (None, None)
+    comm.send({**header, "arrays": specs}, dest=dest, tag=tag)
+    if specs:
+        comm.Send([buffer, MPI.BYTE], dest=dest, tag=payload_tag)
+
+
+def recv_arrays(comm: MPI.Comm, source: int, tag: int, payload_tag: int) -> tuple[dict, dict[str, np.ndarray]]:
+    """Receive what :func:`send_arrays` sent: (header, arrays); the arrays share one buffer."""
+    header = comm.recv(source=source, tag=tag)
+    specs = header.pop("arrays")
+    if not specs:
+        return header, {}
+    buffer = np.empty(packed_size(specs), dtype=np.uint8)
+    comm.Recv([buffer, MPI.BYTE], source=source, tag=payload_tag)
+    return header, unpack_arrays(specs, buffer)
 
 
 class MPIMasterTransport:
     """Rank ``master`` of ``comm`` talks to every other rank as a worker."""
 
-    def __init__(self, comm: MPI.Comm, val_shape: tuple[int, int], test_shape: tuple[int, int], master: int = 0):
+    def __init__(self, comm: MPI.Comm, master: int = 0):
         self.comm = comm
         self.workers = [r for r in range(comm.size) if r != master]
-        self._shapes = (tuple(val_shape), tuple(test_shape))
 
     def send(self, worker: int, task: Task) -> None:
         self.comm.send(asdict(task), dest=worker, tag=TAG_TASK)
@@ -44,17 +63,9 @@ class MPIMasterTransport:
             time.sleep(nap)
             nap = min(nap * 2, 0.01)
         worker = status.Get_source()
-        header = self.comm.recv(source=worker, tag=TAG_RESULT)
-        val = np.empty(self._shapes[0], dtype=np.float32)
-        test = np.empty(self._shapes[1], dtype=np.float32)
-        if header.pop("has_probs"):
-            self.comm.Recv(val, source=worker, tag=TAG_VAL)
-            self.comm.Recv(test, source=worker, tag=TAG_TEST)
-        else:
-            val.fill(np.nan)
-            test.fill(np.nan)
+        header, payload = recv_arrays(self.comm, worker, TAG_RESULT, TAG_PAYLOAD)
         task_id = header.pop("task_id")
-        return worker, Result(task_id, Evaluation(val_probs=val, test_probs=test, **header))
+        return worker, Result(task_id, Evaluation.from_parts(header, payload))
 
     def stop(self) -> None:
         requests = [self.comm.isend(None, dest=w, tag=TAG_STOP) for w in self.workers]
@@ -77,12 +88,8 @@ class MPIWorkerChannel:
 
     def send_result(self, result: Result) -> None:
         ev = result.evaluation
-        header = {f.name: getattr(ev, f.name) for f in fields(ev) if f.name not in _ARRAYS}
-        has_probs = ev.status == "ok"
-        self.comm.send({"task_id": result.task_id, "has_probs": has_probs, **header}, dest=self.master, tag=TAG_RESULT)
-        if has_probs:
-            self.comm.Send(np.ascontiguousarray(ev.val_probs, dtype=np.float32), dest=self.master, tag=TAG_VAL)
-            self.comm.Send(np.ascontiguousarray(ev.test_probs, dtype=np.float32), dest=self.master, tag=TAG_TEST)
+        header = {"task_id": result.task_id, **ev.header()}
+        send_arrays(self.comm, header, ev.payload(), self.master, TAG_RESULT, TAG_PAYLOAD)
 
 
 def world() -> MPI.Comm:

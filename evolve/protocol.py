@@ -7,29 +7,30 @@ implements it in one process, for tests and single-rank runs.
 """
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Callable, Protocol
 
-import numpy as np
-
-from ensemble.results import Evaluation
+from ensemble.hall_of_fame import OPEN
+from ensemble.results import Evaluation, failed_evaluation
 from ensemble.specs import NetworkSpec, TrainSpec
 
 
 @dataclass(frozen=True)
 class Task:
-    """One network to train: its settings as plain values, and the seed for its weights and batches."""
+    """One network to train: its settings as plain values, the seed for its weights and batches,
+    and the hall of fame's entry bar (see :func:`ensemble.hall_of_fame.clears`): a result that does
+    not clear it comes back without its payload."""
 
     id: int
     network: dict
     training: dict
     seed: int
+    entry_bar: tuple[float, int] = OPEN
 
     @classmethod
-    def build(cls, ident: int, network: NetworkSpec, training: TrainSpec, seed: int) -> Task:
-        return cls(ident, asdict(network), asdict(training), seed)
+    def build(cls, ident: int, network: NetworkSpec, training: TrainSpec, seed: int, entry_bar: tuple[float, int] = OPEN) -> Task:
+        return cls(ident, asdict(network), asdict(training), seed, tuple(entry_bar))
 
     def specs(self) -> tuple[NetworkSpec, TrainSpec]:
         return NetworkSpec(**self.network), TrainSpec(**self.training)
@@ -56,36 +57,20 @@ class Transport(Protocol):
         """Tell every worker there is no more work."""
 
 
-def failed_evaluation(message: str, val_shape: tuple[int, int], test_shape: tuple[int, int], seconds: float = 0.0) -> Evaluation:
-    """The record of an evaluation that raised: no predictions, worst possible scores."""
-    return Evaluation(
-        status="error",
-        val_accuracy=0.0,
-        val_loss=math.inf,
-        test_accuracy=0.0,
-        seconds=seconds,
-        epochs_done=0,
-        val_probs=np.full(val_shape, np.nan, dtype=np.float32),
-        test_probs=np.full(test_shape, np.nan, dtype=np.float32),
-        message=message,
-    )
-
-
-def evaluate_safely(evaluate: Callable[[Task], Evaluation], task: Task, val_shape, test_shape) -> Evaluation:
+def evaluate_safely(evaluate: Callable[[Task], Evaluation], task: Task) -> Evaluation:
     """Run ``evaluate``; an exception becomes an ``"error"`` evaluation instead of killing the worker."""
     try:
         return evaluate(task)
     except Exception as exc:  # a bad network must not end the search
-        return failed_evaluation(f"{type(exc).__name__}: {exc}".splitlines()[0][:500], val_shape, test_shape)
+        return failed_evaluation(f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
 
 
 class InProcessTransport:
     """Workers that are plain function calls in this process, run one task at a time in send order."""
 
-    def __init__(self, evaluate: Callable[[Task], Evaluation], workers: int, val_shape, test_shape):
+    def __init__(self, evaluate: Callable[[Task], Evaluation], workers: int):
         self.workers = list(range(1, workers + 1))
         self._evaluate = evaluate
-        self._shapes = (tuple(val_shape), tuple(test_shape))
         self._queue: deque[tuple[int, Task]] = deque()
         self.stopped = False
 
@@ -96,7 +81,7 @@ class InProcessTransport:
         if not self._queue:
             return None
         worker, task = self._queue.popleft()
-        return worker, Result(task.id, evaluate_safely(self._evaluate, task, *self._shapes))
+        return worker, Result(task.id, evaluate_safely(self._evaluate, task))
 
     def stop(self) -> None:
         self.stopped = True

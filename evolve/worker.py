@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol
 
+from ensemble.hall_of_fame import clears
 from ensemble.results import Evaluation
 from ensemble.train import DeviceData, train_and_evaluate
 
@@ -22,15 +23,15 @@ def trainer_for(data: DeviceData) -> Callable[[Task], Evaluation]:
 
     def evaluate(task: Task) -> Evaluation:
         network, training = task.specs()
-        return train_and_evaluate(network, training, data, task.seed)
+        return train_and_evaluate(network, training, data, task.seed, keep=lambda fitness: clears(fitness, task.id, task.entry_bar))
 
     return evaluate
 
 
-def serve(channel: WorkerChannel, evaluate: Callable[[Task], Evaluation], val_shape, test_shape) -> int:
+def serve(channel: WorkerChannel, evaluate: Callable[[Task], Evaluation]) -> int:
     """Evaluate tasks until the master says stop; returns how many were done."""
     done = 0
     while (task := channel.next_task()) is not None:
-        channel.send_result(Result(task.id, evaluate_safely(evaluate, task, val_shape, test_shape)))
+        channel.send_result(Result(task.id, evaluate_safely(evaluate, task)))
         done += 1
     return done

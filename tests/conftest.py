@@ -40,6 +40,18 @@ def write_blobs(path, sample_shape=(1, 8, 8), n=(120, 40, 40), classes=3, splits
     return str(path)
 
 
+def write_regression(path, features=8, n=(120, 40, 40), targets=(), seed=0):
+    """y = 50 + 20 * (a fixed linear function of x) + noise, of shape (N,) + targets."""
+    rng = np.random.default_rng(seed)
+    total = sum(n)
+    x = rng.normal(size=(total, features)).astype(np.float32)
+    coef = rng.normal(size=(features, int(np.prod(targets or (1,)))))
+    y = (50.0 + 20.0 * x @ coef + rng.normal(scale=2.0, size=(total, coef.shape[1]))).astype(np.float32).reshape((total,) + targets)
+    bounds = np.cumsum((0,) + tuple(n))
+    write_dataset(str(path), {s: (x[a:b], y[a:b]) for s, a, b in zip(("train", "val", "test"), bounds, bounds[1:])})
+    return str(path)
+
+
 @pytest.fixture
 def image_file(tmp_path):
     return write_blobs(tmp_path / "images.h5")

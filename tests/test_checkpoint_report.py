@@ -4,44 +4,42 @@ import h5py
 import numpy as np
 import pytest
 
-from simulate import TEST_SHAPE, VAL_SHAPE, landscape
-from ensemble.combine import accuracy, average_probabilities
+from simulate import PROBLEM, TEST_Y, VAL_Y, landscape
+from ensemble.combine import combine, ensemble_prediction
 from evolve import checkpoint
+from evolve.app.report import format_summary, summarize
+from evolve.app.rundir import check_new_run_dir, claim_default_run_dir, claim_run_dir, release_run_dir
+from evolve.app.selection import select_for_run
 from evolve.checkpoint import RunInfo
 from evolve.config import config_from_dict
 from evolve.errors import RunDirError
 from evolve.ga import GAParams
 from evolve.master import SearchSettings, SearchState, run_search
 from evolve.protocol import InProcessTransport
-from evolve.app.report import format_summary, summarize
-from evolve.app.rundir import check_new_run_dir, claim_default_run_dir, claim_run_dir, release_run_dir
 from evolve.space import GENE_NAMES
 
 
-def finished_run(budget=12, k=3, fail_every=0):
+def finished_run(budget=12, k=3, fail_every=0, candidates=6):
     def evaluate(task):
         if fail_every and task.id % fail_every == 0:
             raise ValueError("boom")
-        ev = landscape(task)
-        rng = np.random.default_rng(task.id)
-        ev.val_probs = rng.dirichlet(np.ones(2), VAL_SHAPE[0]).astype(np.float32)
-        ev.test_probs = rng.dirichlet(np.ones(2), TEST_SHAPE[0]).astype(np.float32)
-        return ev
+        return landscape(task)
 
-    config = config_from_dict({"search": {"evaluations": budget}, "ensemble": {"size": k}})
-    state = SearchState.fresh(0)
+    config = config_from_dict({"search": {"evaluations": budget}, "ensemble": {"size": k, "candidates": candidates}})
+    state = SearchState.fresh(0, candidates)
     space = config.space.for_sample_shape((1, 8, 8))
-    settings = SearchSettings(budget, GAParams(population=4), k, 0)
-    run_search(state, InProcessTransport(evaluate, 2, VAL_SHAPE, TEST_SHAPE), space, settings)
+    settings = SearchSettings(budget, GAParams(population=4), candidates, 0)
+    run_search(state, InProcessTransport(evaluate, 2), space, settings)
     info = RunInfo(
         config=config.to_dict(),
         gene_names=list(GENE_NAMES),
-        data={"num_classes": 2, "sample_shape": [1, 8, 8], "sizes": {"train": 10, "val": 4, "test": 6}},
-        val_labels=np.array([0, 1, 1, 0]),
-        test_labels=np.array([1, 0, 1, 1, 0, 0]),
+        data={"problem": PROBLEM.to_dict(), "sample_shape": [1, 8, 8], "x_dtype": "float32", "sizes": {"train": 10, "val": 4, "test": 6}},
+        val_y=VAL_Y,
+        test_y=TEST_Y,
         wall_seconds=3.5,
         sessions=1,
     )
+    state.selection = select_for_run(state.hall_of_fame, info)
     return state, info
 
 
@@ -50,15 +48,22 @@ def test_round_trip_keeps_everything(tmp_path):
     path = str(tmp_path / "c.h5")
     checkpoint.save(path, state, info)
     loaded, linfo = checkpoint.load(path)
-    assert loaded.records == state.records  # status, messages, genomes, times: all of it
+    assert loaded.records == state.records  # status, metrics, messages, genomes, times: all of it
+    assert any(r.status == "error" and r.metrics == {} for r in loaded.records)
     assert loaded.population == state.population and loaded.next_id == state.next_id
     assert loaded.rng.getstate() == state.rng.getstate()
     assert loaded.rng.random() == state.rng.random()
-    assert [m.id for m in loaded.members] == [m.id for m in state.members]
-    for a, b in zip(loaded.members, state.members):
-        np.testing.assert_array_equal(a.test_probs, b.test_probs)
-    assert linfo.config == info.config and linfo.wall_seconds == 3.5
-    np.testing.assert_array_equal(linfo.test_labels, info.test_labels)
+    assert loaded.hall_of_fame.ids == state.hall_of_fame.ids and loaded.hall_of_fame.capacity == 6
+    for a, b in zip(loaded.hall_of_fame, state.hall_of_fame):
+        assert (a.fitness, a.network, a.training) == (b.fitness, b.network, b.training)
+        np.testing.assert_array_equal(a.test_pred, b.test_pred)
+        assert a.weights.keys() == b.weights.keys()
+        for name in a.weights:  # weights come back exactly, dtype and all
+            assert a.weights[name].dtype == b.weights[name].dtype
+            np.testing.assert_array_equal(a.weights[name], b.weights[name])
+    assert loaded.selection == state.selection is not None
+    assert linfo.config == info.config and linfo.wall_seconds == 3.5 and linfo.data == info.data
+    np.testing.assert_array_equal(linfo.test_y, info.test_y)
     assert os.listdir(tmp_path) == ["c.h5"]  # no temporary file left behind
 
 
@@ -82,6 +87,18 @@ def test_checkpoint_holds_only_plain_data(tmp_path):
     assert "f" in kinds
 
 
+def test_a_checkpoint_read_without_weights_cannot_be_written_back(tmp_path):
+    state, info = finished_run()
+    path = str(tmp_path / "c.h5")
+    checkpoint.save(path, state, info)
+    light, linfo = checkpoint.load(path, weights=False)
+    assert all(m.weights is None for m in light.hall_of_fame)
+    with pytest.raises(ValueError, match="would lose the weights"):
+        checkpoint.save(path, light, linfo)
+    full, _ = checkpoint.load(path)
+    assert all(m.weights for m in full.hall_of_fame)  # the failed write left the file as it was
+
+
 def test_not_a_checkpoint(tmp_path):
     other = tmp_path / "x.h5"
     with h5py.File(other, "w") as f:
@@ -94,26 +111,32 @@ def test_not_a_checkpoint(tmp_path):
         checkpoint.load(str(junk))
 
 
-def test_summary_ensemble_is_the_mean_of_its_members():
+def test_summary_ensemble_is_the_weighted_mean_of_its_members():
     state, info = finished_run(k=3)
     s = summarize(state, info, "somewhere")
-    members = {m.id: m for m in state.members}
-    assert s["ensemble"]["members"] == [m.id for m in state.members] and len(members) == 3
-    mean = average_probabilities(np.stack([members[i].test_probs for i in s["ensemble"]["members"]]))
-    assert s["ensemble"]["test_accuracy"] == accuracy(mean, info.test_labels)
-    best = max(state.records, key=lambda r: (r.val_accuracy, -r.id))
-    assert s["best"]["id"] == best.id and s["best"]["test_accuracy"] == best.test_accuracy
-    assert s["evaluations"] == 12 and s["wall_seconds"] == 3.5
+    e = s["ensemble"]
+    sel = state.selection
+    assert e["members"] == sel.ids and e["weights"] == sel.weights and e["method"] == "greedy" and e["size"] == 3
+    members = [state.hall_of_fame.by_id(i) for i in e["members"]]
+    mean = sum(w * m.test_pred.astype(np.float64) for w, m in zip(e["weights"], members))
+    assert e["test_accuracy"] == PROBLEM.scores(mean, TEST_Y)["accuracy"]
+    out = combine(PROBLEM, [m.test_pred for m in members], e["weights"], len(TEST_Y))
+    assert e["test_accuracy"] == PROBLEM.scores(ensemble_prediction(PROBLEM, out), TEST_Y)["accuracy"]
+    assert e["curve"]["path"] == list(sel.path) and len(e["curve"]["val"]) == 3
+    best = max(state.records, key=lambda r: (r.fitness, -r.id))
+    assert s["best"]["id"] == best.id and s["best"]["test_accuracy"] == best.metrics["test_accuracy"]
+    assert s["evaluations"] == 12 and s["wall_seconds"] == 3.5 and s["problem"] == "classification"
     assert set(s["best"]["genome"]) == set(GENE_NAMES)
     text = format_summary(s)
-    assert f"best network #{best.id}" in text and "ensemble of 3" in text
+    assert f"best network #{best.id}" in text and "ensemble (greedy" in text and "ensemble curve" in text
 
 
-def test_summary_uses_the_configured_ensemble_size():
+def test_summary_uses_the_configured_ensemble():
     state, info = finished_run(k=4)
-    info.config["ensemble"]["size"] = 2
-    s = summarize(state, info)
-    assert s["ensemble"]["members"] == [m.id for m in state.members[:2]] and s["ensemble"]["size"] == 2
+    info.config["ensemble"].update(size=2, method="top_k")
+    state.selection = select_for_run(state.hall_of_fame, info)
+    e = summarize(state, info)["ensemble"]
+    assert e["members"] == state.hall_of_fame.ids[:2] and e["method"] == "top_k" and e["weights"] == [0.5, 0.5]
 
 
 def test_claiming_run_directories(tmp_path):

@@ -8,7 +8,7 @@ import time
 import h5py
 import pytest
 
-from conftest import ROOT, evens_cmd, launch, launch_python, mpiexec, write_blobs
+from conftest import ROOT, evens_cmd, launch, launch_python, mpiexec, write_blobs, write_regression
 
 pytestmark = pytest.mark.e2e
 
@@ -49,14 +49,17 @@ def test_run_report_and_resume(tmp_path, small_config):
     out = str(tmp_path / "run")
     proc = launch_python(3, "prog_run_spied.py", "run", small_config, "--out", out, *SMALL, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "best network" in proc.stdout and "ensemble of 3" in proc.stdout
+    assert "best network" in proc.stdout and "ensemble (greedy, " in proc.stdout and "ensemble curve" in proc.stdout
     spied = json.loads(proc.stdout.strip().splitlines()[-1])
     assert spied == {"worker_opens": [[], []], "codes": [0, 0, 0]}
 
     first = report(out)
     assert first["evaluations"] == 6 and first["sessions"] == 1
     assert set(first["best"]) >= {"val_accuracy", "test_accuracy"}
-    assert len(first["ensemble"]["members"]) == 3 and 0 <= first["ensemble"]["test_accuracy"] <= 1
+    ens = first["ensemble"]
+    assert 1 <= len(ens["members"]) <= ens["picks"] <= 3 and 0 <= ens["test_accuracy"] <= 1
+    assert ens["val_accuracy"] >= first["best"]["val_accuracy"]  # greedy never does worse on validation
+    assert len(first["hall_of_fame"]["ids"]) == 6  # room for 32: every network so far is kept
     assert 0 < first["worker_utilization"] <= 1 and first["wall_seconds"] > 0
     with open(os.path.join(out, "summary.json")) as f:
         assert json.load(f)["evaluations"] == 6
@@ -67,6 +70,25 @@ def test_run_report_and_resume(tmp_path, small_config):
     assert second["evaluations"] == 9 and second["sessions"] == 2
     assert second["wall_seconds"] > first["wall_seconds"]
     assert second["best"]["val_accuracy"] >= first["best"]["val_accuracy"]
+
+
+def test_regression_run_end_to_end(tmp_path):
+    data = write_regression(tmp_path / "reg.h5", targets=(2,))
+    cfg = tmp_path / "reg.toml"
+    cfg.write_text(f'[data]\npath = "{data}"\n')
+    out = str(tmp_path / "reg")
+    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out, "--set", "search.evaluations=6",
+                                    "--set", "space.family=['mlp']", "--set", "space.epochs={low = 5, high = 10}", *SMALL[2:]],
+                  timeout=180, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "val rmse" in proc.stdout and "member std" in proc.stdout
+    s = report(out)
+    assert s["problem"] == "regression" and s["metric"] == "rmse"
+    for part in (s["best"], s["ensemble"]):
+        assert {"val_rmse", "test_rmse", "val_r2", "test_r2"} <= set(part) and "test_accuracy" not in part
+        assert part["test_rmse"] > 0 and part["test_r2"] <= 1
+    assert s["ensemble"]["val_rmse"] <= s["best"]["val_rmse"]  # greedy never does worse on validation
+    assert s["ensemble"]["test_uncertainty"]["std"] >= 0 and s["data"]["problem"]["target_shape"] == [2]
 
 
 def test_single_process_run_trains_in_process(tmp_path, small_config):

@@ -2,8 +2,8 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import blobs, write_blobs
-from data_bcast.convert import npz_to_h5
+from conftest import blobs, write_blobs, write_regression
+from data_bcast.convert import npz_to_h5, write_diabetes
 from data_bcast.h5file import DataError, inspect_file, load_dataset, write_dataset
 
 
@@ -45,7 +45,8 @@ def test_uint8_is_kept_as_uint8(tmp_path):
         (lambda f: f.__delitem__("train"), "no group 'train'"),
         (lambda f: f["train"].__delitem__("y"), "has no dataset 'y'"),
         (lambda f: (f["val"].__delitem__("y"), f["val"].create_dataset("y", data=np.zeros(3, np.int64))), "val/y has shape"),
-        (lambda f: (f["test"].__delitem__("y"), f["test"].create_dataset("y", data=np.zeros(40, np.float32))), "integer class labels"),
+        (lambda f: (f["test"].__delitem__("y"), f["test"].create_dataset("y", data=np.zeros(40, np.float32))), "test/y holds float regression targets but train/y holds integer class labels"),
+        (lambda f: (f["test"].__delitem__("y"), f["test"].create_dataset("y", data=np.zeros(40, bool))), "integer class labels or float regression targets"),
         (lambda f: (f["test"].__delitem__("x"), f["test"].create_dataset("x", data=np.zeros((40, 1, 4, 4), np.float32))), "samples have shape"),
         (lambda f: (f["train"].__delitem__("x"), f["train"].create_dataset("x", data=np.zeros((120, 2, 2, 2, 2), np.float32))), "expected (N, F)"),
         (lambda f: (f["train"].__delitem__("x"), f["train"].create_dataset("x", data=np.zeros((120, 64), np.int32))), "float32 or uint8"),
@@ -135,3 +136,34 @@ def test_npz_without_train_keys(tmp_path):
     np.savez(tmp_path / "d.npz", features=np.zeros((3, 2)))
     with pytest.raises(DataError, match="need x_train and y_train"):
         npz_to_h5(str(tmp_path / "d.npz"), str(tmp_path / "d.h5"))
+
+
+@pytest.mark.parametrize("targets", [(), (3,)])
+def test_float_targets_make_a_regression_plan(tmp_path, targets):
+    path = write_regression(tmp_path / "r.h5", targets=targets)
+    plan, arrays = load_dataset(path)
+    assert plan.kind == "regression" and plan.target_shape == targets and plan.num_classes == 0
+    assert arrays["train/y"].dtype == np.float32 and arrays["val/y"].shape == (40,) + targets
+
+
+def test_regression_holdout_and_bad_targets(tmp_path):
+    path = write_regression(tmp_path / "r.h5", n=(100,))  # a train split only
+    plan, arrays = load_dataset(path, val_fraction=0.2, test_fraction=0.1)
+    assert plan.sources["val"] == "holdout" and arrays["val/y"].shape == (20,) and arrays["train/y"].shape == (70,)
+    with h5py.File(path, "a") as f:
+        f["train"]["y"][4] = np.inf
+    with pytest.raises(DataError, match="train/y holds NaN or infinite"):
+        inspect_file(path)
+    with h5py.File(path, "a") as f:
+        del f["train"]["y"]
+        f["train"]["y"] = np.zeros((100, 2, 2), np.float32)
+    with pytest.raises(DataError, match=r"expected \(100,\) or \(100, T\)"):
+        inspect_file(path)
+
+
+def test_diabetes_demo_set_is_a_regression_set(tmp_path):
+    counts = write_diabetes(str(tmp_path / "d.h5"))
+    assert counts == {"test": 88, "val": 88, "train": 266}
+    plan, arrays = load_dataset(str(tmp_path / "d.h5"))
+    assert plan.kind == "regression" and plan.sample_shape == (10,)
+    assert 25 <= arrays["test/y"].min() and arrays["test/y"].max() <= 346

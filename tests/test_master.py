@@ -3,7 +3,8 @@ import statistics
 import numpy as np
 import pytest
 
-from simulate import TEST_SHAPE, VAL_SHAPE, SimulatedTransport, VirtualClock, landscape
+from simulate import PROBLEM, TEST_Y, VAL_Y, SimulatedTransport, VirtualClock, landscape
+from ensemble.hall_of_fame import HallOfFame, Member
 from evolve import checkpoint
 from evolve.checkpoint import RunInfo
 from evolve.ga import GAParams
@@ -15,25 +16,29 @@ SPACE = parse_space({}).for_sample_shape((1, 8, 8))
 
 
 def settings(budget, population=6, k=3):
-    return SearchSettings(budget=budget, ga=GAParams(population=population), ensemble_size=k, seed=0, checkpoint_seconds=0)
+    return SearchSettings(budget=budget, ga=GAParams(population=population), candidates=k, seed=0, checkpoint_seconds=0)
+
+
+def in_process(workers, evaluate=landscape):
+    return InProcessTransport(evaluate, workers)
 
 
 def test_budget_ids_population_and_members():
-    state = SearchState.fresh(0)
-    transport = InProcessTransport(landscape, 3, VAL_SHAPE, TEST_SHAPE)
+    state = SearchState.fresh(0, candidates=3)
+    transport = in_process(3, landscape)
     assert run_search(state, transport, SPACE, settings(25))
     assert len(state.records) == 25 and state.pending == []
     assert sorted(r.id for r in state.records) == list(range(25))
     assert len(state.population) == 6
-    best3 = sorted(state.records, key=lambda r: (-r.val_accuracy, r.id))[:3]
-    assert [m.id for m in state.members] == [r.id for r in best3]
-    pop_scores = sorted(r.val_accuracy for r in state.records if r.id in state.population)
-    assert pop_scores == sorted(r.val_accuracy for r in state.records)[-6:]  # steady state keeps the best
+    best3 = sorted(state.records, key=lambda r: (-r.fitness, r.id))[:3]
+    assert state.hall_of_fame.ids == [r.id for r in best3]
+    pop_scores = sorted(r.fitness for r in state.records if r.id in state.population)
+    assert pop_scores == sorted(r.fitness for r in state.records)[-6:]  # steady state keeps the best
 
 
 def test_children_come_from_the_population_after_the_random_start():
     state = SearchState.fresh(1)
-    run_search(state, InProcessTransport(landscape, 2, VAL_SHAPE, TEST_SHAPE), SPACE, settings(30))
+    run_search(state, in_process(2, landscape), SPACE, settings(30))
     random_start = [r for r in state.records if r.parents == (-1, -1)]
     bred = [r for r in state.records if r.parents != (-1, -1)]
     assert 6 <= len(random_start) <= 8 and len(bred) >= 20
@@ -45,9 +50,9 @@ def test_evolution_beats_its_random_start():
     means = []
     for seed in range(3):
         state = SearchState.fresh(seed)
-        run_search(state, InProcessTransport(landscape, 4, VAL_SHAPE, TEST_SHAPE), SPACE, settings(80, population=10))
-        first = [r.val_accuracy for r in state.records[:10]]
-        last = [r.val_accuracy for r in state.records[-20:]]
+        run_search(state, in_process(4, landscape), SPACE, settings(80, population=10))
+        first = [r.fitness for r in state.records[:10]]
+        last = [r.fitness for r in state.records[-20:]]
         means.append(statistics.mean(last) - statistics.mean(first))
     assert min(means) > 0
 
@@ -56,7 +61,7 @@ def test_same_seed_same_search():
     runs = []
     for _ in range(2):
         state = SearchState.fresh(5)
-        run_search(state, InProcessTransport(landscape, 3, VAL_SHAPE, TEST_SHAPE), SPACE, settings(15))
+        run_search(state, in_process(3, landscape), SPACE, settings(15))
         runs.append([r.genome for r in state.records])
     assert runs[0] == runs[1]
 
@@ -84,12 +89,12 @@ def test_a_failing_evaluation_is_recorded_and_the_search_goes_on():
         return landscape(task)
 
     state = SearchState.fresh(0)
-    assert run_search(state, InProcessTransport(flaky, 2, VAL_SHAPE, TEST_SHAPE), SPACE, settings(20))
+    assert run_search(state, in_process(2, flaky), SPACE, settings(20))
     errors = [r for r in state.records if r.status == "error"]
     assert len(state.records) == 20 and len(errors) == 5
     assert all("CUDA out of memory" in r.message for r in errors)
     assert not set(state.population) & {r.id for r in errors}
-    assert not {m.id for m in state.members} & {r.id for r in errors}
+    assert not set(state.hall_of_fame.ids) & {r.id for r in errors}
 
 
 def test_stop_checkpoint_resume_continues_the_count(tmp_path):
@@ -102,7 +107,8 @@ def test_stop_checkpoint_resume_continues_the_count(tmp_path):
     assert not finished and len(state.records) == 7 and len(state.pending) == 2  # the other two workers were busy
     assert saved, "the loop wrote checkpoints while it ran"
 
-    info = RunInfo({"search": {"evaluations": 12}}, list(GENE_NAMES), {"num_classes": 2}, np.zeros(4, np.int64), np.zeros(6, np.int64))
+    data = {"problem": PROBLEM.to_dict(), "sample_shape": [1, 8, 8], "x_dtype": "float32"}
+    info = RunInfo({"search": {"evaluations": 12}}, list(GENE_NAMES), data, VAL_Y, TEST_Y)
     path = str(tmp_path / "checkpoint.h5")
     checkpoint.save(path, state, info)
     resumed, _ = checkpoint.load(path)
@@ -118,25 +124,51 @@ def test_stop_checkpoint_resume_continues_the_count(tmp_path):
 
 def test_nothing_to_do_when_the_budget_is_already_spent():
     state = SearchState.fresh(0)
-    run_search(state, InProcessTransport(landscape, 2, VAL_SHAPE, TEST_SHAPE), SPACE, settings(5))
+    run_search(state, in_process(2, landscape), SPACE, settings(5))
     clock = VirtualClock()
     transport = SimulatedTransport({1: 1.0, 2: 1.0}, clock=clock)
     assert run_search(state, transport, SPACE, settings(3), clock=clock)
     assert len(state.records) == 5 and transport.sends == []
 
 
-def test_a_smaller_ensemble_on_resume_keeps_the_members_for_later():
-    state = SearchState.fresh(0)
-    run_search(state, InProcessTransport(landscape, 2, VAL_SHAPE, TEST_SHAPE), SPACE, settings(10, k=4))
-    assert len(state.members) == 4
-    run_search(state, InProcessTransport(landscape, 2, VAL_SHAPE, TEST_SHAPE), SPACE, settings(16, k=2))
-    assert len(state.members) == 4  # the pool keeps what it had, so ensemble.size can go back up
-    ok = sorted((r for r in state.records if r.status == "ok"), key=lambda r: (-r.val_accuracy, r.id))
-    assert [m.id for m in state.members] == [r.id for r in ok[:4]]
+def test_the_hall_of_fame_never_shrinks_and_grows_on_resume():
+    state = SearchState.fresh(0, candidates=4)
+    run_search(state, in_process(2), SPACE, settings(10, k=4))
+    assert len(state.hall_of_fame) == 4
+    run_search(state, in_process(2), SPACE, settings(16, k=2))
+    assert len(state.hall_of_fame) == 4  # asking for fewer candidates drops none of the kept networks
+    ok = sorted((r for r in state.records if r.status == "ok"), key=lambda r: (-r.fitness, r.id))
+    assert state.hall_of_fame.ids == [r.id for r in ok[:4]]
+    run_search(state, in_process(2), SPACE, settings(30, k=6))
+    ok = sorted((r for r in state.records if r.status == "ok"), key=lambda r: (-r.fitness, r.id))
+    assert state.hall_of_fame.capacity == 6 and state.hall_of_fame.ids == [r.id for r in ok[:6]]
+
+
+def test_tasks_carry_the_entry_threshold_and_only_candidates_come_back_whole():
+    sent, whole = [], []
+
+    def spy(task):
+        ev = landscape(task)
+        sent.append(task.entry_bar)
+        whole.append(ev.has_payload)
+        return ev
+
+    state = SearchState.fresh(0, candidates=3)
+    run_search(state, in_process(1, spy), SPACE, settings(60, k=3))
+    assert sent[:3] == [(float("-inf"), -1)] * 3  # room in the hall: everything comes back whole
+    assert all(b[0] >= a[0] for a, b in zip(sent, sent[1:]))  # a full hall's bar only rises
+    # One worker, so the bar a task carried is still the bar when its result arrives: a result
+    # came back whole exactly when it entered the hall (replayed here), and most did not.
+    replay = HallOfFame(3)
+    entered = [replay.qualifies(r.fitness, r.id) and replay.offer(Member(r.id, r.fitness, {}, {}, None, None)) for r in state.records]
+    assert whole == entered and sum(whole) < len(whole) / 2
+    best3 = sorted(state.records, key=lambda r: (-r.fitness, r.id))[:3]
+    assert state.hall_of_fame.ids == [r.id for r in best3]  # yet the hall holds exactly the best three
+    assert all(m.weights and m.val_pred.shape == (4, 2) for m in state.hall_of_fame)
 
 
 @pytest.mark.parametrize("workers", [1, 5])
 def test_more_workers_than_budget_is_fine(workers):
     state = SearchState.fresh(0)
-    run_search(state, InProcessTransport(landscape, workers, VAL_SHAPE, TEST_SHAPE), SPACE, settings(3))
+    run_search(state, in_process(workers, landscape), SPACE, settings(3))
     assert len(state.records) == 3

@@ -4,6 +4,7 @@ import torch
 
 from conftest import blob_splits, blobs
 from ensemble.device import cpu_threads
+from ensemble.problem import Classification, Regression
 from ensemble.models import NetworkSpec, build_network, families_for
 from ensemble.specs import TrainSpec
 from ensemble.train import DeviceData, train_and_evaluate
@@ -31,43 +32,78 @@ def test_cnn_convolves_in_as_many_dimensions_as_the_sample_has():
 def data_for(shape, dtype=np.float32):
     splits = blob_splits(shape, (200, 60, 60), dtype=dtype)
     arrays = {f"{s}/{k}": v for s, xy in splits.items() for k, v in zip("xy", xy)}
-    return DeviceData.from_arrays(arrays, 3)
+    return DeviceData.from_arrays(arrays, Classification(3))
+
+
+def regression_data(shape=(6,), targets=()):
+    """y = a fixed linear function of x (plus a little noise), in units far from 0 and 1."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(320,) + shape).astype(np.float32)
+    coef = rng.normal(size=(int(np.prod(shape)),) + (targets or (1,)))
+    y = (100.0 + 30.0 * x.reshape(320, -1) @ coef + rng.normal(scale=1.0, size=(320,) + (targets or (1,)))).astype(np.float32)
+    y = y.reshape((320,) + targets)
+    arrays = {"train/x": x[:200], "train/y": y[:200], "val/x": x[200:260], "val/y": y[200:260], "test/x": x[260:], "test/y": y[260:]}
+    return DeviceData.from_arrays(arrays, Regression.from_targets(y[:200]))
 
 
 @pytest.mark.parametrize("shape, family", [((10,), "mlp"), ((2, 16), "cnn"), ((1, 6, 6), "cnn")])
 def test_training_learns_separable_classes(shape, family):
     ev = train_and_evaluate(NetworkSpec(family, 1, 16), TrainSpec(1e-2, 32, 5), data_for(shape), seed=0)
-    assert ev.status == "ok" and ev.val_accuracy > 0.9 and ev.test_accuracy > 0.9
-    assert ev.val_probs.shape == (60, 3) and np.allclose(ev.val_probs.sum(axis=1), 1.0, atol=1e-5)
+    assert ev.status == "ok" and ev.metrics["val_accuracy"] > 0.9 and ev.metrics["test_accuracy"] > 0.9
+    assert ev.fitness == ev.metrics["val_accuracy"]
+    assert ev.val_pred.shape == (60, 3) and np.allclose(ev.val_pred.sum(axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("targets", [(), (2,)])
+def test_regression_learns_targets_in_their_own_units(targets):
+    data = regression_data(targets=targets)
+    ev = train_and_evaluate(NetworkSpec("mlp", 1, 32), TrainSpec(1e-2, 32, 30), data, seed=0)
+    spread = float(np.std(data.y["val"]))
+    assert ev.status == "ok" and ev.metrics["val_r2"] > 0.9 and ev.metrics["test_r2"] > 0.9
+    assert ev.metrics["val_rmse"] < 0.3 * spread and ev.fitness == -ev.metrics["val_rmse"]
+    assert ev.val_pred.shape == (60, int(np.prod(targets or (1,))))
+    assert abs(float(ev.val_pred.mean()) - float(data.y["val"].mean())) < 0.2 * spread  # predictions in the targets' units
+
+
+def test_payload_only_for_networks_worth_keeping():
+    data = data_for((10,))
+    kept = train_and_evaluate(NetworkSpec("mlp", 1, 8), TrainSpec(1e-2, 32, 2), data, seed=0)
+    skipped = train_and_evaluate(NetworkSpec("mlp", 1, 8), TrainSpec(1e-2, 32, 2), data, seed=0, keep=lambda fitness: False)
+    assert kept.has_payload and kept.weights and set(kept.weights) == {"1.weight", "1.bias", "3.weight", "3.bias"}
+    assert not skipped.has_payload and skipped.weights is None and skipped.payload() == {}
+    assert skipped.metrics == kept.metrics and skipped.fitness == kept.fitness
 
 
 def test_uint8_inputs_are_scaled_and_train():
     ev = train_and_evaluate(NetworkSpec("mlp", 1, 16), TrainSpec(3e-2, 16, 10), data_for((10,), np.uint8), seed=0)
-    assert ev.status == "ok" and ev.val_accuracy > 0.9
+    assert ev.status == "ok" and ev.metrics["val_accuracy"] > 0.9
 
 
 def test_same_seed_same_network():
     data = data_for((10,))
     a = train_and_evaluate(NetworkSpec("mlp", 2, 8, dropout=0.2), TrainSpec(1e-2, 16, 2), data, seed=5)
     b = train_and_evaluate(NetworkSpec("mlp", 2, 8, dropout=0.2), TrainSpec(1e-2, 16, 2), data, seed=5)
-    np.testing.assert_array_equal(a.val_probs, b.val_probs)
+    np.testing.assert_array_equal(a.val_pred, b.val_pred)
+    for name in a.weights:
+        np.testing.assert_array_equal(a.weights[name], b.weights[name])
 
 
 def test_exploding_loss_is_reported_as_diverged():
     ev = train_and_evaluate(NetworkSpec("mlp", 2, 32), TrainSpec(1e4, 16, 3, "sgd"), data_for((10,)), seed=0)
-    assert ev.status == "diverged" and ev.val_accuracy == 0.0 and "NaN" in ev.message
+    assert ev.status == "diverged" and ev.metrics == {} and ev.fitness == float("-inf") and "NaN" in ev.message
+    assert not ev.has_payload
 
 
 def test_cpu_data_shares_memory_with_the_arrays():
     arrays = {f"{s}/{k}": v for s in ("train", "val", "test") for k, v in zip("xy", blobs(10, (4,)))}
-    data = DeviceData.from_arrays(arrays, 3)
+    data = DeviceData.from_arrays(arrays, Classification(3))
     arrays["train/x"][0, 0] = 42.0
-    assert data.train.x[0, 0].item() == 42.0
+    assert data.x["train"][0, 0].item() == 42.0
 
 
 def test_a_last_batch_of_one_does_not_break_batch_norm():
     data = data_for((1, 8, 8))
-    n = data.train.y.shape[0]
+    n = data.x["train"].shape[0]
     batch = n - 1  # leaves a final batch of exactly one sample
     ev = train_and_evaluate(NetworkSpec("cnn", 4, 4), TrainSpec(1e-2, batch, 2), data, seed=0)
     assert ev.status == "ok"
@@ -81,9 +117,11 @@ def test_threads_never_oversubscribe():
 
 
 def test_member_accuracy_is_the_same_number_the_ensemble_math_gives():
-    from ensemble.combine import accuracy
+    from ensemble.combine import combine, ensemble_prediction
 
     data = data_for((10,))
     ev = train_and_evaluate(NetworkSpec("mlp", 1, 4), TrainSpec(1e-3, 32, 1), data, seed=1)
-    assert ev.test_accuracy == accuracy(ev.test_probs, data.test.y.numpy())
-    assert ev.val_accuracy == accuracy(ev.val_probs, data.val.y.numpy())
+    for split in ("val", "test"):
+        pred = ev.val_pred if split == "val" else ev.test_pred
+        alone = combine(data.problem, [pred], [1.0], len(pred))
+        assert ev.metrics[f"{split}_accuracy"] == data.problem.scores(ensemble_prediction(data.problem, alone), data.y[split])["accuracy"]

@@ -6,6 +6,7 @@
     evens run --resume runs/digits-20261122-101500 --set search.evaluations=80
     evens report runs/digits-20261122-101500 --json
     evens make-digits data/digits.h5
+    evens make-diabetes data/diabetes.h5
     evens convert my_data.npz my_data.h5
 """
 from __future__ import annotations
@@ -61,10 +62,11 @@ def build_parser() -> Parser:
     conv.add_argument("dst")
     conv.add_argument("--force", action="store_true", help="replace DST if it exists")
 
-    digits = sub.add_parser("make-digits", help="write scikit-learn's bundled digits as an evens dataset")
-    digits.add_argument("dst")
-    digits.add_argument("--seed", type=int, default=0)
-    digits.add_argument("--force", action="store_true", help="replace DST if it exists")
+    for name, what in (("digits", "digits (classification, 10 classes)"), ("diabetes", "diabetes data (regression)")):
+        demo = sub.add_parser(f"make-{name}", help=f"write scikit-learn's bundled {what} as an evens dataset")
+        demo.add_argument("dst")
+        demo.add_argument("--seed", type=int, default=0)
+        demo.add_argument("--force", action="store_true", help="replace DST if it exists")
     return parser
 
 
@@ -105,10 +107,11 @@ def main(argv: list[str] | None = None) -> int:
 
             counts = npz_to_h5(args.src, args.dst, overwrite=args.force)
             print(f"wrote {args.dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-        elif args.command == "make-digits":
-            from data_bcast.convert import write_digits
+        elif args.command in ("make-digits", "make-diabetes"):
+            from data_bcast import convert
 
-            counts = write_digits(args.dst, seed=args.seed, overwrite=args.force)
+            write = convert.write_digits if args.command == "make-digits" else convert.write_diabetes
+            counts = write(args.dst, seed=args.seed, overwrite=args.force)
             print(f"wrote {args.dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     except (EvensError, DataError) as exc:
         print(f"evens: error: {exc}", file=sys.stderr)

@@ -20,6 +20,7 @@ import torch
 from data_bcast.broadcast import SharedDataset, broadcast_dataset
 from data_bcast.h5file import DataError
 from ensemble.device import choose_device, cpu_threads
+from ensemble.problem import Problem, problem_for
 from ensemble.train import DeviceData
 
 from .. import __version__, checkpoint
@@ -35,6 +36,7 @@ from ..worker import serve, trainer_for
 from .progress import Progress
 from .report import format_summary, summarize
 from .rundir import SUMMARY_NAME, checkpoint_path, claim_default_run_dir, claim_run_dir, release_run_dir, write_json
+from .selection import SelectionCache
 
 MASTER = 0
 
@@ -84,33 +86,36 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
     stored = config_from_dict(info.config)
     if config.space != stored.space or list(info.gene_names) != list(GENE_NAMES):
         raise ConfigError(f"{resume}: the search space differs from the run's; a resumed run keeps its space")
-    succeeded = sum(r.status == "ok" for r in state.records)
-    if config.ensemble.size > len(state.members) and succeeded > len(state.members):
-        raise ConfigError(
-            f"{resume}: ensemble.size cannot grow beyond the {len(state.members)} members whose predictions "
-            f"the checkpoint kept (asked for {config.ensemble.size})"
-        )
     return Prepared(config, resume, state, info)
 
 
-def data_facts(data: SharedDataset) -> dict:
+def data_problem(data: SharedDataset) -> Problem:
+    """What the data asks to learn; every rank computes the same from the same arrays."""
+    return problem_for(data.plan.kind, data.arrays["train/y"], data.plan.num_classes)
+
+
+def data_facts(data: SharedDataset, problem: Problem) -> dict:
     plan = data.plan
     return {
         "path": plan.path,
         "sample_shape": list(plan.sample_shape),
-        "num_classes": plan.num_classes,
         "x_dtype": plan.spec("train/x").dtype,
         "sizes": {s: plan.spec(f"{s}/y").shape[0] for s in ("train", "val", "test")},
+        "problem": problem.to_dict(),
     }
 
 
-def check_same_data(info: RunInfo, data: SharedDataset) -> None:
-    facts = data_facts(data)
-    for key in ("sample_shape", "num_classes", "sizes"):
+def check_same_data(info: RunInfo, data: SharedDataset, problem: Problem) -> None:
+    facts = data_facts(data, problem)
+    for key in ("sample_shape", "sizes"):
         if facts[key] != info.data[key]:
             raise DataError(f"{facts['path']}: {key} is {facts[key]}, but the run was made with {info.data[key]}")
-    if not (np.array_equal(data.arrays["val/y"], info.val_labels) and np.array_equal(data.arrays["test/y"], info.test_labels)):
+    if facts["problem"]["kind"] != info.data["problem"]["kind"]:
+        raise DataError(f"{facts['path']}: a {facts['problem']['kind']} dataset, but the run is {info.data['problem']['kind']}")
+    if not (np.array_equal(data.arrays["val/y"], info.val_y) and np.array_equal(data.arrays["test/y"], info.test_y)):
         raise DataError(f"{facts['path']}: the val/test labels differ from the run's; this is not the same data")
+    if facts["problem"] != info.data["problem"]:
+        raise DataError(f"{facts['path']}: the training targets differ from the run's ({facts['problem']} against {info.data['problem']})")
 
 
 def usable_cores() -> int:
@@ -122,11 +127,11 @@ def slurm_cpus_per_task() -> int:
     return int(value) if value.isdigit() else 0
 
 
-def setup_trainer(config: Config, data: SharedDataset, local_index: int, ranks_here: int) -> DeviceData:
+def setup_trainer(config: Config, data: SharedDataset, problem: Problem, local_index: int, ranks_here: int) -> DeviceData:
     """Pick this rank's device and threads and put the data there (a GPU copy, or the shared host copy)."""
     torch.set_num_threads(cpu_threads(usable_cores(), ranks_here, config.train.threads, slurm_cpus_per_task()))
     device = choose_device(local_index, config.train.device)
-    return DeviceData.from_arrays(data.arrays, data.plan.num_classes, device)
+    return DeviceData.from_arrays(data.arrays, problem, device)
 
 
 class StopFlag:
@@ -197,12 +202,13 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
     local_index = data.node_rank - (1 if data.root_here else 0)
     ranks_here = data.node_size - (1 if data.root_here and comm.size > 1 else 0)
     try:
+        problem = data_problem(data)
         if is_master:
             space = config.space.for_sample_shape(data.plan.sample_shape)
             if prepared.info is not None:
-                check_same_data(prepared.info, data)
+                check_same_data(prepared.info, data, problem)
         if not is_master or comm.size == 1:
-            trainer_data = setup_trainer(config, data, max(local_index, 0), ranks_here)
+            trainer_data = setup_trainer(config, data, problem, max(local_index, 0), ranks_here)
         elif is_master:
             torch.set_num_threads(1)
     except (EvensError, DataError) as exc:
@@ -213,19 +219,16 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
     if error:
         return _fail(is_master, error)
     if is_master:
-        return _master(comm, config, data, prepared, space, trainer_data, started, quiet)
+        return _master(comm, config, data, problem, prepared, space, trainer_data, started, quiet)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)  # the master decides when to stop
-    plan = data.plan
-    serve(MPIWorkerChannel(comm, MASTER), trainer_for(trainer_data), *_prob_shapes(plan))
+    serve(MPIWorkerChannel(comm, MASTER), trainer_for(trainer_data))
     return 0
 
 
-def _prob_shapes(plan) -> tuple[tuple[int, int], tuple[int, int]]:
-    return (plan.spec("val/y").shape[0], plan.num_classes), (plan.spec("test/y").shape[0], plan.num_classes)
-
-
-def _master(comm, config: Config, data: SharedDataset, prepared: Prepared, space: SearchSpace, trainer_data, started: float, quiet: bool) -> int:
+def _master(
+    comm, config: Config, data: SharedDataset, problem: Problem, prepared: Prepared, space: SearchSpace, trainer_data, started: float, quiet: bool
+) -> int:
     run_dir, state, info = prepared.run_dir, prepared.state, prepared.info
     stats = data.stats
     say(
@@ -233,13 +236,13 @@ def _master(comm, config: Config, data: SharedDataset, prepared: Prepared, space
         f"broadcast to {comm.size} ranks in {stats.get('broadcast_seconds', 0):.2f} s"
     )
     if state is None:
-        state = SearchState.fresh(config.search.seed)
+        state = SearchState.fresh(config.search.seed, config.ensemble.candidates)
         info = RunInfo(
             config=config.to_dict(),
             gene_names=list(GENE_NAMES),
-            data=data_facts(data),
-            val_labels=data.arrays["val/y"].copy(),
-            test_labels=data.arrays["test/y"].copy(),
+            data=data_facts(data, problem),
+            val_y=data.arrays["val/y"].copy(),
+            test_y=data.arrays["test/y"].copy(),
             version=__version__,
         )
     else:
@@ -248,17 +251,18 @@ def _master(comm, config: Config, data: SharedDataset, prepared: Prepared, space
     info.sessions += 1
     wall_before = info.wall_seconds
     path = os.path.join(run_dir, CHECKPOINT_NAME)
+    choose = SelectionCache(info)
 
     def save(s: SearchState) -> None:
         info.wall_seconds = wall_before + (time.time() - started)
+        s.selection = choose(s.hall_of_fame)  # the ensemble in every checkpoint is ready to use
         checkpoint.save(path, s, info)
 
     save(state)
-    val_shape, test_shape = _prob_shapes(data.plan)
     if comm.size == 1:
-        transport = InProcessTransport(trainer_for(trainer_data), 1, val_shape, test_shape)
+        transport = InProcessTransport(trainer_for(trainer_data), 1)
     else:
-        transport = MPIMasterTransport(comm, val_shape, test_shape, MASTER)
+        transport = MPIMasterTransport(comm, MASTER)
     settings = SearchSettings(
         budget=config.search.evaluations,
         ga=GAParams(
@@ -268,13 +272,13 @@ def _master(comm, config: Config, data: SharedDataset, prepared: Prepared, space
             mutation_prob=config.search.mutation_prob,
             mutation_eta=config.search.mutation_eta,
         ),
-        ensemble_size=config.ensemble.size,
+        candidates=config.ensemble.candidates,
         seed=config.search.seed,
         checkpoint_seconds=config.search.checkpoint_seconds,
     )
     say(f"searching with {len(transport.workers)} worker(s), budget {settings.budget} evaluations; run directory {run_dir}")
     stop = StopFlag()
-    progress = Progress(settings.budget, len(state.records), quiet=quiet)
+    progress = Progress(settings.budget, len(state.records), problem.metric, quiet=quiet)
     finished = run_search(state, transport, space, settings, checkpoint=save, on_result=progress, should_stop=stop)
     progress.close()
     save(state)

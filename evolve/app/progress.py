@@ -12,7 +12,8 @@ from ..master import Record, SearchState
 class Progress:
     """Call with each finished record; ``close()`` at the end."""
 
-    def __init__(self, total: int, done: int, quiet: bool = False, log_every: float = 10.0, stream=sys.stderr):
+    def __init__(self, total: int, done: int, metric: str = "accuracy", quiet: bool = False, log_every: float = 10.0, stream=sys.stderr):
+        self.metric = metric  # fitness is accuracy, or -RMSE
         self.quiet = quiet
         self.stream = stream
         self.total = total
@@ -23,13 +24,14 @@ class Progress:
             self._bar = tqdm(total=total, initial=done, desc="evaluations", unit="net", file=stream, dynamic_ncols=True)
 
     def __call__(self, record: Record, state: SearchState) -> None:
-        best = state.members[0].val_accuracy if state.members else float("nan")
+        hall = state.hall_of_fame
+        best = float("nan") if not len(hall) else hall.members[0].fitness * (1 if self.metric == "accuracy" else -1)
         if self._bar is not None:
             self._bar.update(1)
-            self._bar.set_postfix(best_val=f"{best:.4f}", refresh=False)
+            self._bar.set_postfix({f"best_val_{self.metric}": f"{best:.4g}"}, refresh=False)
         elif not self.quiet and (time.monotonic() - self._last >= self.log_every or len(state.records) == self.total):
             self._last = time.monotonic()
-            print(f"evens: {len(state.records)}/{self.total} evaluations, best val accuracy {best:.4f}", file=self.stream, flush=True)
+            print(f"evens: {len(state.records)}/{self.total} evaluations, best val {self.metric} {best:.4g}", file=self.stream, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -1,11 +1,10 @@
-"""Summaries of a run, from its checkpoint alone: the best network and the ensemble."""
+"""Summaries of a run, from its checkpoint alone: the best network, the ensemble and its curve."""
 from __future__ import annotations
 
 import json
 
-import numpy as np
-
-from ensemble.combine import accuracy, average_probabilities, uncertainty
+from ensemble.combine import combine, ensemble_prediction, mean_uncertainty
+from ensemble.problem import Problem, problem_from_dict
 
 from .. import checkpoint
 from ..checkpoint import RunInfo
@@ -14,14 +13,41 @@ from ..space import parse_space
 from .rundir import checkpoint_path
 
 
+def ensemble_scores(state: SearchState, info: RunInfo, problem: Problem) -> dict | None:
+    """The stored ensemble's members, weights, metrics on val and test, mean test uncertainty and curve."""
+    sel = state.selection
+    if sel is None:
+        return None
+    members = [state.hall_of_fame.by_id(i) for i in sel.ids]
+    result = {
+        "method": sel.method,
+        "size": sel.size,
+        "picks": sel.picks,
+        "members": sel.ids,
+        "weights": sel.weights,
+        "curve": {"path": list(sel.path), "val": list(sel.curve_val), "test": list(sel.curve_test), "metric": problem.metric},
+    }
+    for split, y in (("val", info.val_y), ("test", info.test_y)):
+        preds = [m.val_pred if split == "val" else m.test_pred for m in members]
+        combined = combine(problem, preds, sel.weights, len(y))
+        result.update({f"{split}_{k}": v for k, v in problem.scores(ensemble_prediction(problem, combined), y).items()})
+        if split == "test":
+            result["test_uncertainty"] = mean_uncertainty(problem, combined)
+    return result
+
+
 def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> dict:
     """The facts ``evens report --json`` prints: counts, best member, ensemble, time, utilization."""
+    problem = problem_from_dict(info.data["problem"])
     ok = [r for r in state.records if r.status == "ok"]
-    statuses = {}
+    statuses: dict[str, int] = {}
     for r in state.records:
         statuses[r.status] = statuses.get(r.status, 0) + 1
+    hall = state.hall_of_fame
     summary = {
         "run_dir": run_dir,
+        "problem": problem.kind,
+        "metric": problem.metric,
         "evaluations": len(state.records),
         "budget": int(info.config["search"]["evaluations"]),
         "status_counts": statuses,
@@ -30,32 +56,38 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
         "worker_utilization": state.utilization,
         "sessions": info.sessions,
         "data": info.data,
+        "hall_of_fame": {"members": len(hall), "capacity": hall.capacity, "ids": hall.ids},
         "best": None,
-        "ensemble": None,
+        "ensemble": ensemble_scores(state, info, problem),
     }
     if ok:
-        best = max(ok, key=lambda r: (r.val_accuracy, -r.id))
+        best = max(ok, key=lambda r: (r.fitness, -r.id))
         space = parse_space(info.config["space"]).for_sample_shape(tuple(info.data["sample_shape"]))
         summary["best"] = {
             "id": best.id,
-            "val_accuracy": best.val_accuracy,
-            "test_accuracy": best.test_accuracy,
+            "fitness": best.fitness,
+            **best.metrics,
             "seconds": best.seconds,
             "worker": best.worker,
             "genome": space.decode(best.genome),
         }
-    members = state.members[: int(info.config["ensemble"]["size"])]
-    if members:
-        val = np.stack([m.val_probs for m in members])
-        test = np.stack([m.test_probs for m in members])
-        summary["ensemble"] = {
-            "members": [m.id for m in members],
-            "size": len(members),
-            "val_accuracy": accuracy(average_probabilities(val), info.val_labels),
-            "test_accuracy": accuracy(average_probabilities(test), info.test_labels),
-            "test_uncertainty": uncertainty(test).means(),
-        }
     return summary
+
+
+def _scores_text(s: dict, metric: str) -> str:
+    if metric == "accuracy":
+        return f"val {s['val_accuracy']:.4f}  test {s['test_accuracy']:.4f}"
+    return f"val rmse {s['val_rmse']:.4g} r2 {s['val_r2']:.3f}  test rmse {s['test_rmse']:.4g} r2 {s['test_r2']:.3f}"
+
+
+def format_curve(e: dict) -> list[str]:
+    """The ensemble curve: the headline metric on val and test after each pick."""
+    c = e["curve"]
+    lines = [f"ensemble curve ({e['method']}, {c['metric']} after each pick; * = the ensemble kept):"]
+    for p, (ident, v, t) in enumerate(zip(c["path"], c["val"], c["test"]), start=1):
+        mark = "*" if p == e["picks"] else " "
+        lines.append(f"  {mark}{p:>3}  +#{ident:<6} val {v:.4f}  test {t:.4f}")
+    return lines
 
 
 def format_summary(s: dict) -> str:
@@ -65,21 +97,29 @@ def format_summary(s: dict) -> str:
         + "".join(f", {n} {k}" for k, n in sorted(s["status_counts"].items()) if k != "ok"),
         f"wall time: {s['wall_seconds']:.1f} s over {s['sessions']} session(s); worker utilization {100 * s['worker_utilization']:.1f} %",
     ]
+    metric = s["metric"]
     if s["best"]:
         b = s["best"]
         g = b["genome"]
         lines.append(
-            f"best network #{b['id']}: val {b['val_accuracy']:.4f}  test {b['test_accuracy']:.4f}  "
+            f"best network #{b['id']}: {_scores_text(b, metric)}  "
             f"({g['family']} depth {g['depth']} width {g['width']} {g['activation']}, "
             f"{g['optimizer']} lr {g['learning_rate']:.2g}, {g['epochs']} epochs)"
         )
-    if s["ensemble"]:
-        e = s["ensemble"]
+    e = s["ensemble"]
+    if e:
+        members = ", ".join(f"#{i}" + (f" x{round(w * e['picks'])}" if round(w * e["picks"]) > 1 else "") for i, w in zip(e["members"], e["weights"]))
         u = e["test_uncertainty"]
-        lines.append(
-            f"ensemble of {e['size']} {e['members']}: val {e['val_accuracy']:.4f}  test {e['test_accuracy']:.4f}  "
-            f"(test uncertainty: total {u['total']:.3f}, epistemic {u['epistemic']:.3f} nats)"
+        spread = (
+            f"test uncertainty: entropy {u['entropy']:.3f}, epistemic {u['epistemic']:.3f} nats, disagreement {u['disagreement']:.3f}"
+            if metric == "accuracy"
+            else f"test spread: member std {u['std']:.4g}"
         )
+        lines.append(
+            f"ensemble ({e['method']}, {e['picks']} picks of {len(e['members'])} networks: {members}): "
+            f"{_scores_text(e, metric)}  ({spread})"
+        )
+        lines.extend(format_curve(e))
     else:
         lines.append("no network finished successfully yet")
     if s["run_dir"]:
@@ -88,6 +128,6 @@ def format_summary(s: dict) -> str:
 
 
 def report(run_dir: str, as_json: bool = False) -> str:
-    state, info = checkpoint.load(checkpoint_path(run_dir))
+    state, info = checkpoint.load(checkpoint_path(run_dir), weights=False)
     summary = summarize(state, info, run_dir)
     return json.dumps(summary, indent=2, sort_keys=True) if as_json else format_summary(summary)

@@ -6,11 +6,12 @@ import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, sys.argv[1])  # the tests folder, for the fitness landscape
-from simulate import TEST_SHAPE, VAL_SHAPE, landscape  # noqa: E402
+from simulate import landscape  # noqa: E402
 
 from evolve.ga import GAParams  # noqa: E402
 from evolve.master import SearchSettings, SearchState, run_search  # noqa: E402
 from evolve.mpi_transport import MPIMasterTransport, MPIWorkerChannel  # noqa: E402
+from evolve.protocol import Task  # noqa: E402
 from evolve.space import parse_space  # noqa: E402
 from evolve.worker import serve  # noqa: E402
 
@@ -25,21 +26,32 @@ def evaluate(task):
     return landscape(task)
 
 
+def arrived_exactly(member) -> bool:
+    """The predictions and weights that crossed the wire are bit for bit what the worker made."""
+    made = landscape(Task(member.id, member.network, member.training, 0))
+    same = np.array_equal(member.val_pred, made.val_pred) and np.array_equal(member.test_pred, made.test_pred)
+    return same and member.weights.keys() == made.weights.keys() and all(
+        member.weights[k].dtype == w.dtype and np.array_equal(member.weights[k], w) for k, w in made.weights.items()
+    )
+
+
 if comm.rank == 0:
-    state = SearchState.fresh(0)
-    transport = MPIMasterTransport(comm, VAL_SHAPE, TEST_SHAPE)
+    state = SearchState.fresh(0, candidates=3)
+    transport = MPIMasterTransport(comm)
     space = parse_space({}).for_sample_shape((1, 8, 8))
     run_search(state, transport, space, SearchSettings(budget, GAParams(population=4), 3, 0))
     transport.stop()
+    ok_records = sorted((r for r in state.records if r.status == "ok"), key=lambda r: (-r.fitness, r.id))
     local = {
         "records": len(state.records),
         "ids": sorted(r.id for r in state.records) == list(range(budget)),
         "workers": sorted({r.worker for r in state.records}),
         "errors": [r.message for r in state.records if r.status == "error"],
-        "member_probs_sum_to_one": all(np.allclose(m.val_probs.sum(axis=1), 1.0) for m in state.members),
+        "hall_is_the_best_three": state.hall_of_fame.ids == [r.id for r in ok_records[:3]],
+        "arrived_exactly": all(arrived_exactly(m) for m in state.hall_of_fame),
     }
 else:
-    done = serve(MPIWorkerChannel(comm), evaluate, VAL_SHAPE, TEST_SHAPE)
+    done = serve(MPIWorkerChannel(comm), evaluate)
     local = None
 counts = comm.gather(done, root=0)
 ok = None
@@ -52,6 +64,7 @@ if comm.rank == 0:
         and local["workers"] == list(range(1, comm.size))
         and sum(counts) == budget
         and local["errors"] == ["RuntimeError: worker-side failure"]
-        and local["member_probs_sum_to_one"]
+        and local["hall_is_the_best_three"]
+        and local["arrived_exactly"]
     )
 sys.exit(0 if comm.bcast(ok, root=0) else 1)

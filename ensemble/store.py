@@ -1,0 +1,118 @@
+"""The ensemble's part of a run file: the hall of fame with weights, and the chosen ensemble.
+
+One HDF5 group (``/ensemble`` in a run's ``checkpoint.h5``) holds everything
+needed to apply the ensemble to new data or to choose it again, with nothing but
+numbers, strings and JSON, so loading it executes no code (no pickle, no
+``torch.load``)::
+
+    /ensemble            attrs: format, format_version, problem (JSON), sample_shape (JSON),
+                                x_dtype, capacity, selection (JSON, or "" before the first)
+    /ensemble/labels     val, test: the splits' labels or targets, to score members and ensembles
+    /ensemble/members/<id>   attrs: fitness, network (JSON), training (JSON)
+        val_pred, test_pred  float32 (N, outputs): the member's predictions
+        weights/<name>       its trained state dict, one dataset per tensor, under its own name
+
+Member groups are written once and never change, so a later appendable run
+file can add and drop them without rewriting the rest.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+
+from .hall_of_fame import HallOfFame, Member
+from .problem import Problem, problem_from_dict
+from .select import Selection
+
+FORMAT = "evens-ensemble"
+FORMAT_VERSION = 1
+GROUP = "ensemble"
+RUN_FILE_NAME = "checkpoint.h5"  # the run file in a run directory, which holds GROUP
+
+
+@dataclass
+class StoredEnsemble:
+    """Everything in the ensemble group."""
+
+    problem: Problem
+    sample_shape: tuple[int, ...]
+    x_dtype: str
+    val_y: np.ndarray
+    test_y: np.ndarray
+    hall_of_fame: HallOfFame
+    selection: Selection | None = None
+
+
+def write_ensemble(group: h5py.Group, stored: StoredEnsemble) -> None:
+    """Fill an empty group with ``stored``.
+
+    Refuses a hall of fame read without its weights: writing it would lose them.
+    """
+    unloaded = [m.id for m in stored.hall_of_fame if m.weights is None]
+    if unloaded:
+        raise ValueError(f"members {unloaded} were read without their weights; writing them would lose the weights")
+    group.attrs.update(
+        format=FORMAT,
+        format_version=FORMAT_VERSION,
+        problem=json.dumps(stored.problem.to_dict()),
+        sample_shape=json.dumps(list(stored.sample_shape)),
+        x_dtype=stored.x_dtype,
+        capacity=stored.hall_of_fame.capacity,
+        selection=json.dumps(stored.selection.to_dict()) if stored.selection else "",
+    )
+    labels = group.create_group("labels")
+    labels["val"] = stored.val_y
+    labels["test"] = stored.test_y
+    members = group.create_group("members")
+    for m in stored.hall_of_fame:
+        g = members.create_group(str(m.id))
+        g.attrs.update(fitness=m.fitness, network=json.dumps(m.network), training=json.dumps(m.training))
+        g["val_pred"] = np.asarray(m.val_pred, dtype=np.float32)
+        g["test_pred"] = np.asarray(m.test_pred, dtype=np.float32)
+        w = g.create_group("weights")
+        for name, array in m.weights.items():
+            w[name] = array
+
+
+def read_ensemble(group: h5py.Group, weights_of: str | list[int] = "all") -> StoredEnsemble:
+    """Read an ensemble group; ``weights_of`` is "all", "none" or the member ids whose weights to load.
+
+    Raises ``ValueError``, ``KeyError`` or ``OSError`` for a group that is not one or is damaged.
+    """
+    if group.attrs.get("format") != FORMAT:
+        raise ValueError(f"{group.name} is not an evens ensemble")
+    if int(group.attrs["format_version"]) > FORMAT_VERSION:
+        raise ValueError(f"ensemble format {group.attrs['format_version']} is newer than this evens reads")
+    problem = problem_from_dict(json.loads(group.attrs["problem"]))
+    wanted = None if weights_of == "all" else set() if weights_of == "none" else set(weights_of)
+    members = []
+    for key, g in group["members"].items():
+        ident = int(key)
+        weights = None
+        if wanted is None or ident in wanted:
+            weights = {name: d[...] for name, d in g["weights"].items()}
+        members.append(
+            Member(
+                ident, float(g.attrs["fitness"]), dict(json.loads(g.attrs["network"])), dict(json.loads(g.attrs["training"])),
+                g["val_pred"][...], g["test_pred"][...], weights,
+            )
+        )
+    selection = group.attrs["selection"]
+    return StoredEnsemble(
+        problem=problem,
+        sample_shape=tuple(int(s) for s in json.loads(group.attrs["sample_shape"])),
+        x_dtype=str(group.attrs["x_dtype"]),
+        val_y=group["labels"]["val"][...],
+        test_y=group["labels"]["test"][...],
+        hall_of_fame=HallOfFame(int(group.attrs["capacity"]), members),
+        selection=Selection.from_dict(json.loads(selection)) if selection else None,
+    )
+
+
+def run_file(path: str) -> str:
+    """The run file of a run directory, or ``path`` itself if it names a file."""
+    return os.path.join(path, RUN_FILE_NAME) if os.path.isdir(path) else path

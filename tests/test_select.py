@@ -1,0 +1,102 @@
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ensemble.combine import combine, ensemble_prediction
+from ensemble.hall_of_fame import OPEN, HallOfFame, Member, clears
+from ensemble.problem import Classification, Regression
+from ensemble.select import Selection, select_ensemble
+
+
+def pool(seed, m=8, n=60, c=4, regression=False):
+    """A hall of fame of noisy members: each is right on a random part of the samples."""
+    rng = np.random.default_rng(seed)
+    if regression:
+        y = rng.normal(size=n).astype(np.float32)
+        problem = Regression.from_targets(y)
+        preds = [(y[:, None] + rng.normal(scale=rng.uniform(0.2, 1.5), size=(n, 1))).astype(np.float32) for _ in range(m)]
+    else:
+        y = rng.integers(0, c, size=n)
+        problem = Classification(c)
+        preds = []
+        for _ in range(m):
+            logits = rng.normal(size=(n, c))
+            logits[np.arange(n), y] += rng.uniform(0.0, 2.5)
+            p = np.exp(logits)
+            preds.append((p / p.sum(1, keepdims=True)).astype(np.float32))
+    members = [Member(i, problem.fitness(problem.scores(p, y)), {}, {}, p, p) for i, p in enumerate(preds)]
+    hall = HallOfFame(m, members)
+    return problem, y, hall.members
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 10), st.booleans())
+def test_greedy_starts_from_the_best_and_never_lowers_the_validation_metric(seed, size, regression):
+    problem, y, members = pool(seed, regression=regression)
+    sel = select_ensemble(members, problem, y, y, "greedy", size)
+    assert sel.path[0] == members[0].id  # the first pick is the best member
+    assert len(sel.path) == size and 1 <= sel.picks <= size
+    assert math.isclose(sum(sel.weights), 1.0, rel_tol=1e-12)
+    chosen = combine(problem, [members[[m.id for m in members].index(i)].val_pred for i in sel.ids], sel.weights, len(y))
+    ens = problem.scores(ensemble_prediction(problem, chosen), y)
+    best = problem.scores(members[0].val_pred, y)
+    assert problem.selection_key(ens) >= problem.selection_key(best)
+    assert not problem.better(best[problem.metric], ens[problem.metric])
+    assert sel.curve_val[0] == best[problem.metric]
+
+
+def test_greedy_can_pick_a_member_twice_and_weights_are_pick_shares():
+    problem, y, members = pool(3, m=4)
+    sel = select_ensemble(members, problem, y, y, "greedy", 12)
+    counts = {i: sel.path[: sel.picks].count(i) for i in sel.ids}
+    assert sel.weights == [counts[i] / sel.picks for i in sel.ids]
+    assert sel.picks > len(sel.ids)  # with 4 members and up to 12 picks, some member is picked again
+
+
+def test_top_k_is_the_plain_mean_of_the_best_k():
+    problem, y, members = pool(1)
+    sel = select_ensemble(members, problem, y, y, "top_k", 3)
+    assert sel.ids == [m.id for m in members[:3]] and sel.weights == [1 / 3] * 3 and sel.picks == 3
+    by_hand = (members[0].val_pred.astype(np.float64) + members[1].val_pred + members[2].val_pred) / 3
+    assert sel.curve_val[-1] == problem.scores(by_hand, y)["accuracy"]
+    out = combine(problem, [m.val_pred for m in members[:3]], sel.weights, len(y))
+    np.testing.assert_allclose(out["probabilities"], by_hand, atol=1e-12)
+
+
+def test_asking_for_more_than_there_is():
+    problem, y, members = pool(2, m=2)
+    sel = select_ensemble(members, problem, y, y, "top_k", 5)
+    assert sel.ids == [m.id for m in members] and len(sel.path) == 2 and sel.picks == 2
+    assert select_ensemble([], problem, y, y, "greedy", 5) is None
+    with pytest.raises(ValueError, match="unknown ensemble method"):
+        select_ensemble(members, problem, y, y, "bagging", 5)
+
+
+def test_selection_round_trips_through_a_dict():
+    problem, y, members = pool(4)
+    sel = select_ensemble(members, problem, y, y, "greedy", 6)
+    assert Selection.from_dict(sel.to_dict()) == sel
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.1, 0.5, 0.5, 0.9, float("-inf")]), st.integers(0, 50)), max_size=40, unique_by=lambda t: t[1]),
+       st.integers(1, 6))
+def test_hall_of_fame_keeps_exactly_the_best_and_its_bar_agrees(entries, capacity):
+    hall = HallOfFame(capacity)
+    offered = []
+    for fitness, ident in entries:
+        bar = hall.entry_bar()
+        member = Member(ident, fitness, {}, {}, None, None)
+        assert clears(fitness, ident, bar) == hall.qualifies(fitness, ident)
+        entered = hall.offer(member)
+        assert entered == clears(fitness, ident, bar)
+        if bar != OPEN:  # the bar never falls: the worst member only gets better (higher fitness, or earlier id)
+            new = hall.entry_bar()
+            assert (-new[0], new[1]) <= (-bar[0], bar[1])
+        if math.isfinite(fitness):
+            offered.append((fitness, ident))
+    best = sorted(offered, key=lambda t: (-t[0], t[1]))[:capacity]
+    assert [(m.fitness, m.id) for m in hall] == best
