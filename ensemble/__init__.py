@@ -1,9 +1,13 @@
 """Build, train and combine networks: no MPI and no search logic in here.
 
-``specs`` describes a network and its training in plain values, ``models`` turns
-a spec into a torch module, ``train`` trains and scores one network on resident
-data, ``combine`` averages members' predictions and measures the ensemble's
-uncertainty, ``device`` picks a device and threads.
+``specs`` describes a network and its training in plain values, ``problem`` says
+what is learned and how it is scored, ``models`` turns a spec into a torch
+module, ``train`` trains and scores one network on resident data,
+``hall_of_fame`` keeps the best networks whole, ``select`` chooses the ensemble
+from them, ``combine`` averages members' predictions and measures the
+ensemble's uncertainty, ``store`` reads and writes all of it in a run file,
+``predict`` applies it to new data (``load_ensemble``), ``device`` picks a
+device and threads.
 
 Names are imported on first use, so that ``import ensemble.specs`` (done by the
 search, which must not need PyTorch) does not import torch.
@@ -18,15 +22,18 @@ _EXPORTS = {
     "TrainSpec": "specs",
     "families_for": "specs",
     "Evaluation": "results",
-    "accuracy": "combine",
-    "average_probabilities": "combine",
     "entropy": "combine",
-    "top_k": "combine",
-    "uncertainty": "combine",
+    "Classification": "problem",
+    "Regression": "problem",
+    "HallOfFame": "hall_of_fame",
+    "Selection": "select",
+    "select_ensemble": "select",
     "build_network": "models",
     "DeviceData": "train",
-    "predict_proba": "train",
     "train_and_evaluate": "train",
+    "Ensemble": "predict",
+    "load_ensemble": "predict",
+    "EnsembleError": "store",
 }
 __all__ = sorted(_EXPORTS)
 

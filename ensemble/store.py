@@ -34,6 +34,10 @@ GROUP = "ensemble"
 RUN_FILE_NAME = "checkpoint.h5"  # the run file in a run directory, which holds GROUP
 
 
+class EnsembleError(ValueError):
+    """A stored ensemble, or the inputs given to it, cannot be used: a one-line message for the user."""
+
+
 @dataclass
 class StoredEnsemble:
     """Everything in the ensemble group."""

@@ -107,3 +107,24 @@ def first_error(comm: MPI.Comm, error: str | None, root: int = 0) -> str | None:
     errors = comm.gather(error, root=root)
     first = next((e for e in errors if e), None) if comm.rank == root else None
     return comm.bcast(first, root=root)
+
+
+def node_rank(comm: MPI.Comm) -> tuple[int, int]:
+    """(this rank's index among the ranks on its node, how many ranks the node runs)."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    try:
+        return node.rank, node.size
+    finally:
+        node.Free()
+
+
+def sum_over_ranks(comm: MPI.Comm):
+    """An allreduce for :func:`ensemble.combine.combine`: element-wise sums of numpy arrays over ``comm``."""
+
+    def allreduce(array: np.ndarray) -> np.ndarray:
+        array = np.ascontiguousarray(array)
+        total = np.empty_like(array)
+        comm.Allreduce(array, total, op=MPI.SUM)
+        return total
+
+    return allreduce

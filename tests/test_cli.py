@@ -6,6 +6,7 @@ import subprocess
 import time
 
 import h5py
+import numpy as np
 import pytest
 
 from conftest import ROOT, evens_cmd, launch, launch_python, mpiexec, write_blobs, write_regression
@@ -89,6 +90,14 @@ def test_regression_run_end_to_end(tmp_path):
         assert part["test_rmse"] > 0 and part["test_r2"] <= 1
     assert s["ensemble"]["val_rmse"] <= s["best"]["val_rmse"]  # greedy never does worse on validation
     assert s["ensemble"]["test_uncertainty"]["std"] >= 0 and s["data"]["problem"]["target_shape"] == [2]
+    from ensemble import load_ensemble
+
+    with h5py.File(data) as f:
+        x, y = f["test"]["x"][...], f["test"]["y"][...]
+    pred = load_ensemble(out, device="cpu").predict(x)
+    assert pred["mean"].shape == (40, 2) and pred["std"].shape == (40, 2) and (pred["std"] >= 0).all()
+    rmse = float(np.sqrt(np.mean((pred["mean"].astype(np.float64) - y) ** 2)))
+    assert rmse == pytest.approx(s["ensemble"]["test_rmse"], rel=1e-12)
 
 
 def test_single_process_run_trains_in_process(tmp_path, small_config):

@@ -5,6 +5,8 @@
     mpiexec -n 4 evens run examples/digits.toml --set search.evaluations=40
     evens run --resume runs/digits-20261122-101500 --set search.evaluations=80
     evens report runs/digits-20261122-101500 --json
+    evens select runs/digits-20261122-101500 --method top_k --size 7
+    mpiexec -n 2 evens predict runs/digits-20261122-101500 new.h5 --out predictions.h5
     evens make-digits data/digits.h5
     evens make-diabetes data/diabetes.h5
     evens convert my_data.npz my_data.h5
@@ -12,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import traceback
@@ -57,6 +60,21 @@ def build_parser() -> Parser:
     rep.add_argument("run_dir")
     rep.add_argument("--json", action="store_true", help="print one JSON object")
 
+    sel = sub.add_parser("select", help="choose a run's ensemble again from its hall of fame, without training")
+    sel.add_argument("run_dir")
+    sel.add_argument("--method", choices=("greedy", "top_k"), help="default: the run's ensemble.method")
+    sel.add_argument("--size", type=int, help="picks (greedy) or members (top_k); default: the run's ensemble.size")
+    sel.add_argument("--json", action="store_true", help="print the new summary as one JSON object")
+
+    pred = sub.add_parser("predict", help="apply a run's ensemble to new data (one process, or members spread over mpiexec ranks)")
+    pred.add_argument("run_dir")
+    pred.add_argument("input", help="HDF5 file with a dataset x at its root, or a file in the data format with --split")
+    pred.add_argument("--out", required=True, help="HDF5 file to write (refused if it exists, unless --force)")
+    pred.add_argument("--split", help="read x (and y, if present) from this group of INPUT, e.g. test")
+    pred.add_argument("--batch-size", type=int, default=4096, help="samples per batch (default 4096)")
+    pred.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: a GPU per rank if there are any")
+    pred.add_argument("--force", action="store_true", help="replace OUT if it exists")
+
     conv = sub.add_parser("convert", help="convert an .npz file (x_train, y_train, ...) to the evens HDF5 format")
     conv.add_argument("src")
     conv.add_argument("dst")
@@ -70,12 +88,12 @@ def build_parser() -> Parser:
     return parser
 
 
-def _run(args) -> int:
-    from . import driver  # imports mpi4py, which starts MPI: only for `run`
-    from ..mpi_transport import abort, world
+def _collective(command) -> int:
+    """Run an MPI command on every rank: a rank that fails unexpectedly takes the job with it."""
+    from ..mpi_transport import abort, world  # imports mpi4py, which starts MPI: only for collective commands
 
     try:
-        return driver.run(args.config, args.overrides, out=args.out, resume=args.resume, quiet=args.quiet)
+        return command()
     except BaseException as exc:  # KeyboardInterrupt too: a rank that leaves must take the job with it
         comm = world()
         interrupted = isinstance(exc, KeyboardInterrupt)
@@ -91,17 +109,41 @@ def _run(args) -> int:
         return code
 
 
+def _run(args) -> int:
+    from . import driver
+
+    return driver.run(args.config, args.overrides, out=args.out, resume=args.resume, quiet=args.quiet)
+
+
+def _predict(args) -> int:
+    from .predict import run_predict
+
+    code, line = run_predict(args.run_dir, args.input, args.out, args.split, args.batch_size, args.device, args.force)
+    if line and launcher_rank() == 0:
+        print(f"evens: {line}", file=sys.stderr if code else sys.stdout, flush=True)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "run":
-        return _run(args)
+        return _collective(lambda: _run(args))
+    if args.command == "predict":
+        return _collective(lambda: _predict(args))
     from data_bcast.h5file import DataError
+    from ensemble.store import EnsembleError
 
     try:
         if args.command == "report":
             from .report import report
 
             print(report(args.run_dir, as_json=args.json))
+        elif args.command == "select":
+            from .report import format_summary
+            from .selection import reselect
+
+            summary = reselect(args.run_dir, args.method, args.size)
+            print(json.dumps(summary, indent=2, sort_keys=True) if args.json else format_summary(summary))
         elif args.command == "convert":
             from data_bcast.convert import npz_to_h5
 
@@ -113,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             write = convert.write_digits if args.command == "make-digits" else convert.write_diabetes
             counts = write(args.dst, seed=args.seed, overwrite=args.force)
             print(f"wrote {args.dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    except (EvensError, DataError) as exc:
+    except (EvensError, DataError, EnsembleError) as exc:
         print(f"evens: error: {exc}", file=sys.stderr)
         return 2
     return 0

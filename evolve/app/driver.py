@@ -19,7 +19,6 @@ import torch
 
 from data_bcast.broadcast import SharedDataset, broadcast_dataset
 from data_bcast.h5file import DataError
-from ensemble.device import choose_device, cpu_threads
 from ensemble.problem import Problem, problem_for
 from ensemble.train import DeviceData
 
@@ -33,6 +32,7 @@ from ..mpi_transport import MPIMasterTransport, MPIWorkerChannel, abort, first_e
 from ..protocol import InProcessTransport
 from ..space import GENE_NAMES, SearchSpace
 from ..worker import serve, trainer_for
+from .local import take_device
 from .progress import Progress
 from .report import format_summary, summarize
 from .rundir import SUMMARY_NAME, checkpoint_path, claim_default_run_dir, claim_run_dir, release_run_dir, write_json
@@ -118,19 +118,9 @@ def check_same_data(info: RunInfo, data: SharedDataset, problem: Problem) -> Non
         raise DataError(f"{facts['path']}: the training targets differ from the run's ({facts['problem']} against {info.data['problem']})")
 
 
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def slurm_cpus_per_task() -> int:
-    value = os.environ.get("SLURM_CPUS_PER_TASK", "")
-    return int(value) if value.isdigit() else 0
-
-
 def setup_trainer(config: Config, data: SharedDataset, problem: Problem, local_index: int, ranks_here: int) -> DeviceData:
     """Pick this rank's device and threads and put the data there (a GPU copy, or the shared host copy)."""
-    torch.set_num_threads(cpu_threads(usable_cores(), ranks_here, config.train.threads, slurm_cpus_per_task()))
-    device = choose_device(local_index, config.train.device)
+    device = take_device(config.train.device, local_index, ranks_here, config.train.threads)
     return DeviceData.from_arrays(data.arrays, problem, device)
 
 

@@ -1,11 +1,18 @@
 """Choosing a run's ensemble from its hall of fame: during the run, and again afterwards (`evens select`)."""
 from __future__ import annotations
 
+import os
+
 from ensemble.hall_of_fame import HallOfFame
 from ensemble.problem import problem_from_dict
 from ensemble.select import Selection, select_ensemble
 
+from .. import checkpoint
 from ..checkpoint import RunInfo
+from ..config import config_from_dict
+from ..errors import ConfigError
+from .report import summarize
+from .rundir import SUMMARY_NAME, checkpoint_path, write_json
 
 
 def select_for_run(hall: HallOfFame, info: RunInfo, method: str | None = None, size: int | None = None) -> Selection | None:
@@ -34,3 +41,24 @@ class SelectionCache:
             self._selection = select_for_run(hall, self.info)
             self._key = key
         return self._selection
+
+
+def reselect(run_dir: str, method: str | None = None, size: int | None = None) -> dict:
+    """``evens select``: choose the run's ensemble again from its hall of fame, without training.
+
+    Stores the new choice (and ``ensemble.method``/``ensemble.size`` in the run's config, so a
+    resume keeps it), rewrites ``summary.json``, and returns the new summary.
+    """
+    state, info = checkpoint.load(checkpoint_path(run_dir))
+    ens = dict(info.config["ensemble"])
+    ens.update({k: v for k, v in (("method", method), ("size", size)) if v is not None})
+    try:
+        config_from_dict({**info.config, "ensemble": ens})
+    except ConfigError as exc:
+        raise ConfigError(f"{run_dir}: {exc}") from None
+    info.config["ensemble"] = ens
+    state.selection = select_for_run(state.hall_of_fame, info)
+    checkpoint.save(checkpoint_path(run_dir), state, info)
+    summary = summarize(state, info, run_dir)
+    write_json(os.path.join(run_dir, SUMMARY_NAME), summary)
+    return summary

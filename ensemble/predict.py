@@ -1,0 +1,180 @@
+"""Apply a run's ensemble to new data: rebuild its members from the run file and average them.
+
+::
+
+    from ensemble import load_ensemble
+    ens = load_ensemble("runs/digits-20261122-101500")     # a run directory, or its checkpoint.h5
+    out = ens.predict(x)                                     # numpy in, numpy out
+    out["label"], out["probabilities"], out["epistemic"]     # classification
+    out["mean"], out["std"]                                  # regression
+
+Members are rebuilt from their specs and stored weights (plain arrays: nothing
+is unpickled, no ``torch.load``) on one device, a GPU when there is one. The
+output is :func:`ensemble.combine.combine`'s: the weighted mean and per-sample
+uncertainty. :meth:`Ensemble.predict_batch` takes an ``allreduce`` so that the
+members can be spread over MPI ranks (``evens predict`` under ``mpiexec``): each
+rank loads some members, and the sums complete the answer on every rank.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+import torch
+
+from .combine import Allreduce, combine
+from .device import choose_device
+from .hall_of_fame import Member
+from .models import build_network
+from .problem import Problem
+from .select import Selection
+from .specs import NetworkSpec
+from .store import GROUP, EnsembleError, StoredEnsemble, read_ensemble, run_file
+from .train import EVAL_BATCH, Head, as_float
+
+
+def check_inputs(shape: tuple[int, ...], dtype: np.dtype, sample_shape: tuple[int, ...], x_dtype: str, where: str = "x") -> None:
+    """Raise :class:`EnsembleError` unless inputs of ``shape`` and ``dtype`` suit the ensemble."""
+    if tuple(shape[1:]) != tuple(sample_shape) or len(shape) != len(sample_shape) + 1:
+        want = "(N, " + ", ".join(str(s) for s in sample_shape) + ")"
+        raise EnsembleError(f"{where} has shape {tuple(shape)}; the ensemble takes {want}")
+    dtype = np.dtype(dtype)
+    if x_dtype == "uint8" and dtype != np.uint8:
+        raise EnsembleError(f"{where} is {dtype}; the ensemble was trained on uint8 inputs (scaled by 1/255)")
+    if x_dtype == "float32" and not np.issubdtype(dtype, np.floating):
+        raise EnsembleError(f"{where} is {dtype}; the ensemble takes floating-point inputs (it was trained on float32)")
+
+
+def as_input(x: np.ndarray, x_dtype: str, where: str = "x") -> np.ndarray:
+    """``x`` in the dtype the networks take, refusing NaN and infinities (also after a cast to float32)."""
+    if x_dtype == "uint8":
+        return np.ascontiguousarray(x)
+    with np.errstate(over="ignore"):
+        x = np.ascontiguousarray(x, dtype=np.float32)
+    if not np.isfinite(x).all():
+        raise EnsembleError(f"{where} holds NaN or infinite values (as float32)")
+    return x
+
+
+@dataclass
+class LoadedMember:
+    id: int
+    weight: float
+    model: torch.nn.Module
+
+
+class Ensemble:
+    """Some or all members of an ensemble, rebuilt on one device, with their weights."""
+
+    def __init__(self, problem: Problem, sample_shape: tuple[int, ...], x_dtype: str, members: list[LoadedMember], device: torch.device,
+                 selection: Selection | None = None):
+        self.problem = problem
+        self.sample_shape = tuple(sample_shape)
+        self.x_dtype = x_dtype
+        self.members = members
+        self.device = device
+        self.selection = selection
+        self.head = Head(problem, device)
+
+    @property
+    def ids(self) -> list[int]:
+        return [m.id for m in self.members]
+
+    @property
+    def weights(self) -> list[float]:
+        return [m.weight for m in self.members]
+
+    @torch.no_grad()
+    def member_predictions(self, x: np.ndarray) -> list[np.ndarray]:
+        """Each member's prediction for a batch ``x`` (already checked), float32 (N, outputs)."""
+        xt = as_float(torch.from_numpy(x).to(self.device))
+        return [self.head.predictions(m.model(xt)).cpu().numpy() for m in self.members]
+
+    def predict_batch(self, x: np.ndarray, allreduce: Allreduce | None = None) -> dict[str, np.ndarray]:
+        """The ensemble's answer for one batch; with ``allreduce``, these members are one rank's share."""
+        return combine(self.problem, self.member_predictions(x), self.weights, x.shape[0], allreduce)
+
+    def predict(self, x: np.ndarray, batch_size: int = EVAL_BATCH) -> dict[str, np.ndarray]:
+        """Predictions and uncertainty for ``x`` (N, *sample_shape), computed in batches.
+
+        Returns numpy arrays: ``probabilities`` (N, C), ``label``, ``entropy``, ``aleatoric``,
+        ``epistemic`` and ``disagreement`` for classification; ``mean`` and ``std`` for regression.
+        """
+        x = np.asarray(x)
+        check_inputs(x.shape, x.dtype, self.sample_shape, self.x_dtype)
+        if batch_size < 1:
+            raise EnsembleError(f"batch_size must be at least 1, got {batch_size}")
+        parts = [self.predict_batch(as_input(x[i : i + batch_size], self.x_dtype)) for i in range(0, len(x), batch_size)]
+        if not parts:
+            parts = [self.predict_batch(np.empty((0,) + self.sample_shape, dtype=self.x_dtype))]
+        return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+
+
+def rebuild(member: Member, problem: Problem, sample_shape: tuple[int, ...], device: torch.device) -> torch.nn.Module:
+    """A member's network with its trained weights, in eval mode on ``device``."""
+    if not member.weights:
+        raise EnsembleError(f"member #{member.id} has no stored weights; this run cannot predict")
+    model = build_network(NetworkSpec(**member.network), sample_shape, problem.outputs)
+    try:
+        model.load_state_dict({name: torch.from_numpy(np.asarray(w)) for name, w in member.weights.items()}, strict=True)
+    except RuntimeError as exc:
+        raise EnsembleError(f"member #{member.id}: stored weights do not fit its network ({str(exc).splitlines()[0]})") from None
+    return model.to(device).eval()
+
+
+def read_stored(path: str, weights_of="all") -> StoredEnsemble:
+    """The ensemble group of a run file or run directory, as :class:`StoredEnsemble`; one-line errors."""
+    file = run_file(path)
+    try:
+        f = h5py.File(file, "r")
+    except FileNotFoundError:
+        raise EnsembleError(f"{path}: no run file here (no {file})") from None
+    except OSError as exc:
+        raise EnsembleError(f"{file}: not a readable run file ({exc})") from None
+    with f:
+        if GROUP not in f:
+            raise EnsembleError(f"{file}: holds no ensemble (a run file from an older evens, or not a run file)")
+        try:
+            return read_ensemble(f[GROUP], weights_of)
+        except (KeyError, ValueError, TypeError, OSError) as exc:
+            raise EnsembleError(f"{file}: damaged ensemble ({type(exc).__name__}: {exc})") from None
+
+
+def chosen_members(stored: StoredEnsemble, path: str, need_weights: bool = False) -> list[tuple[Member, float]]:
+    """The selected members with their ensemble weights; an error if the run has none yet.
+
+    ``need_weights``: also an error if a member's trained weights were not stored.
+    """
+    if stored.selection is None:
+        raise EnsembleError(f"{path}: the run has no ensemble yet (no network finished successfully)")
+    chosen = [(stored.hall_of_fame.by_id(i), w) for i, w in zip(stored.selection.ids, stored.selection.weights)]
+    for m, _ in chosen if need_weights else ():
+        if not m.weights:
+            raise EnsembleError(f"{path}: member #{m.id} has no stored weights; this run cannot predict")
+    return chosen
+
+
+def read_chosen(path: str) -> StoredEnsemble:
+    """The stored ensemble with the weights of its chosen members only (the rest stay on disk)."""
+    ids = [m.id for m, _ in chosen_members(read_stored(path, weights_of="none"), path)]
+    return read_stored(path, weights_of=ids)
+
+
+def build_ensemble(problem: Problem, sample_shape: tuple[int, ...], x_dtype: str, chosen: list[tuple[Member, float]],
+                   device: torch.device, selection: Selection | None = None) -> Ensemble:
+    """An :class:`Ensemble` of the ``chosen`` (member, weight) pairs, rebuilt on ``device``."""
+    members = [LoadedMember(m.id, w, rebuild(m, problem, sample_shape, device)) for m, w in chosen]
+    return Ensemble(problem, sample_shape, x_dtype, members, device, selection)
+
+
+def load_ensemble(path: str, device: str | torch.device = "auto") -> Ensemble:
+    """Load the ensemble of a run directory (or run file) for prediction.
+
+    ``device`` is "auto" (a GPU if there is one), "cpu", "cuda" or a torch device.
+    """
+    stored = read_chosen(path)
+    if not isinstance(device, torch.device):
+        device = choose_device(0, device)
+    chosen = chosen_members(stored, path, need_weights=True)
+    return build_ensemble(stored.problem, stored.sample_shape, stored.x_dtype, chosen, device, stored.selection)

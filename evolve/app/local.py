@@ -1,0 +1,27 @@
+"""This rank's share of its node: a device and CPU threads, from what the environment says.
+
+The environment (affinity, Slurm's variables) is read here, at the edge, and
+passed as plain numbers to :mod:`ensemble.device`.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ensemble.device import choose_device, cpu_threads
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def slurm_cpus_per_task() -> int:
+    value = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    return int(value) if value.isdigit() else 0
+
+
+def take_device(prefer: str, local_index: int, ranks_here: int, threads: int = 0) -> torch.device:
+    """Set this rank's torch threads so the node's ranks do not oversubscribe its cores, and pick its device."""
+    torch.set_num_threads(cpu_threads(usable_cores(), ranks_here, threads, slurm_cpus_per_task()))
+    return choose_device(local_index, prefer)

@@ -1,0 +1,265 @@
+"""``evens predict``: apply a run's ensemble to an HDF5 file, on one process or spread over MPI ranks.
+
+::
+
+    evens predict runs/a new.h5 --out predictions.h5             # new.h5 has a dataset x at its root
+    mpiexec -n 3 evens predict runs/a data.h5 --split test --out p.h5
+
+Rank 0 alone opens files. It reads the run file, checks the input against the
+ensemble, and sends each rank its share of the members (round robin: with 5
+members on 2 ranks, 3 and 2) with their weights as one raw buffer. Then it
+streams the input in batches: each batch goes to every rank with ``Bcast``, every
+rank runs its members on its own device, and one ``Allreduce`` of the weighted
+sums (probabilities and entropies, or means; then disagreement or spread)
+completes the ensemble's answer; rank 0 writes it. Every error is found on rank 0
+or agreed on by all ranks, so each rank exits with status 2 and one line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+
+from ensemble.combine import ensemble_prediction
+from ensemble.hall_of_fame import Member
+from ensemble.predict import as_input, build_ensemble, check_inputs, chosen_members, read_chosen
+from ensemble.problem import problem_from_dict
+from ensemble.store import EnsembleError, StoredEnsemble
+from ensemble.train import EVAL_BATCH
+
+from ..errors import EvensError
+from ..mpi_transport import first_error, node_rank, recv_arrays, send_arrays, sum_over_ranks, world
+from .local import take_device
+
+ROOT = 0
+TAG_MEMBERS, TAG_WEIGHTS = 21, 22
+MAX_BATCH_BYTES = 256 << 20  # a batch broadcast to every rank stays below this
+
+
+class PredictError(EvensError):
+    """Bad input to ``evens predict``: one line, exit status 2 on every rank."""
+
+
+@dataclass
+class Job:
+    """What rank 0 found and every rank needs: sizes, and the ensemble's facts."""
+
+    rows: int
+    batch: int
+    problem: dict
+    sample_shape: tuple[int, ...]
+    x_dtype: str
+    input_dtype: str
+    shares: list[list[int]]  # member ids per rank
+
+
+def locate_input(path: str, split: str | None) -> tuple[str, str | None]:
+    """The names of x (and of y, if there is one beside it) in the input file; PredictError otherwise."""
+    if not os.path.isfile(path):
+        raise PredictError(f"{path}: no such input file")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise PredictError(f"{path}: not a readable HDF5 file ({exc})") from None
+    with f:
+        if split is not None:
+            if split not in f or not isinstance(f[split], h5py.Group):
+                groups = [k for k in f if isinstance(f[k], h5py.Group)]
+                raise PredictError(f"{path}: no group '{split}' (groups: {', '.join(groups) or 'none'})")
+            base = f"{split}/"
+        else:
+            base = ""
+            if "x" not in f:
+                groups = [k for k in f if isinstance(f[k], h5py.Group)]
+                hint = f"; name a group with --split ({', '.join(groups)})" if groups else ""
+                raise PredictError(f"{path}: no dataset 'x' at its root{hint}")
+        if f"{base}x" not in f or not isinstance(f[f"{base}x"], h5py.Dataset):
+            raise PredictError(f"{path}: no dataset '{base}x'")
+        y = f"{base}y"
+        has_y = y in f and isinstance(f[y], h5py.Dataset) and f[y].shape[:1] == f[f"{base}x"].shape[:1]
+        return f"{base}x", (y if has_y else None)
+
+
+def check_output(out: str, force: bool, protected: list[str]) -> None:
+    """OUT may be written: a new file in an existing folder, or an existing one with --force; never an input."""
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):
+        raise PredictError(f"{out}: the folder {folder} does not exist")
+    if os.path.exists(out):
+        if any(os.path.samefile(out, p) for p in protected if os.path.exists(p)):
+            raise PredictError(f"{out}: is one of the inputs; choose another --out")
+        if not force:
+            raise PredictError(f"{out}: already exists; use --force to replace it")
+        if not os.path.isfile(out):
+            raise PredictError(f"{out}: exists and is not a file")
+
+
+def plan_job(run_dir: str, input_path: str, out: str, split: str | None, batch_size: int, force: bool, ranks: int):
+    """Rank 0: check everything before any rank does work. Returns (job, stored ensemble, x name, y name)."""
+    if batch_size < 1:
+        raise PredictError(f"--batch-size must be at least 1, got {batch_size}")
+    stored = read_chosen(run_dir)
+    chosen = chosen_members(stored, run_dir, need_weights=True)
+    x_name, y_name = locate_input(input_path, split)
+    with h5py.File(input_path, "r") as f:
+        x = f[x_name]
+        check_inputs(x.shape, x.dtype, stored.sample_shape, stored.x_dtype, where=f"{input_path}: {x_name}")
+        rows, input_dtype = int(x.shape[0]), x.dtype.str
+    if rows == 0:
+        raise PredictError(f"{input_path}: {x_name} has no samples")
+    check_output(out, force, [input_path, os.path.join(run_dir, "checkpoint.h5") if os.path.isdir(run_dir) else run_dir])
+    row_bytes = int(np.prod(stored.sample_shape)) * np.dtype(input_dtype).itemsize
+    batch = max(1, min(batch_size, MAX_BATCH_BYTES // max(1, row_bytes)))
+    ids = [m.id for m, _ in chosen]
+    job = Job(rows, batch, stored.problem.to_dict(), stored.sample_shape, stored.x_dtype, input_dtype, [ids[r::ranks] for r in range(ranks)])
+    return job, stored, chosen, x_name, y_name
+
+
+def share_members(comm, job: Job, stored: StoredEnsemble | None, chosen) -> list[tuple[Member, float]]:
+    """Collective: rank 0 sends each rank its members (specs as a header, weights as one buffer)."""
+    if comm.rank == ROOT:
+        weight = {m.id: w for m, w in chosen}
+        for rank in range(comm.size):
+            mine = [stored.hall_of_fame.by_id(i) for i in job.shares[rank]]
+            if rank == ROOT:
+                own = [(m, weight[m.id]) for m in mine]
+                continue
+            header = {"members": [(m.id, weight[m.id], m.network, m.training) for m in mine]}
+            arrays = {f"{m.id}/{name}": w for m in mine for name, w in m.weights.items()}
+            send_arrays(comm, header, arrays, rank, TAG_MEMBERS, TAG_WEIGHTS)
+        return own
+    header, arrays = recv_arrays(comm, ROOT, TAG_MEMBERS, TAG_WEIGHTS)
+    members = []
+    for ident, w, network, training in header["members"]:
+        prefix = f"{ident}/"
+        weights = {name[len(prefix):]: a for name, a in arrays.items() if name.startswith(prefix)}
+        members.append((Member(ident, 0.0, network, training, None, None, weights), w))
+    return members
+
+
+def run_predict(run_dir: str, input_path: str, out: str, split: str | None = None, batch_size: int = EVAL_BATCH,
+                device: str = "auto", force: bool = False) -> tuple[int, str]:
+    """Collective over the world. Returns (exit status, the line to print on rank 0)."""
+    comm = world()
+    job = stored = chosen = x_name = y_name = None
+    error = None
+    if comm.rank == ROOT:
+        try:
+            job, stored, chosen, x_name, y_name = plan_job(run_dir, input_path, out, split, batch_size, force, comm.size)
+        except (EvensError, EnsembleError) as exc:
+            error = str(exc)
+    error = first_error(comm, error, ROOT)
+    if error:
+        return 2, f"error: {error}"
+    job = comm.bcast(job, root=ROOT)
+    mine = share_members(comm, job, stored, chosen)
+    problem = problem_from_dict(job.problem)
+    ensemble, error = None, None
+    try:
+        local, here = node_rank(comm)
+        ensemble = build_ensemble(problem, job.sample_shape, job.x_dtype, mine, take_device(device, local, here))
+    except (EnsembleError, ValueError, RuntimeError) as exc:
+        error = f"rank {comm.rank}: {exc}".splitlines()[0]
+    error = first_error(comm, error, ROOT)
+    if error:
+        return 2, f"error: {error}"
+    allreduce = sum_over_ranks(comm) if comm.size > 1 else None
+    writer = Writer(out, job, keep_exact=y_name is not None) if comm.rank == ROOT else None
+    try:
+        source = h5py.File(input_path, "r") if comm.rank == ROOT else None
+        try:
+            for start in range(0, job.rows, job.batch):
+                rows = min(job.batch, job.rows - start)
+                xb, error = None, None
+                if comm.rank == ROOT:
+                    try:
+                        xb = as_input(source[x_name][start : start + rows], job.x_dtype, where=f"{input_path}: {x_name}")
+                    except (EnsembleError, OSError) as exc:
+                        error = str(exc)
+                error = comm.bcast(error, root=ROOT)
+                if error:
+                    return 2, f"error: {error}"
+                if comm.rank != ROOT:
+                    xb = np.empty((rows,) + tuple(job.sample_shape), dtype=job.x_dtype)
+                comm.Bcast(xb, root=ROOT)
+                answer = ensemble.predict_batch(xb, allreduce)
+                if writer is not None:
+                    writer.write(start, answer)
+            if writer is None:
+                return 0, ""
+            scores = None
+            if y_name is not None:
+                scores = writer.score(problem, source[y_name][...])
+            writer.finish(run_dir, input_path, x_name, ensemble, chosen, scores)
+            writer = None
+        finally:
+            if source is not None:
+                source.close()
+    finally:
+        if writer is not None:
+            writer.discard()
+    sel = stored.selection
+    line = (f"wrote {out}: {job.rows} predictions from an ensemble of {len(chosen)} networks "
+            f"({sel.method}, {sel.picks} picks) on {comm.size} rank(s)")
+    if scores:
+        line += "; against " + y_name + ": " + ", ".join(f"{k} {v:.6g}" for k, v in scores.items())
+    return 0, line
+
+
+class Writer:
+    """Rank 0's output: a hidden temporary file in OUT's folder, renamed into place only when complete."""
+
+    def __init__(self, out: str, job: Job, keep_exact: bool):
+        self.out = out
+        self.rows = job.rows
+        # With labels or targets beside x, the prediction is also kept in double precision, to score it
+        # exactly as reports do (N x outputs doubles; without labels nothing is kept in memory).
+        self.keep_exact = keep_exact
+        self._exact: np.ndarray | None = None
+        fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".tmp", dir=os.path.dirname(os.path.abspath(out)))
+        os.close(fd)
+        self.file = h5py.File(self.tmp, "w")
+
+    def write(self, start: int, answer: dict[str, np.ndarray]) -> None:
+        for name, values in answer.items():
+            if name not in self.file:
+                dtype = np.int64 if values.dtype.kind in "iu" else np.float32
+                self.file.create_dataset(name, shape=(self.rows,) + values.shape[1:], dtype=dtype)
+            self.file[name][start : start + len(values)] = values
+        if not self.keep_exact:
+            return
+        scored = answer["probabilities"] if "probabilities" in answer else answer["mean"]
+        if self._exact is None:
+            self._exact = np.empty((self.rows,) + scored.shape[1:])
+        self._exact[start : start + len(scored)] = scored
+
+    def score(self, problem, y: np.ndarray) -> dict[str, float] | None:
+        combined = {"probabilities": self._exact} if problem.kind == "classification" else {"mean": self._exact}
+        try:
+            return problem.scores(ensemble_prediction(problem, combined), y)
+        except (ValueError, IndexError):  # a y that is not this problem's labels: just no score
+            return None
+
+    def finish(self, run_dir, input_path, x_name, ensemble, chosen, scores) -> None:
+        self.file.attrs.update(
+            format="evens-predictions",
+            run=os.path.abspath(run_dir),
+            input=os.path.abspath(input_path),
+            x=x_name,
+            members=json.dumps([m.id for m, _ in chosen]),
+            weights=json.dumps([w for _, w in chosen]),
+            problem=ensemble.problem.kind,
+        )
+        for name, value in (scores or {}).items():
+            self.file.attrs[name] = value
+        self.file.close()
+        os.replace(self.tmp, self.out)
+
+    def discard(self) -> None:
+        self.file.close()
+        if os.path.exists(self.tmp):
+            os.remove(self.tmp)
