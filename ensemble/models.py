@@ -3,14 +3,15 @@
 A :class:`NetworkSpec` names a family and its size; :func:`build_network` turns
 it into a ``torch.nn.Module`` for a given sample shape. ``mlp`` works on any
 shape (it flattens); ``cnn`` convolves over the spatial dimensions that a sample
-has: 1-D for (C, L), 2-D for (C, H, W).
+has: 1-D for (C, L), 2-D for (C, H, W); ``rnn`` reads a (C, L) sample as L steps
+of C features.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from .specs import ACTIVATION_NAMES, FAMILIES, NetworkSpec, families_for
+from .specs import ACTIVATION_NAMES, FAMILIES, LAYOUTS, NetworkSpec, families_for
 
 ACTIVATIONS = {
     "relu": nn.ReLU,
@@ -21,11 +22,11 @@ ACTIVATIONS = {
     "leaky_relu": nn.LeakyReLU,
 }
 assert tuple(ACTIVATIONS) == ACTIVATION_NAMES
-__all__ = ["ACTIVATIONS", "FAMILIES", "NetworkSpec", "build_network", "families_for"]
+__all__ = ["ACTIVATIONS", "FAMILIES", "NetworkSpec", "Recurrent", "build_network", "families_for"]
 MAX_POOLED_SIDE = 4  # the CNN head sees at most 4 positions per spatial dimension
 
 
-def _mlp(spec: NetworkSpec, sample_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+def _mlp(spec: NetworkSpec, sample_shape: tuple[int, ...], outputs: int) -> nn.Module:
     layers: list[nn.Module] = [nn.Flatten()]
     features = int(torch.tensor(sample_shape).prod())
     for _ in range(spec.depth):
@@ -33,11 +34,11 @@ def _mlp(spec: NetworkSpec, sample_shape: tuple[int, ...], num_classes: int) -> 
         if spec.dropout > 0:
             layers.append(nn.Dropout(spec.dropout))
         features = spec.width
-    layers.append(nn.Linear(features, num_classes))
+    layers.append(nn.Linear(features, outputs))
     return nn.Sequential(*layers)
 
 
-def _cnn(spec: NetworkSpec, sample_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+def _cnn(spec: NetworkSpec, sample_shape: tuple[int, ...], outputs: int) -> nn.Module:
     channels, *spatial = sample_shape
     dims = len(spatial)
     conv, norm, pool, adaptive = {
@@ -55,11 +56,40 @@ def _cnn(spec: NetworkSpec, sample_shape: tuple[int, ...], num_classes: int) -> 
         channels = spec.width
     pooled = [min(s, MAX_POOLED_SIDE) for s in spatial]
     layers += [adaptive(tuple(pooled) if dims > 1 else pooled[0]), nn.Flatten()]
-    layers.append(nn.Linear(channels * int(torch.tensor(pooled).prod()), num_classes))
+    layers.append(nn.Linear(channels * int(torch.tensor(pooled).prod()), outputs))
     return nn.Sequential(*layers)
 
 
-def build_network(spec: NetworkSpec, sample_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+class Recurrent(nn.Module):
+    """A GRU or LSTM over the L steps of a (C, L) sample; the head reads the last step's state
+    (of the last layer; both directions' final states when bidirectional)."""
+
+    def __init__(self, spec: NetworkSpec, channels: int, outputs: int):
+        super().__init__()
+        cell = nn.GRU if spec.cell == "gru" else nn.LSTM
+        self.rnn = cell(
+            channels, spec.width, num_layers=spec.depth, batch_first=True, bidirectional=spec.bidirectional,
+            dropout=spec.dropout if spec.depth > 1 else 0.0,
+        )
+        self.directions = 2 if spec.bidirectional else 1
+        self.dropout = nn.Dropout(spec.dropout)
+        self.head = nn.Linear(spec.width * self.directions, outputs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _, state = self.rnn(x.transpose(1, 2))  # (B, C, L) -> (B, L, C)
+        hidden = state[0] if isinstance(state, tuple) else state  # an LSTM also returns its cell state
+        last = torch.cat(list(hidden[-self.directions :]), dim=1)  # the last layer, every direction
+        return self.head(self.dropout(last))
+
+
+def _rnn(spec: NetworkSpec, sample_shape: tuple[int, ...], outputs: int) -> nn.Module:
+    return Recurrent(spec, sample_shape[0], outputs)
+
+
+_BUILDERS = {"mlp": _mlp, "cnn": _cnn, "rnn": _rnn}
+
+
+def build_network(spec: NetworkSpec, sample_shape: tuple[int, ...], outputs: int) -> nn.Module:
     """A fresh, randomly initialised network for samples of ``sample_shape`` (no batch dimension).
 
     >>> net = build_network(NetworkSpec("cnn", depth=2, width=16), (1, 8, 8), 10)
@@ -68,6 +98,5 @@ def build_network(spec: NetworkSpec, sample_shape: tuple[int, ...], num_classes:
     """
     sample_shape = tuple(int(s) for s in sample_shape)
     if spec.family not in families_for(sample_shape):
-        raise ValueError(f"family {spec.family!r} does not apply to samples of shape {sample_shape}")
-    builder = _mlp if spec.family == "mlp" else _cnn
-    return builder(spec, sample_shape, num_classes)
+        raise ValueError(f"family {spec.family!r} does not apply to samples of shape {sample_shape}; it takes {LAYOUTS[spec.family]}")
+    return _BUILDERS[spec.family](spec, sample_shape, outputs)

@@ -189,7 +189,8 @@ def run_search(
 
 def _candidate_key(space: SearchSpace, genome) -> tuple:
     """What a genome decodes to: two genomes with the same key train the same network."""
-    return tuple(space.decode(genome).values())
+    network, training = space.candidate(genome)
+    return network, training
 
 
 def _admit(state: SearchState, population: list[Individual], record: Record, capacity: int) -> None:

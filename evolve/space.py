@@ -9,13 +9,18 @@ alike, categorical ones included. In a config, a gene is written as
 * a table: a range, ``learning_rate = {low = 1e-4, high = 3e-2, log = true}``
   (integer genes give integer ranges);
 * a single value: fixed, ``optimizer = "adam"``.
+
+``cell`` and ``bidirectional`` shape only the ``rnn`` family, and ``activation``
+only ``mlp`` and ``cnn``; a genome's inactive genes are set to their defaults
+when it is decoded into a network (:meth:`SearchSpace.candidate`), so genomes
+that differ only there count as the same network.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from ensemble.specs import ACTIVATION_NAMES, FAMILIES, OPTIMIZERS, NetworkSpec, TrainSpec, families_for
+from ensemble.specs import ACTIVATION_NAMES, CELLS, FAMILIES, OPTIMIZERS, NetworkSpec, TrainSpec, families_for
 
 from .errors import ConfigError
 
@@ -25,6 +30,8 @@ GENE_TYPES: dict[str, type] = {
     "width": int,
     "activation": str,
     "dropout": float,
+    "cell": str,
+    "bidirectional": bool,
     "learning_rate": float,
     "batch_size": int,
     "epochs": int,
@@ -34,11 +41,13 @@ GENE_TYPES: dict[str, type] = {
 GENE_NAMES = tuple(GENE_TYPES)
 
 DEFAULT_SPACE: dict = {
-    "family": ["mlp", "cnn"],
+    "family": ["mlp", "cnn", "rnn"],
     "depth": {"low": 1, "high": 3},
     "width": [16, 32, 64, 128],
     "activation": ["relu", "gelu", "silu", "tanh"],
     "dropout": {"low": 0.0, "high": 0.5},
+    "cell": ["gru", "lstm"],
+    "bidirectional": [False, True],
     "learning_rate": {"low": 1e-4, "high": 3e-2, "log": True},
     "batch_size": [32, 64, 128, 256],
     "epochs": {"low": 2, "high": 12},
@@ -46,7 +55,7 @@ DEFAULT_SPACE: dict = {
     "weight_decay": {"low": 1e-6, "high": 1e-2, "log": True},
 }
 
-_ALLOWED = {"family": FAMILIES, "activation": ACTIVATION_NAMES, "optimizer": OPTIMIZERS}
+_ALLOWED = {"family": FAMILIES, "activation": ACTIVATION_NAMES, "cell": CELLS, "optimizer": OPTIMIZERS}
 # Inclusive numeric bounds; dropout must stay below 1.
 _NUMERIC = {
     "depth": (1, None),
@@ -111,7 +120,7 @@ def _check_number(name: str, value, kind: type):
 def _parse_gene(name: str, spec):
     kind = GENE_TYPES[name]
     if isinstance(spec, dict):
-        if kind is str:
+        if kind in (str, bool):
             raise ConfigError(f"space.{name}: a range makes no sense here; give a list of choices")
         unknown = set(spec) - {"low", "high", "log"}
         if unknown or "low" not in spec or "high" not in spec:
@@ -130,7 +139,11 @@ def _parse_gene(name: str, spec):
         raise ConfigError(f"space.{name}: the list of choices is empty")
     checked = []
     for value in options:
-        if kind is str:
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"space.{name}: expected true or false, got {value!r}")
+            checked.append(value)
+        elif kind is str:
             if value not in _ALLOWED[name]:
                 raise ConfigError(f"space.{name}: unknown value {value!r} (known: {', '.join(_ALLOWED[name])})")
             checked.append(value)
@@ -160,9 +173,9 @@ class SearchSpace:
     def candidate(self, genome) -> tuple[NetworkSpec, TrainSpec]:
         """The network and training settings a genome stands for."""
         v = self.decode(genome)
-        network = NetworkSpec(v["family"], v["depth"], v["width"], v["activation"], v["dropout"])
+        network = NetworkSpec(v["family"], v["depth"], v["width"], v["activation"], v["dropout"], v["cell"], v["bidirectional"])
         training = TrainSpec(v["learning_rate"], v["batch_size"], v["epochs"], v["optimizer"], v["weight_decay"])
-        return network, training
+        return network.canonical(), training
 
     def to_config(self) -> dict:
         return {name: gene.to_config() for name, gene in zip(GENE_NAMES, self.genes)}

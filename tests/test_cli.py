@@ -100,6 +100,23 @@ def test_regression_run_end_to_end(tmp_path):
     assert rmse == pytest.approx(s["ensemble"]["test_rmse"], rel=1e-12)
 
 
+def test_rnn_family_end_to_end_on_sequences(tmp_path):
+    data = write_blobs(tmp_path / "seq.h5", sample_shape=(2, 16), n=(120, 40, 40), classes=3)
+    cfg = tmp_path / "seq.toml"
+    cfg.write_text(f'[data]\npath = "{data}"\n[space]\nfamily = ["rnn"]\nepochs = {{ low = 3, high = 6 }}\nwidth = [8, 16]\n')
+    out = str(tmp_path / "seq")
+    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out, "--set", "search.evaluations=5", "--set", "search.population=4",
+                                    "--set", "ensemble.size=3", "--set", "train.threads=1"], timeout=180, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    s = report(out)
+    assert s["best"]["genome"]["family"] == "rnn" and s["best"]["genome"]["cell"] in ("gru", "lstm")
+    assert s["best"]["val_accuracy"] > 0.6 and s["ensemble"]["val_accuracy"] >= s["best"]["val_accuracy"]
+    pred = launch(2, evens_cmd() + ["predict", out, data, "--split", "test", "--out", str(tmp_path / "p.h5")], timeout=120, cwd=ROOT)
+    assert pred.returncode == 0, pred.stderr
+    with h5py.File(tmp_path / "p.h5") as f:
+        assert float(f.attrs["accuracy"]) == s["ensemble"]["test_accuracy"]
+
+
 def test_single_process_run_trains_in_process(tmp_path, small_config):
     out = str(tmp_path / "solo")
     proc = subprocess.run(evens_cmd() + ["run", small_config, "--out", out, "--set", "search.evaluations=2", *SMALL],

@@ -10,16 +10,29 @@ from ensemble.specs import TrainSpec
 from ensemble.train import DeviceData, train_and_evaluate
 
 
+ACCEPTS = {"mlp": {1, 2, 3}, "cnn": {2, 3}, "rnn": {2}}  # sample dimensions each family takes
+
+
 @pytest.mark.parametrize("shape", [(12,), (2, 20), (1, 8, 8), (3, 5, 7)])
-@pytest.mark.parametrize("family", ["mlp", "cnn"])
+@pytest.mark.parametrize("family", ["mlp", "cnn", "rnn"])
 @pytest.mark.parametrize("depth", [1, 3])
-def test_networks_map_samples_to_class_scores(shape, family, depth):
-    if family not in families_for(shape):
-        with pytest.raises(ValueError, match="does not apply"):
+def test_each_family_builds_on_its_layouts_and_refuses_the_others(shape, family, depth):
+    assert (family in families_for(shape)) == (len(shape) in ACCEPTS[family])
+    if len(shape) not in ACCEPTS[family]:
+        with pytest.raises(ValueError, match=f"family '{family}' does not apply to samples of shape .*; it takes"):
             build_network(NetworkSpec(family, depth, 8), shape, 4)
         return
     net = build_network(NetworkSpec(family, depth, 8, "gelu", 0.1), shape, 4)
     assert net(torch.randn(5, *shape)).shape == (5, 4)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_recurrent_networks_learn_sequences(cell, bidirectional):
+    ev = train_and_evaluate(NetworkSpec("rnn", 2, 16, cell=cell, bidirectional=bidirectional), TrainSpec(1e-2, 32, 8), data_for((2, 16)), seed=0)
+    assert ev.status == "ok" and ev.metrics["val_accuracy"] > 0.9, ev
+    first = {n: w.shape for n, w in ev.weights.items()}
+    assert ("rnn.weight_ih_l1_reverse" in first) == bidirectional and first["head.weight"] == (3, 16 * (2 if bidirectional else 1))
 
 
 def test_cnn_convolves_in_as_many_dimensions_as_the_sample_has():

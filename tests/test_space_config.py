@@ -1,9 +1,10 @@
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ensemble.specs import families_for
 from evolve.config import apply_overrides, config_from_dict, load_config, parse_value
 from evolve.errors import ConfigError
 from evolve.space import DEFAULT_SPACE, GENE_NAMES, Choice, Range, parse_space
@@ -36,13 +37,38 @@ def test_decode_gives_every_gene_a_legal_value():
     values = space.decode([0.5] * len(GENE_NAMES))
     assert set(values) == set(GENE_NAMES)
     network, training = space.candidate([0.99] * len(GENE_NAMES))
-    assert network.family == "cnn" and training.optimizer == "rmsprop"
+    assert network.family == "rnn" and network.cell == "lstm" and network.bidirectional and training.optimizer == "rmsprop"
+
+
+SHAPES = [(64,), (3, 100), (1, 8, 8)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(unit, min_size=len(GENE_NAMES), max_size=len(GENE_NAMES)), st.sampled_from(SHAPES))
+def test_any_genome_decodes_to_a_valid_network_for_its_data(genome, shape):
+    network, training = parse_space({}).for_sample_shape(shape).candidate(genome)
+    assert network.family in families_for(shape) and network == network.canonical()
+    assert training.epochs >= 1 and training.learning_rate > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(unit, min_size=len(GENE_NAMES), max_size=len(GENE_NAMES)), unit, unit, unit)
+def test_inactive_genes_do_not_change_the_network(genome, a, b, c):
+    space = parse_space({}).for_sample_shape((3, 100))
+    network, training = space.candidate(genome)
+    other = list(genome)
+    if network.family == "rnn":
+        other[GENE_NAMES.index("activation")] = a
+    else:
+        other[GENE_NAMES.index("cell")], other[GENE_NAMES.index("bidirectional")] = b, c
+    assert space.candidate(other) == (network, training)
 
 
 def test_cnn_is_dropped_for_tabular_data():
     space = parse_space({}).for_sample_shape((64,))
     assert space.decode([1.0] * len(GENE_NAMES))["family"] == "mlp"
-    assert parse_space({}).for_sample_shape((3, 100)).genes[0].options == ("mlp", "cnn")
+    assert parse_space({}).for_sample_shape((3, 100)).genes[0].options == ("mlp", "cnn", "rnn")
+    assert parse_space({}).for_sample_shape((3, 8, 8)).genes[0].options == ("mlp", "cnn")
     with pytest.raises(ConfigError, match="none of which applies"):
         parse_space({"family": "cnn"}).for_sample_shape((64,))
 
@@ -58,6 +84,9 @@ def test_cnn_is_dropped_for_tabular_data():
         ({"width": []}, "empty"),
         ({"colour": ["red"]}, "unknown gene"),
         ({"activation": {"low": 1, "high": 2}}, "give a list of choices"),
+        ({"bidirectional": {"low": 0, "high": 1}}, "give a list of choices"),
+        ({"bidirectional": [1]}, "expected true or false"),
+        ({"cell": ["gru", "rnn_tanh"]}, "unknown value 'rnn_tanh'"),
     ],
 )
 def test_bad_space_is_a_clear_error(space, message):

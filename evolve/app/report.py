@@ -101,9 +101,10 @@ def format_summary(s: dict) -> str:
     if s["best"]:
         b = s["best"]
         g = b["genome"]
+        kind = f"{'bidirectional ' if g['bidirectional'] else ''}{g['cell']}" if g["family"] == "rnn" else g["activation"]
         lines.append(
             f"best network #{b['id']}: {_scores_text(b, metric)}  "
-            f"({g['family']} depth {g['depth']} width {g['width']} {g['activation']}, "
+            f"({g['family']} depth {g['depth']} width {g['width']} {kind}, "
             f"{g['optimizer']} lr {g['learning_rate']:.2g}, {g['epochs']} epochs)"
         )
     e = s["ensemble"]
