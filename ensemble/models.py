@@ -38,6 +38,19 @@ def _mlp(spec: NetworkSpec, sample_shape: tuple[int, ...], outputs: int) -> nn.M
     return nn.Sequential(*layers)
 
 
+class ChannelsLast(nn.Module):
+    """Puts a (B, C, H, W) batch in channels-last memory order (same values, NHWC strides).
+
+    With the conv weights in the same order, oneDNN (CPU) and cuDNN (GPU) run 2-D convolutions,
+    batch norm and pooling without reordering: 1.3-1.6x faster training on the CPU for the demo's
+    CNNs (scripts/bench_train.py). It is part of the network, so training, the predictions stored
+    with a member and ``evens predict`` all run exactly the same computation.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous(memory_format=torch.channels_last)
+
+
 def _cnn(spec: NetworkSpec, sample_shape: tuple[int, ...], outputs: int) -> nn.Module:
     channels, *spatial = sample_shape
     dims = len(spatial)
@@ -45,7 +58,7 @@ def _cnn(spec: NetworkSpec, sample_shape: tuple[int, ...], outputs: int) -> nn.M
         1: (nn.Conv1d, nn.BatchNorm1d, nn.MaxPool1d, nn.AdaptiveAvgPool1d),
         2: (nn.Conv2d, nn.BatchNorm2d, nn.MaxPool2d, nn.AdaptiveAvgPool2d),
     }[dims]
-    layers: list[nn.Module] = []
+    layers: list[nn.Module] = [ChannelsLast()] if dims == 2 else []
     for _ in range(spec.depth):
         layers += [conv(channels, spec.width, 3, padding=1), norm(spec.width), ACTIVATIONS[spec.activation]()]
         if min(spatial) >= 2:  # halve while there is something to halve
@@ -57,7 +70,8 @@ def _cnn(spec: NetworkSpec, sample_shape: tuple[int, ...], outputs: int) -> nn.M
     pooled = [min(s, MAX_POOLED_SIDE) for s in spatial]
     layers += [adaptive(tuple(pooled) if dims > 1 else pooled[0]), nn.Flatten()]
     layers.append(nn.Linear(channels * int(torch.tensor(pooled).prod()), outputs))
-    return nn.Sequential(*layers)
+    model = nn.Sequential(*layers)
+    return model.to(memory_format=torch.channels_last) if dims == 2 else model
 
 
 class Recurrent(nn.Module):
