@@ -75,13 +75,18 @@ def chunk_ranges(total_bytes: int, chunk_bytes: int) -> list[tuple[int, int]]:
     return [(start, min(start + chunk_bytes, total_bytes)) for start in range(0, total_bytes, chunk_bytes)]
 
 
+def array_specs(arrays: dict[str, np.ndarray]) -> list[tuple[str, tuple[int, ...], str]]:
+    """Name, shape and dtype of each array, as plain tuples: the metadata that precedes a payload."""
+    return [ArraySpec(name, tuple(int(n) for n in a.shape), np.dtype(a.dtype).name).as_tuple() for name, a in arrays.items()]
+
+
 def pack_arrays(arrays: dict[str, np.ndarray]) -> tuple[list[tuple[str, tuple[int, ...], str]], np.ndarray]:
     """Copy named arrays into one aligned byte buffer; returns (specs as plain tuples, buffer).
 
     The specs are the metadata to send first (small, picklable); the buffer is the payload to
     send with one buffer-based message. :func:`unpack_arrays` undoes it.
     """
-    specs = [ArraySpec(name, tuple(int(n) for n in a.shape), np.dtype(a.dtype).name) for name, a in arrays.items()]
+    specs = [ArraySpec(n, s, t) for n, s, t in array_specs(arrays)]
     layout = plan_layout(specs)
     buffer = np.empty(layout.total_bytes, dtype=np.uint8)
     views = array_views(layout, buffer)

@@ -34,6 +34,11 @@ class Evaluation:
     def has_payload(self) -> bool:
         return self.val_pred is not None
 
+    def drop_payload(self) -> Evaluation:
+        """Forget the predictions and weights (the master did not want them); returns self."""
+        self.val_pred = self.test_pred = self.weights = None
+        return self
+
     def header(self) -> dict:
         """The small part, as plain Python values."""
         return {

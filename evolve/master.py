@@ -6,9 +6,10 @@ MPI, in one process in the tests, and under a simulator. Dispatch is dynamic:
 the moment a worker returns a result it gets the next individual, bred from
 the population as it stands then; there are no generations to wait for.
 
-Every result becomes a :class:`Record`. A result good enough for the hall of
-fame arrives whole (predictions and weights) and is kept there; the hall's entry
-bar goes out with every task, so the rest arrive as small headers.
+Every result becomes a :class:`Record`. A result that enters the hall of fame
+arrives whole (predictions and weights) and is kept there; the hall's entry bar
+goes out with every task, and the master asks for a payload only when it
+arrives, so everything else arrives as a small header.
 """
 from __future__ import annotations
 
@@ -162,7 +163,7 @@ def run_search(
             checkpoint(state)
             state.pending = []
             last_checkpoint, unsaved = clock(), False
-        got = transport.receive(timeout=poll_seconds)
+        got = transport.receive(timeout=poll_seconds, wants=lambda ident, fitness: hall.qualifies(fitness, ident))
         if got is None:
             continue
         worker, result = got

@@ -1,10 +1,13 @@
 """The master/worker protocol over MPI.
 
 A task is a small pickled dict sent with ``send``. A result is a small pickled
-header (status, fitness, metrics, times: a few hundred bytes); only a network
-that may enter the hall of fame follows it with its payload, predictions and
-weights packed into one aligned byte buffer and sent with a single buffer-based
-``Send`` (never pickled). The master learns that a result is waiting with
+header (status, fitness, metrics, times: a few hundred bytes). A worker whose
+network cleared the task's entry bar offers its payload in the header (the
+arrays' names, shapes and dtypes); the master answers ``TAG_WANT`` only if the
+network enters the hall of fame now, and the worker then sends predictions and
+weights packed into one aligned byte buffer with a single buffer-based ``Send``
+(never pickled). An unwanted offer is simply never answered: the worker learns
+it from the next message, which is its next task or the stop. The master learns that a result is waiting with
 ``Iprobe`` and a short, growing sleep, so it stays responsive to signals and uses
 almost no CPU; each worker simply blocks on its next message.
 """
@@ -16,12 +19,12 @@ from dataclasses import asdict
 import numpy as np
 from mpi4py import MPI
 
-from data_bcast.layout import pack_arrays, packed_size, unpack_arrays
+from data_bcast.layout import array_specs, pack_arrays, packed_size, unpack_arrays
 from ensemble.results import Evaluation
 
-from .protocol import Result, Task
+from .protocol import Result, Task, Wants, want_all
 
-TAG_TASK, TAG_STOP, TAG_RESULT, TAG_PAYLOAD = 11, 12, 13, 14
+TAG_TASK, TAG_STOP, TAG_RESULT, TAG_PAYLOAD, TAG_WANT = 11, 12, 13, 14, 15
 
 
 def send_arrays(comm: MPI.Comm, header: dict, arrays: dict[str, np.ndarray], dest: int, tag: int, payload_tag: int) -> None:
@@ -53,7 +56,7 @@ class MPIMasterTransport:
     def send(self, worker: int, task: Task) -> None:
         self.comm.send(asdict(task), dest=worker, tag=TAG_TASK)
 
-    def receive(self, timeout: float | None = None) -> tuple[int, Result] | None:
+    def receive(self, timeout: float | None = None, wants: Wants = want_all) -> tuple[int, Result] | None:
         status = MPI.Status()
         deadline = None if timeout is None else time.monotonic() + timeout
         nap = 1e-4
@@ -63,8 +66,14 @@ class MPIMasterTransport:
             time.sleep(nap)
             nap = min(nap * 2, 0.01)
         worker = status.Get_source()
-        header, payload = recv_arrays(self.comm, worker, TAG_RESULT, TAG_PAYLOAD)
-        task_id = header.pop("task_id")
+        header = self.comm.recv(source=worker, tag=TAG_RESULT)
+        task_id, offer = header.pop("task_id"), header.pop("offer")
+        payload = None
+        if offer and wants(task_id, header["fitness"]):
+            self.comm.send(None, dest=worker, tag=TAG_WANT)
+            buffer = np.empty(packed_size(offer), dtype=np.uint8)
+            self.comm.Recv([buffer, MPI.BYTE], source=worker, tag=TAG_PAYLOAD)
+            payload = unpack_arrays(offer, buffer)
         return worker, Result(task_id, Evaluation.from_parts(header, payload))
 
     def stop(self) -> None:
@@ -78,18 +87,38 @@ class MPIWorkerChannel:
     def __init__(self, comm: MPI.Comm, master: int = 0):
         self.comm = comm
         self.master = master
+        self.offers = self.sent = 0  # payloads offered, and sent because the master wanted them
+        self._early: tuple[int, object] | None = None  # a message that arrived while an offer was open
 
-    def next_task(self) -> Task | None:
+    def _next_message(self) -> tuple[int, object]:
+        if self._early is not None:
+            message, self._early = self._early, None
+            return message
         status = MPI.Status()
         message = self.comm.recv(source=self.master, tag=MPI.ANY_TAG, status=status)
-        if status.Get_tag() == TAG_STOP:
+        return status.Get_tag(), message
+
+    def next_task(self) -> Task | None:
+        tag, message = self._next_message()
+        if tag == TAG_STOP:
             return None
         return Task(**message)
 
     def send_result(self, result: Result) -> None:
         ev = result.evaluation
-        header = {"task_id": result.task_id, **ev.header()}
-        send_arrays(self.comm, header, ev.payload(), self.master, TAG_RESULT, TAG_PAYLOAD)
+        arrays = ev.payload()
+        offer = array_specs(arrays) if arrays else None
+        self.comm.send({"task_id": result.task_id, **ev.header(), "offer": offer}, dest=self.master, tag=TAG_RESULT)
+        if not offer:
+            return
+        self.offers += 1
+        tag, message = self._next_message()
+        if tag != TAG_WANT:  # the master moved on: the network did not enter the hall after all
+            self._early = (tag, message)
+            return
+        _, buffer = pack_arrays(arrays)
+        self.comm.Send([buffer, MPI.BYTE], dest=self.master, tag=TAG_PAYLOAD)
+        self.sent += 1
 
 
 def world() -> MPI.Comm:

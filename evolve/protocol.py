@@ -4,12 +4,23 @@ The master's loop sees only :class:`Transport`: ``send`` a :class:`Task` to a
 worker, ``receive`` the next :class:`Result` from any worker. The MPI transport
 (:mod:`evolve.mpi_transport`) implements it across ranks; :class:`InProcessTransport`
 implements it in one process, for tests and single-rank runs.
+
+A result's payload (predictions and weights) is delivered only if the worker
+offered it (its network cleared the entry bar the task carried) and the master
+``wants`` it when the result arrives (it enters the hall of fame now): the bar a
+task carried may be stale by then.
 """
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Callable, Protocol
+
+Wants = Callable[[int, float], bool]  # (task id, fitness) -> does the master want this result's payload?
+
+
+def want_all(task_id: int, fitness: float) -> bool:
+    return True
 
 from ensemble.hall_of_fame import OPEN
 from ensemble.results import Evaluation, failed_evaluation
@@ -50,8 +61,11 @@ class Transport(Protocol):
     def send(self, worker: int, task: Task) -> None:
         """Start ``task`` on an idle ``worker``."""
 
-    def receive(self, timeout: float | None = None) -> tuple[int, Result] | None:
-        """The next finished result and its worker; None if ``timeout`` seconds pass first."""
+    def receive(self, timeout: float | None = None, wants: Wants = want_all) -> tuple[int, Result] | None:
+        """The next finished result and its worker; None if ``timeout`` seconds pass first.
+
+        The result carries its payload only if the worker offered one and ``wants`` says yes.
+        """
 
     def stop(self) -> None:
         """Tell every worker there is no more work."""
@@ -63,6 +77,11 @@ def evaluate_safely(evaluate: Callable[[Task], Evaluation], task: Task) -> Evalu
         return evaluate(task)
     except Exception as exc:  # a bad network must not end the search
         return failed_evaluation(f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
+
+
+def delivered(ev: Evaluation, task_id: int, wants: Wants) -> Evaluation:
+    """``ev`` as the master receives it: without its payload unless the master wants it."""
+    return ev if not ev.has_payload or wants(task_id, ev.fitness) else ev.drop_payload()
 
 
 class InProcessTransport:
@@ -77,11 +96,11 @@ class InProcessTransport:
     def send(self, worker: int, task: Task) -> None:
         self._queue.append((worker, task))
 
-    def receive(self, timeout: float | None = None) -> tuple[int, Result] | None:
+    def receive(self, timeout: float | None = None, wants: Wants = want_all) -> tuple[int, Result] | None:
         if not self._queue:
             return None
         worker, task = self._queue.popleft()
-        return worker, Result(task.id, evaluate_safely(self._evaluate, task))
+        return worker, Result(task.id, delivered(evaluate_safely(self._evaluate, task), task.id, wants))
 
     def stop(self) -> None:
         self.stopped = True

@@ -1,14 +1,20 @@
-"""Benchmark: does the ensemble beat the best single network? Repeats the demo search over seeds.
+"""Benchmark: does the ensemble beat the best single network, and greedy selection the plain top K?
 
 Run from the repository root (after ./scripts/setup.sh)::
 
-    .venv/bin/python scripts/bench_ensemble.py --seeds 5 --ranks 4
+    .venv/bin/python scripts/bench_ensemble.py --seeds 10 --ranks 4 --evaluations 16
 
-Each seed is one real `mpiexec -n RANKS evens run examples/digits.toml --set search.seed=S`
-in a temporary run directory; the two contenders come from the same run, so they saw the same
-networks: the best single network by validation accuracy, and the mean of the best
-`ensemble.size` networks' probabilities. Both are scored on the test split, which played no
-part in choosing them. Prints a table and one JSON line.
+Each seed is one real `mpiexec -n RANKS evens run examples/digits.toml --set search.seed=S` in a
+temporary run directory. Three contenders come from the same run, so they saw the same networks,
+and all three are chosen on the validation split only:
+
+* ``best``: the single network with the best validation accuracy;
+* ``greedy``: Caruana's forward selection with replacement from the hall of fame (the default);
+* ``top_k``: the mean of the best ``ensemble.size`` networks.
+
+Both ensembles are chosen again from the run's stored hall of fame (what `evens select` does), so
+the comparison costs one search per seed. All are scored on the test split, which played no part
+in choosing them. Prints a table and one JSON line.
 """
 from __future__ import annotations
 
@@ -23,6 +29,14 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from ensemble.problem import problem_from_dict  # noqa: E402
+from evolve import checkpoint  # noqa: E402
+from evolve.app.report import ensemble_scores, summarize  # noqa: E402
+from evolve.app.selection import select_for_run  # noqa: E402
+
+METHODS = ("greedy", "top_k")
 
 
 def run_seed(seed: int, ranks: int, config: str, extra: list[str], workdir: str) -> dict:
@@ -31,54 +45,76 @@ def run_seed(seed: int, ranks: int, config: str, extra: list[str], workdir: str)
     cmd = [os.path.join(bindir, "mpiexec"), "-n", str(ranks), sys.executable, "-m", "evolve", "run", config,
            "--out", out, "--quiet", "--set", f"search.seed={seed}", *extra]
     subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    report = subprocess.run([sys.executable, "-m", "evolve", "report", out, "--json"], check=True, cwd=ROOT, capture_output=True, text=True)
-    return json.loads(report.stdout)
+    state, info = checkpoint.load(os.path.join(out, "checkpoint.h5"), weights=False)
+    problem = problem_from_dict(info.data["problem"])
+    summary = summarize(state, info, out)
+    row = {
+        "seed": seed,
+        "evaluations": summary["evaluations"],
+        "best_val": summary["best"]["val_accuracy"],
+        "best_test": summary["best"]["test_accuracy"],
+        "wall_seconds": summary["wall_seconds"],
+        "utilization": summary["worker_utilization"],
+    }
+    for method in METHODS:
+        state.selection = select_for_run(state.hall_of_fame, info, method=method)
+        scores = ensemble_scores(state, info, problem)
+        row[f"{method}_test"] = scores["test_accuracy"]
+        row[f"{method}_val"] = scores["val_accuracy"]
+        row[f"{method}_members"] = len(scores["members"])
+    return row
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--evaluations", type=int, default=16)
     parser.add_argument("--config", default="examples/digits.toml")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
-    extra = [a for kv in args.overrides for a in ("--set", kv)]
+    extra = ["--set", f"search.evaluations={args.evaluations}"] + [a for kv in args.overrides for a in ("--set", kv)]
 
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for seed in range(args.seeds):
-            r = run_seed(seed, args.ranks, args.config, extra, workdir)
-            rows.append({
-                "seed": seed,
-                "evaluations": r["evaluations"],
-                "best_val": r["best"]["val_accuracy"],
-                "best_test": r["best"]["test_accuracy"],
-                "ensemble_test": r["ensemble"]["test_accuracy"],
-                "ensemble_size": r["ensemble"]["size"],
-                "wall_seconds": r["wall_seconds"],
-                "utilization": r["worker_utilization"],
-            })
-            print(f"seed {seed}: best {rows[-1]['best_test']:.4f}  ensemble {rows[-1]['ensemble_test']:.4f}", file=sys.stderr, flush=True)
+            rows.append(run_seed(seed, args.ranks, args.config, extra, workdir))
+            r = rows[-1]
+            print(f"seed {seed}: best {r['best_test']:.4f}  greedy {r['greedy_test']:.4f}  top_k {r['top_k_test']:.4f}", file=sys.stderr, flush=True)
 
     print(f"# bench_ensemble  {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}  host={platform.node()}  "
           f"cpus={os.cpu_count()}  ranks={args.ranks}  config={args.config} {' '.join(extra)}")
-    print(f"{'seed':>4} {'evals':>5} {'best val':>9} {'best test':>9} {'ens test':>9} {'gain':>7} {'wall s':>7} {'util':>5}")
+    print(f"{'seed':>4} {'evals':>5} {'best val':>9} {'best test':>9} {'greedy':>9} {'(n)':>4} {'top_k':>9} {'wall s':>7} {'util':>5}")
     for r in rows:
-        print(f"{r['seed']:>4} {r['evaluations']:>5} {r['best_val']:>9.4f} {r['best_test']:>9.4f} {r['ensemble_test']:>9.4f} "
-              f"{r['ensemble_test'] - r['best_test']:>+7.4f} {r['wall_seconds']:>7.1f} {r['utilization']:>5.2f}")
-    gains = [r["ensemble_test"] - r["best_test"] for r in rows]
+        print(f"{r['seed']:>4} {r['evaluations']:>5} {r['best_val']:>9.4f} {r['best_test']:>9.4f} {r['greedy_test']:>9.4f} "
+              f"{r['greedy_members']:>4} {r['top_k_test']:>9.4f} {r['wall_seconds']:>7.1f} {r['utilization']:>5.2f}")
+
+    def mean(key):
+        return statistics.mean(r[key] for r in rows)
+
+    def error_ratio(a, b):
+        return (1 - mean(a)) / max(1e-12, 1 - mean(b))
+
     summary = {
         "seeds": args.seeds,
-        "ensemble_at_least_best": sum(g >= 0 for g in gains),
-        "mean_gain": statistics.mean(gains),
-        "mean_best_test": statistics.mean(r["best_test"] for r in rows),
-        "mean_ensemble_test": statistics.mean(r["ensemble_test"] for r in rows),
-        "ratio_error_ensemble_to_best": statistics.mean(1 - r["ensemble_test"] for r in rows) / max(1e-12, statistics.mean(1 - r["best_test"] for r in rows)),
+        "evaluations": args.evaluations,
+        "mean_best_test": mean("best_test"),
+        "mean_greedy_test": mean("greedy_test"),
+        "mean_top_k_test": mean("top_k_test"),
+        "greedy_at_least_best_minus_0.005": sum(r["greedy_test"] >= r["best_test"] - 0.005 for r in rows),
+        "greedy_at_least_best": sum(r["greedy_test"] >= r["best_test"] for r in rows),
+        "greedy_at_least_top_k": sum(r["greedy_test"] >= r["top_k_test"] for r in rows),
+        "top_k_at_least_best": sum(r["top_k_test"] >= r["best_test"] for r in rows),
+        "min_greedy_minus_best": min(r["greedy_test"] - r["best_test"] for r in rows),
+        "error_ratio_greedy_to_best": error_ratio("greedy_test", "best_test"),
+        "error_ratio_top_k_to_best": error_ratio("top_k_test", "best_test"),
         "rows": rows,
     }
-    print(f"# ensemble >= best single in {summary['ensemble_at_least_best']}/{args.seeds} seeds; mean test accuracy "
-          f"{summary['mean_ensemble_test']:.4f} vs {summary['mean_best_test']:.4f}; test error ratio ensemble/best "
-          f"{summary['ratio_error_ensemble_to_best']:.2f}")
+    print(f"# mean test accuracy: best {summary['mean_best_test']:.4f}, greedy {summary['mean_greedy_test']:.4f}, "
+          f"top_k {summary['mean_top_k_test']:.4f}; greedy >= best - 0.005 in {summary['greedy_at_least_best_minus_0.005']}/{args.seeds}, "
+          f">= best in {summary['greedy_at_least_best']}/{args.seeds}, >= top_k in {summary['greedy_at_least_top_k']}/{args.seeds}; "
+          f"worst greedy - best {summary['min_greedy_minus_best']:+.4f}; test error ratio greedy/best "
+          f"{summary['error_ratio_greedy_to_best']:.2f}, top_k/best {summary['error_ratio_top_k_to_best']:.2f}")
     print(json.dumps(summary))
 
 

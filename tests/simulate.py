@@ -9,7 +9,7 @@ import numpy as np
 from ensemble.hall_of_fame import clears
 from ensemble.problem import Classification
 from ensemble.results import Evaluation
-from evolve.protocol import Result, Task, evaluate_safely
+from evolve.protocol import Result, Task, delivered, evaluate_safely, want_all
 
 VAL_SHAPE, TEST_SHAPE = (4, 2), (6, 2)
 PROBLEM = Classification(2)
@@ -62,13 +62,13 @@ class SimulatedTransport:
         self._n += 1
         heapq.heappush(self._running, (self.clock.now + self.speed[worker], self._n, worker, task))
 
-    def receive(self, timeout=None):
+    def receive(self, timeout=None, wants=want_all):
         if not self._running:
             return None
         finish, _, worker, task = heapq.heappop(self._running)
         self.clock.now = finish
         self.results.append((finish, worker, task.id))
-        return worker, Result(task.id, evaluate_safely(self.evaluate, task))
+        return worker, Result(task.id, delivered(evaluate_safely(self.evaluate, task), task.id, wants))
 
     def stop(self) -> None:
         pass

@@ -167,6 +167,35 @@ def test_tasks_carry_the_entry_threshold_and_only_candidates_come_back_whole():
     assert all(m.weights and m.val_pred.shape == (4, 2) for m in state.hall_of_fame)
 
 
+def test_a_stale_bar_costs_an_offer_never_a_payload():
+    """The first wave of a big job leaves with an open bar; only results that enter on arrival come whole."""
+    offered = []
+
+    def spy(task):
+        ev = landscape(task)
+        offered.append(ev.has_payload)
+        return ev
+
+    delivered = []
+    clock = VirtualClock()
+    transport = SimulatedTransport({w: 1.0 + (w % 7) / 10 for w in range(1, 41)}, evaluate=spy, clock=clock)
+    real_receive = transport.receive
+
+    def receive(timeout=None, wants=None):
+        got = real_receive(timeout, wants)
+        delivered.append(got[1].evaluation.has_payload)
+        return got
+
+    transport.receive = receive
+    state = SearchState.fresh(0, candidates=3)
+    run_search(state, transport, SPACE, settings(120, k=3), clock=clock)
+    assert sum(offered[:40]) == 40  # every first-wave result clears the open bar it left with
+    replay = HallOfFame(3)
+    entered = {r.id for r in state.records if replay.offer(Member(r.id, r.fitness, {}, {}, None, None))}
+    assert sum(delivered) == len(entered) < sum(offered)  # a payload crosses only for an entry
+    assert state.hall_of_fame.ids == [r.id for r in sorted(state.records, key=lambda r: (-r.fitness, r.id))[:3]]
+
+
 @pytest.mark.parametrize("workers", [1, 5])
 def test_more_workers_than_budget_is_fine(workers):
     state = SearchState.fresh(0)

@@ -35,10 +35,22 @@ def arrived_exactly(member) -> bool:
     )
 
 
+payloads = 0
 if comm.rank == 0:
     state = SearchState.fresh(0, candidates=3)
     transport = MPIMasterTransport(comm)
+    receive = transport.receive
+
+    def counting_receive(*a, **k):
+        global payloads
+        got = receive(*a, **k)
+        payloads += got is not None and got[1].evaluation.has_payload
+        return got
+
+    transport.receive = counting_receive
     space = parse_space({}).for_sample_shape((1, 8, 8))
+    hall_offer, entries = state.hall_of_fame.offer, []
+    state.hall_of_fame.offer = lambda m: entries.append(hall_offer(m)) or entries[-1]
     run_search(state, transport, space, SearchSettings(budget, GAParams(population=4), 3, 0))
     transport.stop()
     ok_records = sorted((r for r in state.records if r.status == "ok"), key=lambda r: (-r.fitness, r.id))
@@ -50,13 +62,17 @@ if comm.rank == 0:
         "hall_is_the_best_three": state.hall_of_fame.ids == [r.id for r in ok_records[:3]],
         "arrived_exactly": all(arrived_exactly(m) for m in state.hall_of_fame),
     }
+    channel = None
 else:
-    done = serve(MPIWorkerChannel(comm), evaluate)
+    channel = MPIWorkerChannel(comm)
+    done = serve(channel, evaluate)
     local = None
 counts = comm.gather(done, root=0)
+offers = comm.gather((channel.offers, channel.sent) if channel else (0, 0), root=0)
 ok = None
 if comm.rank == 0:
     local["served"] = counts[1:]
+    local["offered_sent_received_entered"] = [sum(o for o, _ in offers), sum(s for _, s in offers), payloads, sum(entries)]
     print(json.dumps(local))
     ok = (
         local["records"] == budget
@@ -66,5 +82,8 @@ if comm.rank == 0:
         and local["errors"] == ["RuntimeError: worker-side failure"]
         and local["hall_is_the_best_three"]
         and local["arrived_exactly"]
+        # every payload sent was wanted and arrived, and each one entered the hall: none was wasted
+        and local["offered_sent_received_entered"][1:] == [payloads] * 2 + [len(entries)]
+        and all(entries) and payloads <= local["offered_sent_received_entered"][0]
     )
 sys.exit(0 if comm.bcast(ok, root=0) else 1)
