@@ -110,7 +110,8 @@ def make_optimizer(spec: TrainSpec, params) -> torch.optim.Optimizer:
 def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: torch.Generator) -> tuple[str, int]:
     """Minibatch training for ``spec.epochs`` epochs; returns (status, epochs completed).
 
-    The loss is checked once per epoch (not per step, which would stall a GPU).
+    Divergence is checked once per epoch, on the epoch's last loss (not every step, which would
+    stall a GPU): once a step has made the weights NaN or infinite, every later loss is too.
     """
     optimizer = make_optimizer(spec, model.parameters())
     x, target = data.x["train"], data.fit_target
@@ -118,7 +119,6 @@ def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: 
     model.train()
     for epoch in range(spec.epochs):
         order = torch.randperm(n, generator=generator).to(data.device)
-        total = torch.zeros((), device=data.device)
         for start in range(0, n, spec.batch_size):
             if n - start == 1 and start > 0:
                 break  # a last batch of one sample: batch norm cannot normalise it, and it adds nothing
@@ -127,8 +127,7 @@ def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: 
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            total += loss.detach()
-        if not torch.isfinite(total):
+        if not torch.isfinite(loss.detach()):
             return "diverged", epoch
     return "ok", spec.epochs
 

@@ -72,11 +72,15 @@ def main() -> None:
     parser.add_argument("--evaluations", type=int, default=16)
     parser.add_argument("--config", default="examples/digits.toml")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--keep", metavar="DIR", help="keep the run directories in DIR (for scripts/study_selection.py)")
     args = parser.parse_args()
     extra = ["--set", f"search.evaluations={args.evaluations}"] + [a for kv in args.overrides for a in ("--set", kv)]
 
     rows = []
-    with tempfile.TemporaryDirectory() as workdir:
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=False)
+    with tempfile.TemporaryDirectory() as scratch:
+        workdir = args.keep or scratch
         for seed in range(args.seeds):
             rows.append(run_seed(seed, args.ranks, args.config, extra, workdir))
             r = rows[-1]

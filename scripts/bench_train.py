@@ -14,7 +14,10 @@ Contenders, on the same model (same initial weights), the same resident tensors,
 * ``handwritten_fused``: the same minimal loop with ``Adam(fused=True)``, as evens makes it: the
   difference between this and ``evens`` is all the trainer itself costs;
 * ``dataloader``: ``DataLoader(TensorDataset(x, y), shuffle=True)`` and the default Adam, the
-  textbook loop.
+  textbook loop;
+* ``evens_nchw``: evens' trainer on the same network in the default (NCHW) memory layout, without
+  the channels-last layer: what that layer is worth (for the MLP, which has no convolutions, it is
+  the same network, a control that should read 1.0).
 
 The models are built by :func:`ensemble.models.build_network`, so every contender runs the same
 network, channels-last layout of the CNN included.
@@ -50,7 +53,7 @@ sys.path.insert(0, ROOT)
 
 from data_bcast.convert import write_digits  # noqa: E402
 from data_bcast.h5file import load_dataset  # noqa: E402
-from ensemble.models import build_network  # noqa: E402
+from ensemble.models import ChannelsLast, build_network  # noqa: E402
 from ensemble.problem import Classification  # noqa: E402
 from ensemble.specs import NetworkSpec, TrainSpec  # noqa: E402
 from ensemble.train import DeviceData, train  # noqa: E402
@@ -112,7 +115,18 @@ def run_handwritten_fused(model, data: DeviceData, spec: TrainSpec, seed: int) -
     run_handwritten(model, data, spec, seed, fused=True)
 
 
-CONTENDERS = {"evens": run_evens, "handwritten": run_handwritten, "handwritten_fused": run_handwritten_fused, "dataloader": run_dataloader}
+def run_evens_nchw(model, data: DeviceData, spec: TrainSpec, seed: int) -> None:
+    plain = torch.nn.Sequential(*[m for m in model if not isinstance(m, ChannelsLast)])
+    run_evens(plain.to(memory_format=torch.contiguous_format), data, spec, seed)
+
+
+CONTENDERS = {
+    "evens": run_evens,
+    "handwritten": run_handwritten,
+    "handwritten_fused": run_handwritten_fused,
+    "dataloader": run_dataloader,
+    "evens_nchw": run_evens_nchw,
+}
 
 
 def sync(device: torch.device) -> None:
@@ -174,14 +188,17 @@ def main() -> None:
         "vs_handwritten": geomean([rates[(m, "evens")] / rates[(m, "handwritten")] for m in MODELS]),
         "vs_dataloader": geomean([rates[(m, "evens")] / rates[(m, "dataloader")] for m in MODELS]),
         "vs_handwritten_fused": geomean([rates[(m, "evens")] / rates[(m, "handwritten_fused")] for m in MODELS]),
+        "cnn_channels_last_vs_nchw": rates[("cnn", "evens")] / rates[("cnn", "evens_nchw")],
         "per_model": {m: {"samples_per_s": {c: round(rates[(m, c)]) for c in CONTENDERS},
                           "vs_handwritten": rates[(m, "evens")] / rates[(m, "handwritten")],
                           "vs_dataloader": rates[(m, "evens")] / rates[(m, "dataloader")],
-                          "vs_handwritten_fused": rates[(m, "evens")] / rates[(m, "handwritten_fused")]} for m in MODELS},
+                          "vs_handwritten_fused": rates[(m, "evens")] / rates[(m, "handwritten_fused")],
+                          "vs_nchw": rates[(m, "evens")] / rates[(m, "evens_nchw")]} for m in MODELS},
         "device": str(device), "threads": args.threads, "epochs": epochs, "reps": reps,
     }
     print(f"# evens vs handwritten {result['vs_handwritten']:.3f} (target >= 0.95); vs DataLoader {result['vs_dataloader']:.2f} "
-          f"(target >= 1.5); vs the same loop with a fused Adam {result['vs_handwritten_fused']:.3f}")
+          f"(target >= 1.5); vs the same loop with a fused Adam {result['vs_handwritten_fused']:.3f}; "
+          f"CNN channels-last vs NCHW {result['cnn_channels_last_vs_nchw']:.2f}")
     print(json.dumps(result))
 
 

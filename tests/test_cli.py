@@ -65,10 +65,13 @@ def test_run_report_and_resume(tmp_path, small_config):
     with open(os.path.join(out, "summary.json")) as f:
         assert json.load(f)["evaluations"] == 6
 
-    proc = launch(3, evens_cmd() + ["run", "--resume", out, "--set", "search.evaluations=9"], timeout=180, cwd=ROOT)
+    proc = launch(3, evens_cmd() + ["run", "--resume", out, "--set", "search.evaluations=9", "--set", "ensemble.size=5",
+                                    "--set", "ensemble.method='top_k'"], timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     second = report(out)
     assert second["evaluations"] == 9 and second["sessions"] == 2
+    assert set(first["hall_of_fame"]["ids"]) < set(second["hall_of_fame"]["ids"])  # the hall came through the resume whole
+    assert second["ensemble"]["method"] == "top_k" and second["ensemble"]["members"] == second["hall_of_fame"]["ids"][:5]
     assert second["wall_seconds"] > first["wall_seconds"]
     assert second["best"]["val_accuracy"] >= first["best"]["val_accuracy"]
 
