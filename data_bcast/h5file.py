@@ -113,15 +113,19 @@ def _read_targets(path: str, group: h5py.Group, split: str, n: int) -> tuple[str
     raise DataError(f"{path}: {split}/y must hold integer class labels or float regression targets, found {y.dtype}")
 
 
-def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0) -> DataPlan:
-    """Validate ``path`` and plan the arrays to read. Raises :class:`DataError` with a one-line message."""
+def open_hdf5(path: str, what: str = "data file") -> h5py.File:
+    """``path`` opened read-only, or a one-line :class:`DataError` saying why it cannot be."""
     if not os.path.exists(path):
-        raise DataError(f"{path}: no such data file")
+        raise DataError(f"{path}: no such {what}")
     try:
-        f = h5py.File(path, "r")
+        return h5py.File(path, "r")
     except OSError as exc:
         raise DataError(f"{path}: not a readable HDF5 file ({exc})") from None
-    with f:
+
+
+def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0) -> DataPlan:
+    """Validate ``path`` and plan the arrays to read. Raises :class:`DataError` with a one-line message."""
+    with open_hdf5(path) as f:
         if "train" not in f:
             raise DataError(f"{path}: no group 'train' (found: {', '.join(f.keys()) or 'nothing'})")
         present = [s for s in SPLITS if s in f]

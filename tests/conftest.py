@@ -76,5 +76,12 @@ def launch_python(n: int, program: str, *args: str, timeout: float = 120) -> sub
     return launch(n, [sys.executable, os.path.join(MPI_PROGRAMS, program), *args], timeout=timeout)
 
 
+def tiny_search(family: str = "['mlp', 'cnn']") -> list[str]:
+    """``--set`` arguments for a search of tiny networks that train in a fraction of a second."""
+    settings = [f"space.family={family}", "space.width=[4, 8]", "space.depth={low = 1, high = 2}",
+                "space.epochs={low = 1, high = 2}", "search.population=4", "train.threads=1"]
+    return [arg for s in settings for arg in ("--set", s)]
+
+
 def evens_cmd() -> list[str]:
     return [sys.executable, "-m", "evolve"]

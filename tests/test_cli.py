@@ -9,19 +9,11 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, evens_cmd, launch, launch_python, mpiexec, write_blobs, write_regression
+from conftest import ROOT, evens_cmd, launch, launch_python, mpiexec, tiny_search, write_blobs, write_regression
 
 pytestmark = pytest.mark.e2e
 
-SMALL = [
-    "--set", "space.family=['mlp', 'cnn']",
-    "--set", "space.width=[4, 8]",
-    "--set", "space.depth={low = 1, high = 2}",
-    "--set", "space.epochs={low = 1, high = 2}",
-    "--set", "search.population=4",
-    "--set", "ensemble.size=3",
-    "--set", "train.threads=1",
-]
+SMALL = tiny_search() + ["--set", "ensemble.size=3"]
 
 
 @pytest.fixture
@@ -82,7 +74,7 @@ def test_regression_run_end_to_end(tmp_path):
     cfg.write_text(f'[data]\npath = "{data}"\n')
     out = str(tmp_path / "reg")
     proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out, "--set", "search.evaluations=6",
-                                    "--set", "space.family=['mlp']", "--set", "space.epochs={low = 5, high = 10}", *SMALL[2:]],
+                                    *tiny_search("['mlp']"), "--set", "space.epochs={low = 5, high = 10}"],
                   timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "val rmse" in proc.stdout and "member std" in proc.stdout

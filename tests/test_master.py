@@ -1,6 +1,5 @@
 import statistics
 
-import numpy as np
 import pytest
 
 from simulate import PROBLEM, TEST_Y, VAL_Y, SimulatedTransport, VirtualClock, landscape

@@ -8,19 +8,11 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, evens_cmd, launch, write_blobs
+from conftest import ROOT, evens_cmd, launch, tiny_search, write_blobs
 from ensemble import EnsembleError, load_ensemble
 
 pytestmark = pytest.mark.e2e
 
-TINY = [
-    "--set", "space.family=['mlp', 'cnn']",
-    "--set", "space.width=[4, 8]",
-    "--set", "space.depth={low = 1, high = 2}",
-    "--set", "space.epochs={low = 1, high = 3}",
-    "--set", "search.population=4",
-    "--set", "train.threads=1",
-]
 
 
 def report(run_dir):
@@ -37,7 +29,7 @@ def run(tmp_path_factory):
     cfg = tmp / "c.toml"
     cfg.write_text(f'[data]\npath = "{data}"\n[search]\nevaluations = 8\n[ensemble]\nsize = 5\nmethod = "top_k"\n')
     out = str(tmp / "run")
-    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out, *TINY], timeout=180, cwd=ROOT)
+    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out, *tiny_search()], timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     return {"dir": out, "data": data, "tmp": tmp, "summary": report(out)}
 

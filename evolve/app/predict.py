@@ -24,11 +24,12 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
+from data_bcast.h5file import DataError, open_hdf5
 from ensemble.combine import ensemble_prediction
 from ensemble.hall_of_fame import Member
 from ensemble.predict import as_input, build_ensemble, check_inputs, chosen_members, read_chosen
 from ensemble.problem import problem_from_dict
-from ensemble.store import EnsembleError, StoredEnsemble
+from ensemble.store import EnsembleError, StoredEnsemble, run_file
 from ensemble.train import EVAL_BATCH
 
 from ..errors import EvensError
@@ -53,19 +54,12 @@ class Job:
     problem: dict
     sample_shape: tuple[int, ...]
     x_dtype: str
-    input_dtype: str
     shares: list[list[int]]  # member ids per rank
 
 
 def locate_input(path: str, split: str | None) -> tuple[str, str | None]:
-    """The names of x (and of y, if there is one beside it) in the input file; PredictError otherwise."""
-    if not os.path.isfile(path):
-        raise PredictError(f"{path}: no such input file")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise PredictError(f"{path}: not a readable HDF5 file ({exc})") from None
-    with f:
+    """The names of x (and of y, if there is one beside it) in the input file; an error otherwise."""
+    with open_hdf5(path, "input file") as f:
         if split is not None:
             if split not in f or not isinstance(f[split], h5py.Group):
                 groups = [k for k in f if isinstance(f[k], h5py.Group)]
@@ -108,14 +102,13 @@ def plan_job(run_dir: str, input_path: str, out: str, split: str | None, batch_s
     with h5py.File(input_path, "r") as f:
         x = f[x_name]
         check_inputs(x.shape, x.dtype, stored.sample_shape, stored.x_dtype, where=f"{input_path}: {x_name}")
-        rows, input_dtype = int(x.shape[0]), x.dtype.str
+        rows, row_bytes = int(x.shape[0]), int(np.prod(stored.sample_shape)) * x.dtype.itemsize
     if rows == 0:
         raise PredictError(f"{input_path}: {x_name} has no samples")
-    check_output(out, force, [input_path, os.path.join(run_dir, "checkpoint.h5") if os.path.isdir(run_dir) else run_dir])
-    row_bytes = int(np.prod(stored.sample_shape)) * np.dtype(input_dtype).itemsize
+    check_output(out, force, [input_path, run_file(run_dir)])
     batch = max(1, min(batch_size, MAX_BATCH_BYTES // max(1, row_bytes)))
     ids = [m.id for m, _ in chosen]
-    job = Job(rows, batch, stored.problem.to_dict(), stored.sample_shape, stored.x_dtype, input_dtype, [ids[r::ranks] for r in range(ranks)])
+    job = Job(rows, batch, stored.problem.to_dict(), stored.sample_shape, stored.x_dtype, [ids[r::ranks] for r in range(ranks)])
     return job, stored, chosen, x_name, y_name
 
 
@@ -123,15 +116,13 @@ def share_members(comm, job: Job, stored: StoredEnsemble | None, chosen) -> list
     """Collective: rank 0 sends each rank its members (specs as a header, weights as one buffer)."""
     if comm.rank == ROOT:
         weight = {m.id: w for m, w in chosen}
+        share = [[(stored.hall_of_fame.by_id(i), weight[i]) for i in ids] for ids in job.shares]
         for rank in range(comm.size):
-            mine = [stored.hall_of_fame.by_id(i) for i in job.shares[rank]]
-            if rank == ROOT:
-                own = [(m, weight[m.id]) for m in mine]
-                continue
-            header = {"members": [(m.id, weight[m.id], m.network, m.training) for m in mine]}
-            arrays = {f"{m.id}/{name}": w for m in mine for name, w in m.weights.items()}
-            send_arrays(comm, header, arrays, rank, TAG_MEMBERS, TAG_WEIGHTS)
-        return own
+            if rank != ROOT:
+                header = {"members": [(m.id, w, m.network, m.training) for m, w in share[rank]]}
+                arrays = {f"{m.id}/{name}": a for m, _ in share[rank] for name, a in m.weights.items()}
+                send_arrays(comm, header, arrays, rank, TAG_MEMBERS, TAG_WEIGHTS)
+        return share[ROOT]
     header, arrays = recv_arrays(comm, ROOT, TAG_MEMBERS, TAG_WEIGHTS)
     members = []
     for ident, w, network, training in header["members"]:
@@ -150,7 +141,7 @@ def run_predict(run_dir: str, input_path: str, out: str, split: str | None = Non
     if comm.rank == ROOT:
         try:
             job, stored, chosen, x_name, y_name = plan_job(run_dir, input_path, out, split, batch_size, force, comm.size)
-        except (EvensError, EnsembleError) as exc:
+        except (EvensError, EnsembleError, DataError) as exc:
             error = str(exc)
     error = first_error(comm, error, ROOT)
     if error:
@@ -167,39 +158,20 @@ def run_predict(run_dir: str, input_path: str, out: str, split: str | None = Non
     error = first_error(comm, error, ROOT)
     if error:
         return 2, f"error: {error}"
-    allreduce = sum_over_ranks(comm) if comm.size > 1 else None
     writer = Writer(out, job, keep_exact=y_name is not None) if comm.rank == ROOT else None
+    source = h5py.File(input_path, "r") if comm.rank == ROOT else None
     try:
-        source = h5py.File(input_path, "r") if comm.rank == ROOT else None
-        try:
-            for start in range(0, job.rows, job.batch):
-                rows = min(job.batch, job.rows - start)
-                xb, error = None, None
-                if comm.rank == ROOT:
-                    try:
-                        xb = as_input(source[x_name][start : start + rows], job.x_dtype, where=f"{input_path}: {x_name}")
-                    except (EnsembleError, OSError) as exc:
-                        error = str(exc)
-                error = comm.bcast(error, root=ROOT)
-                if error:
-                    return 2, f"error: {error}"
-                if comm.rank != ROOT:
-                    xb = np.empty((rows,) + tuple(job.sample_shape), dtype=job.x_dtype)
-                comm.Bcast(xb, root=ROOT)
-                answer = ensemble.predict_batch(xb, allreduce)
-                if writer is not None:
-                    writer.write(start, answer)
-            if writer is None:
-                return 0, ""
-            scores = None
-            if y_name is not None:
-                scores = writer.score(problem, source[y_name][...])
-            writer.finish(run_dir, input_path, x_name, ensemble, chosen, scores)
-            writer = None
-        finally:
-            if source is not None:
-                source.close()
+        error = stream(comm, job, ensemble, source, x_name, writer, where=f"{input_path}: {x_name}")
+        if error:
+            return 2, f"error: {error}"
+        if writer is None:
+            return 0, ""
+        scores = writer.score(problem, source[y_name][...]) if y_name is not None else None
+        writer.finish(run_dir, input_path, x_name, ensemble, chosen, scores)
+        writer = None
     finally:
+        if source is not None:
+            source.close()
         if writer is not None:
             writer.discard()
     sel = stored.selection
@@ -208,6 +180,33 @@ def run_predict(run_dir: str, input_path: str, out: str, split: str | None = Non
     if scores:
         line += "; against " + y_name + ": " + ", ".join(f"{k} {v:.6g}" for k, v in scores.items())
     return 0, line
+
+
+def stream(comm, job: Job, ensemble, source: h5py.File | None, x_name: str, writer: Writer | None, where: str) -> str | None:
+    """Collective: the input, batch by batch, through every rank's members; returns the error, if any.
+
+    Rank 0 reads a batch and checks it (NaN, infinities) and every rank learns the verdict before
+    the batch itself is broadcast, so a bad row ends every rank at the same batch.
+    """
+    allreduce = sum_over_ranks(comm) if comm.size > 1 else None
+    for start in range(0, job.rows, job.batch):
+        rows = min(job.batch, job.rows - start)
+        xb, error = None, None
+        if comm.rank == ROOT:
+            try:
+                xb = as_input(source[x_name][start : start + rows], job.x_dtype, where=where)
+            except (EnsembleError, OSError) as exc:
+                error = str(exc)
+        error = comm.bcast(error, root=ROOT)
+        if error:
+            return error
+        if comm.rank != ROOT:
+            xb = np.empty((rows,) + tuple(job.sample_shape), dtype=job.x_dtype)
+        comm.Bcast(xb, root=ROOT)
+        answer = ensemble.predict_batch(xb, allreduce)
+        if writer is not None:
+            writer.write(start, answer)
+    return None
 
 
 class Writer:
