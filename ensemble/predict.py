@@ -11,9 +11,9 @@
 Members are rebuilt from their specs and stored weights (plain arrays: nothing
 is unpickled, no ``torch.load``) on one device, a GPU when there is one. The
 output is :func:`ensemble.combine.combine`'s: the weighted mean and per-sample
-uncertainty. :meth:`Ensemble.predict_batch` takes an ``allreduce`` so that the
+uncertainty. :meth:`Ensemble.combine_batch` takes an ``allreduce`` so that the
 members can be spread over MPI ranks (``evens predict`` under ``mpiexec``): each
-rank loads some members, and the sums complete the answer on every rank.
+rank runs some members, and the sums complete the answer on every rank.
 """
 from __future__ import annotations
 
@@ -87,13 +87,28 @@ class Ensemble:
 
     @torch.no_grad()
     def member_predictions(self, x: np.ndarray) -> list[np.ndarray]:
-        """Each member's prediction for a batch ``x`` (already checked), float32 (N, outputs)."""
-        xt = as_float(torch.from_numpy(x).to(self.device))
-        return [self.head.predictions(m.model(xt)).cpu().numpy() for m in self.members]
+        """Each member's prediction for a batch ``x`` (already checked), float32 (N, outputs).
 
-    def predict_batch(self, x: np.ndarray, allreduce: Allreduce | None = None) -> dict[str, np.ndarray]:
-        """The ensemble's answer for one batch; with ``allreduce``, these members are one rank's share."""
-        return combine(self.problem, self.member_predictions(x), self.weights, x.shape[0], allreduce)
+        Members were finite on every split when they were trained (or they would not be members),
+        so a NaN here means damaged weights, not a hard sample: an error, never a silent NaN.
+        """
+        xt = as_float(torch.from_numpy(x).to(self.device))
+        preds = []
+        for m in self.members:
+            pred = self.head.predictions(m.model(xt)).cpu().numpy()
+            if not np.isfinite(pred).all():
+                raise EnsembleError(f"member #{m.id} predicts NaN or infinite values; its stored weights are damaged")
+            preds.append(pred)
+        return preds
+
+    def combine_batch(self, preds: list[np.ndarray], n: int, allreduce: Allreduce | None = None) -> dict[str, np.ndarray]:
+        """The ensemble's answer from these members' predictions for ``n`` samples; with ``allreduce``
+        (collective), these members are one rank's share of the ensemble."""
+        return combine(self.problem, preds, self.weights, n, allreduce)
+
+    def predict_batch(self, x: np.ndarray) -> dict[str, np.ndarray]:
+        """The ensemble's answer for one batch (all members on this process)."""
+        return self.combine_batch(self.member_predictions(x), x.shape[0])
 
     def predict(self, x: np.ndarray, batch_size: int = EVAL_BATCH) -> dict[str, np.ndarray]:
         """Predictions and uncertainty for ``x`` (N, *sample_shape), computed in batches.
@@ -115,7 +130,12 @@ def rebuild(member: Member, problem: Problem, sample_shape: tuple[int, ...], dev
     """A member's network with its trained weights, in eval mode on ``device``."""
     if not member.weights:
         raise EnsembleError(f"member #{member.id} has no stored weights; this run cannot predict")
-    model = build_network(NetworkSpec(**member.network), sample_shape, problem.outputs)
+    try:
+        model = build_network(NetworkSpec(**member.network), sample_shape, problem.outputs)
+    except (TypeError, ValueError) as exc:
+        raise EnsembleError(f"member #{member.id}: invalid network spec {member.network} ({exc})") from None
+    except (MemoryError, RuntimeError) as exc:
+        raise EnsembleError(f"member #{member.id}: its network cannot be built here ({str(exc).splitlines()[0]})") from None
     try:
         model.load_state_dict({name: torch.from_numpy(np.asarray(w)) for name, w in member.weights.items()}, strict=True)
     except RuntimeError as exc:

@@ -105,6 +105,19 @@ def _no_weights(run, tmp):
     return run_dir
 
 
+def _nan_member(run, tmp):
+    """A run whose last chosen member has a NaN weight: with 5 members on 3 ranks, round robin puts
+    it on rank 1, so the failure starts away from the rank that reads and writes."""
+    run_dir = str(tmp / "nan")
+    shutil.copytree(run["dir"], run_dir)
+    last = run["summary"]["ensemble"]["members"][-1]
+    with h5py.File(os.path.join(run_dir, "checkpoint.h5"), "a") as f:
+        weights = f["ensemble"]["members"][str(last)]["weights"]
+        name = next(n for n in weights if weights[n].dtype.kind == "f")
+        weights[name][(0,) * weights[name].ndim] = np.nan
+    return [run_dir, run["data"], "--split", "test"]
+
+
 def _write_x(tmp, name, x):
     path = str(tmp / name)
     with h5py.File(path, "w") as f:
@@ -121,6 +134,7 @@ BAD = {
         "NaN or infinite",
     ),
     "no weights": (lambda run, tmp: [_no_weights(run, tmp), run["data"], "--split", "test"], "has no stored weights"),
+    "nan weights on one rank": (_nan_member, "rank 1: member"),
     "no such split": (lambda run, tmp: [run["dir"], run["data"], "--split", "holdout"], "no group 'holdout'"),
     "no root x": (lambda run, tmp: [run["dir"], run["data"]], "name a group with --split"),
     "missing input": (lambda run, tmp: [run["dir"], str(tmp / "absent.h5")], "no such input file"),
@@ -132,7 +146,7 @@ BAD = {
 def test_bad_input_is_one_line_and_exit_2_on_every_rank(run, tmp_path, case):
     make, expected = BAD[case]
     out = tmp_path / "out.h5"
-    proc = predict(2, *make(run, tmp_path), "--out", str(out), timeout=60)
+    proc = predict(3, *make(run, tmp_path), "--out", str(out), timeout=60)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("evens: error:")]
     assert proc.returncode == 2 and len(errors) == 1 and expected in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr

@@ -123,3 +123,26 @@ def test_loading_runs_no_pickle(tmp_path, monkeypatch):
     monkeypatch.setattr(pickle, "loads", refuse)
     monkeypatch.setattr(torch, "load", refuse)
     assert load_ensemble(path, device="cpu").predict(arrays["test/x"])["label"].shape == (40,)
+
+
+def test_hand_edited_members_are_clear_errors(tmp_path):
+    path, _, arrays = stored_run(tmp_path, (12,), FAMILIES[(12,)][:1])
+    with h5py.File(path, "a") as f:
+        w = f["ensemble/members/0/weights/1.weight"]
+        w[0, 0] = np.nan
+    with pytest.raises(EnsembleError, match="member #0 predicts NaN or infinite values"):
+        load_ensemble(path, device="cpu").predict(arrays["test/x"])
+    with h5py.File(path, "a") as f:
+        f["ensemble/members/0"].attrs["network"] = '{"family": "mlp", "depth": 1, "width": 4, "colour": "red"}'
+    with pytest.raises(EnsembleError, match="member #0: invalid network spec"):
+        load_ensemble(path, device="cpu")
+
+
+def test_a_run_without_an_ensemble_yet(tmp_path):
+    problem = Classification(3)
+    stored = StoredEnsemble(problem, (12,), "float32", np.zeros(4, np.int64), np.zeros(4, np.int64), HallOfFame(4), None)
+    path = str(tmp_path / "empty.h5")
+    with h5py.File(path, "w") as f:
+        write_ensemble(f.create_group("ensemble"), stored)
+    with pytest.raises(EnsembleError, match="no ensemble yet"):
+        load_ensemble(path, device="cpu")

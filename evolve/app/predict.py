@@ -203,7 +203,14 @@ def stream(comm, job: Job, ensemble, source: h5py.File | None, x_name: str, writ
         if comm.rank != ROOT:
             xb = np.empty((rows,) + tuple(job.sample_shape), dtype=job.x_dtype)
         comm.Bcast(xb, root=ROOT)
-        answer = ensemble.predict_batch(xb, allreduce)
+        try:  # this rank's members, locally: a failure here must not leave peers in the reduction
+            preds, error = ensemble.member_predictions(xb), None
+        except EnsembleError as exc:
+            preds, error = None, f"rank {comm.rank}: {exc}"
+        error = first_error(comm, error, ROOT)
+        if error:
+            return error
+        answer = ensemble.combine_batch(preds, rows, allreduce)
         if writer is not None:
             writer.write(start, answer)
     return None
