@@ -117,10 +117,12 @@ def open_hdf5(path: str, what: str = "data file") -> h5py.File:
     """``path`` opened read-only, or a one-line :class:`DataError` saying why it cannot be."""
     if not os.path.exists(path):
         raise DataError(f"{path}: no such {what}")
+    if os.path.isdir(path):
+        raise DataError(f"{path}: is a directory, not an HDF5 {what}")
     try:
         return h5py.File(path, "r")
     except OSError as exc:
-        raise DataError(f"{path}: not a readable HDF5 file ({exc})") from None
+        raise DataError(f"{path}: not a readable HDF5 file ({str(exc).splitlines()[0]})") from None
 
 
 def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0) -> DataPlan:
@@ -228,11 +230,11 @@ def read_into(plan: DataPlan, arrays: dict[str, np.ndarray]) -> None:
         if split in plan.holdout_sizes:
             rows = order[start : start + plan.holdout_sizes[split]]
             np.take(x_all, rows, axis=0, out=arrays[f"{split}/x"])
-            np.take(y_all, rows, out=arrays[f"{split}/y"])
+            np.take(y_all, rows, axis=0, out=arrays[f"{split}/y"])
             start += plan.holdout_sizes[split]
     rest = np.sort(order[start:])
     np.take(x_all, rest, axis=0, out=arrays["train/x"])
-    np.take(y_all, rest, out=arrays["train/y"])
+    np.take(y_all, rest, axis=0, out=arrays["train/y"])
 
 
 def load_dataset(path: str, val_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0) -> tuple[DataPlan, dict[str, np.ndarray]]:
@@ -249,6 +251,9 @@ def write_dataset(path: str, splits: dict[str, tuple[np.ndarray, np.ndarray]], o
         raise DataError(f"{path}: already exists; refusing to overwrite it")
     if "train" not in splits:
         raise DataError(f"{path}: a dataset needs a 'train' split")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise DataError(f"{path}: the folder {folder} does not exist")
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with h5py.File(tmp, "w") as f:

@@ -16,7 +16,16 @@ ranks: ``allreduce`` then sums partial results across ranks (any function from a
 array to the element-wise sum of that array over ranks). Each quantity is a sum
 over members, so one call per batch on every rank gives every rank the whole
 ensemble's answer, and with ``allreduce=None`` the same code serves one process.
-Accumulation is in double precision, member by member, in the order given.
+
+The sums are exact. Floating-point addition is not associative, so a sum of
+partial sums would change in its last bits with the number of ranks, and a
+number that ``evens report`` printed could not be reproduced by ``evens predict``
+on three ranks. Each member's weighted contribution is therefore split, exactly,
+into two integers on fixed grids of 2**-20 and 2**-72 (:func:`to_fixed`); integer
+sums are the same in any order, and the result is turned back into a float64 once,
+at the end. Regression sums run in units of a power of two near the targets'
+spread (:func:`sum_unit`), so that the scaling itself is exact: an ensemble of one
+network predicts exactly what that network does.
 """
 from __future__ import annotations
 
@@ -29,6 +38,32 @@ from .problem import Problem
 EPS = 1e-12
 Allreduce = Callable[[np.ndarray], np.ndarray]
 UNCERTAINTY = {"classification": ("entropy", "aleatoric", "epistemic", "disagreement"), "regression": ("std",)}
+
+_HI, _LO = 2.0**20, 2.0**72  # the two fixed-point grids
+VALUE_LIMIT = 2.0**32  # |weighted contribution| below this: 1,024 members' high limbs stay inside int64
+Z_LIMIT = 2.0**15  # regression: members' predictions within this many sum units of the training targets' mean
+
+
+def sum_unit(problem: Problem) -> np.ndarray:
+    """Regression: per output, the power of two nearest the training targets' standard deviation.
+
+    Dividing by it is exact, and a sound network's predictions lie within a few units of the
+    targets' mean, so their squared spread stays far inside the fixed-point range.
+    """
+    return np.exp2(np.round(np.log2(np.asarray(problem.scale, dtype=np.float64))))
+
+
+def to_fixed(values: np.ndarray) -> np.ndarray:
+    """``values`` (float64, |v| < VALUE_LIMIT) as exact int64 limbs (..., 2): v == hi / 2**20 + lo / 2**72,
+    up to rounding below 2**-72. Sums of limbs are exact and independent of their order."""
+    v = np.clip(np.asarray(values, dtype=np.float64), -VALUE_LIMIT, VALUE_LIMIT)
+    hi = np.floor(v * _HI)  # v on the coarse grid: exact, a power-of-two scaling and a floor
+    lo = np.rint((v - hi / _HI) * _LO)  # the rest (below 2**-20, so below 2**52 on the fine grid): exact
+    return np.stack([hi, lo], axis=-1).astype(np.int64)
+
+
+def from_fixed(limbs: np.ndarray) -> np.ndarray:
+    return limbs[..., 0] / _HI + limbs[..., 1] / _LO
 
 
 def entropy(probs: np.ndarray) -> np.ndarray:
@@ -56,19 +91,19 @@ def combine(
     """
     if len(member_preds) != len(weights):
         raise ValueError(f"{len(member_preds)} member predictions but {len(weights)} weights")
-    k = problem.outputs
-    preds = [np.asarray(p, dtype=np.float64).reshape(n_samples, k) for p in member_preds]
+    k, n = problem.outputs, n_samples
+    preds = [np.asarray(p, dtype=np.float64).reshape(n, k) for p in member_preds]
     if problem.kind == "classification":
-        sums = np.zeros((n_samples, k + 1))  # the weighted mean, and the weighted members' entropy
+        sums = np.zeros((n, k + 1, 2), dtype=np.int64)  # the weighted mean, and the members' weighted entropy
         for p, w in zip(preds, weights):
-            sums[:, :k] += w * p
-            sums[:, k] += w * entropy(p)
-        sums = _summed(sums, allreduce)
+            sums[:, :k] += to_fixed(w * p)
+            sums[:, k] += to_fixed(w * entropy(p))
+        sums = from_fixed(_summed(sums, allreduce))
         mean, aleatoric = sums[:, :k], sums[:, k]
         label = np.argmax(mean, axis=1)
-        disagreeing = np.zeros(n_samples)
+        disagreeing = np.zeros((n, 2), dtype=np.int64)
         for p, w in zip(preds, weights):
-            disagreeing += w * (np.argmax(p, axis=1) != label)
+            disagreeing += to_fixed(w * (np.argmax(p, axis=1) != label))
         total = entropy(mean)
         return {
             "probabilities": mean,
@@ -76,17 +111,20 @@ def combine(
             "entropy": total,
             "aleatoric": aleatoric,
             "epistemic": np.maximum(total - aleatoric, 0.0),
-            "disagreement": _summed(disagreeing, allreduce),
+            "disagreement": from_fixed(_summed(disagreeing, allreduce)),
         }
-    mean = np.zeros((n_samples, k))
-    for p, w in zip(preds, weights):
-        mean += w * p
-    mean = _summed(mean, allreduce)
-    spread = np.zeros((n_samples, k))
-    for p, w in zip(preds, weights):
-        spread += w * (p - mean) ** 2
-    shape = (n_samples,) + problem.target_shape
-    return {"mean": mean.reshape(shape), "std": np.sqrt(_summed(spread, allreduce)).reshape(shape)}
+    unit = sum_unit(problem)
+    z = [p / unit for p in preds]  # exact: a power of two
+    mean = np.zeros((n, k, 2), dtype=np.int64)
+    for zi, w in zip(z, weights):
+        mean += to_fixed(w * zi)
+    mean_z = from_fixed(_summed(mean, allreduce))
+    spread = np.zeros((n, k, 2), dtype=np.int64)
+    for zi, w in zip(z, weights):
+        spread += to_fixed(w * (zi - mean_z) ** 2)
+    std_z = np.sqrt(from_fixed(_summed(spread, allreduce)))
+    shape = (n,) + problem.target_shape
+    return {"mean": (mean_z * unit).reshape(shape), "std": (std_z * unit).reshape(shape)}
 
 
 def ensemble_prediction(problem: Problem, combined: dict[str, np.ndarray]) -> np.ndarray:

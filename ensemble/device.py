@@ -23,7 +23,7 @@ def choose_device(local_rank: int, prefer: str = "auto") -> torch.device:
     count = torch.cuda.device_count()
     if count == 0:
         if prefer == "cuda":
-            raise RuntimeError("train.device = 'cuda' but no CUDA device is visible on this node")
+            raise RuntimeError("the device 'cuda' was asked for, but no CUDA device is visible on this node")
         return torch.device("cpu")
     device = torch.device("cuda", local_rank % count)
     torch.cuda.set_device(device)  # so that nothing, library code included, opens a context on GPU 0

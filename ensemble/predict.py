@@ -23,7 +23,7 @@ import h5py
 import numpy as np
 import torch
 
-from .combine import Allreduce, combine
+from .combine import VALUE_LIMIT, Z_LIMIT, Allreduce, combine, sum_unit
 from .device import choose_device
 from .hall_of_fame import Member
 from .models import build_network
@@ -98,6 +98,12 @@ class Ensemble:
             pred = self.head.predictions(m.model(xt)).cpu().numpy()
             if not np.isfinite(pred).all():
                 raise EnsembleError(f"member #{m.id} predicts NaN or infinite values; its stored weights are damaged")
+            if self.problem.kind == "regression":  # the range the ensemble's exact sums hold (ensemble.combine)
+                unit = sum_unit(self.problem)
+                off = np.abs(pred - np.asarray(self.problem.mean)) / unit
+                if off.max(initial=0.0) >= Z_LIMIT or np.abs(pred / unit).max(initial=0.0) >= VALUE_LIMIT:
+                    raise EnsembleError(f"member #{m.id} predicts values {off.max():.3g} standard deviations from the "
+                                        "training targets' mean; its stored weights are damaged")
             preds.append(pred)
         return preds
 
@@ -138,7 +144,7 @@ def rebuild(member: Member, problem: Problem, sample_shape: tuple[int, ...], dev
         raise EnsembleError(f"member #{member.id}: its network cannot be built here ({str(exc).splitlines()[0]})") from None
     try:
         model.load_state_dict({name: torch.from_numpy(np.asarray(w)) for name, w in member.weights.items()}, strict=True)
-    except RuntimeError as exc:
+    except (RuntimeError, TypeError) as exc:
         raise EnsembleError(f"member #{member.id}: stored weights do not fit its network ({str(exc).splitlines()[0]})") from None
     return model.to(device).eval()
 
@@ -157,7 +163,7 @@ def read_stored(path: str, weights_of="all") -> StoredEnsemble:
             raise EnsembleError(f"{file}: holds no ensemble (a run file from an older evens, or not a run file)")
         try:
             return read_ensemble(f[GROUP], weights_of)
-        except (KeyError, ValueError, TypeError, OSError) as exc:
+        except (KeyError, ValueError, TypeError, AttributeError, OSError) as exc:
             raise EnsembleError(f"{file}: damaged ensemble ({type(exc).__name__}: {exc})") from None
 
 

@@ -26,12 +26,13 @@ import numpy as np
 
 from .hall_of_fame import HallOfFame, Member
 from .problem import Problem, problem_from_dict
-from .select import Selection
+from .select import METHODS, Selection
 
 FORMAT = "evens-ensemble"
 FORMAT_VERSION = 1
 GROUP = "ensemble"
 RUN_FILE_NAME = "checkpoint.h5"  # the run file in a run directory, which holds GROUP
+X_DTYPES = ("float32", "uint8")  # what the data reader produces, and so what networks were trained on
 
 
 class EnsembleError(ValueError):
@@ -106,7 +107,7 @@ def read_ensemble(group: h5py.Group, weights_of: str | list[int] = "all") -> Sto
             )
         )
     selection = group.attrs["selection"]
-    return StoredEnsemble(
+    stored = StoredEnsemble(
         problem=problem,
         sample_shape=tuple(int(s) for s in json.loads(group.attrs["sample_shape"])),
         x_dtype=str(group.attrs["x_dtype"]),
@@ -115,6 +116,39 @@ def read_ensemble(group: h5py.Group, weights_of: str | list[int] = "all") -> Sto
         hall_of_fame=HallOfFame(int(group.attrs["capacity"]), members),
         selection=Selection.from_dict(json.loads(selection)) if selection else None,
     )
+    check_consistent(stored)
+    return stored
+
+
+def check_consistent(stored: StoredEnsemble) -> None:
+    """Raise ``ValueError`` unless the parts of a stored ensemble fit together (a hand-edited or
+    damaged file is refused here, in one line, rather than failing somewhere later)."""
+    if stored.x_dtype not in X_DTYPES:
+        raise ValueError(f"x_dtype {stored.x_dtype!r} is not one of {', '.join(X_DTYPES)}")
+    if not stored.sample_shape or min(stored.sample_shape) < 1:
+        raise ValueError(f"sample shape {stored.sample_shape} is not a shape")
+    problem = stored.problem
+    for split, y in (("val", stored.val_y), ("test", stored.test_y)):
+        if y.shape[1:] != problem.target_shape or len(y) == 0:
+            raise ValueError(f"labels/{split} has shape {y.shape}, which does not fit a {problem.kind} problem")
+        if problem.kind == "classification" and (y.dtype.kind not in "iu" or y.min() < 0 or y.max() >= problem.num_classes):
+            raise ValueError(f"labels/{split} are not class indices below {problem.num_classes}")
+        if problem.kind == "regression" and not np.isfinite(y).all():
+            raise ValueError(f"labels/{split} hold NaN or infinite targets")
+    for m in stored.hall_of_fame:
+        for split, pred, y in (("val", m.val_pred, stored.val_y), ("test", m.test_pred, stored.test_y)):
+            if pred.shape != (len(y), problem.outputs):
+                raise ValueError(f"member {m.id}: {split}_pred has shape {pred.shape}, expected {(len(y), problem.outputs)}")
+        for name, w in (m.weights or {}).items():
+            if w.dtype.kind not in "biuf":
+                raise ValueError(f"member {m.id}: weight {name!r} holds {w.dtype}, not numbers")
+    sel = stored.selection
+    if sel is not None:
+        if sel.method not in METHODS or not 1 <= sel.picks <= len(sel.path) or not (len(sel.curve_val) == len(sel.curve_test) == len(sel.path)):
+            raise ValueError(f"the stored selection is inconsistent (method {sel.method!r}, {sel.picks} picks of {len(sel.path)})")
+        missing = set(sel.path) - set(stored.hall_of_fame.ids)
+        if missing:
+            raise ValueError(f"the stored selection names members {sorted(missing)} that the hall of fame does not hold")
 
 
 def run_file(path: str) -> str:

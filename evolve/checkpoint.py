@@ -96,6 +96,9 @@ def _read_records(group: h5py.Group) -> list[Record]:
             columns[f.name] = [str(v) for v in group[f.name].asstr()[...]]
         else:
             columns[f.name] = [_SCALARS[kind][1](v) for v in group[f.name][...]]
+    lengths = {name: len(values) for name, values in columns.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"the evaluation columns have different lengths ({lengths})")
     return [Record(**dict(zip(columns, row))) for row in zip(*columns.values())]
 
 
@@ -185,7 +188,7 @@ def load(path: str, weights: bool = True) -> tuple[SearchState, RunInfo]:
             raise RunDirError(f"{path}: checkpoint format {version} is from an older evens (before the hall of fame); start a new run")
         try:
             return _read(f, weights)
-        except (KeyError, ValueError, TypeError, IndexError, OSError) as exc:
+        except (KeyError, ValueError, TypeError, IndexError, AttributeError, OSError) as exc:
             raise RunDirError(f"{path}: damaged checkpoint ({type(exc).__name__}: {exc})") from None
 
 

@@ -95,8 +95,8 @@ _BOUNDS = {
     "search.mutation_prob": (0.0, 1.0),
     "search.mutation_eta": (0.0, None),
     "search.checkpoint_seconds": (0.0, None),
-    "ensemble.size": (1, None),
-    "ensemble.candidates": (1, None),
+    "ensemble.size": (1, 1024),  # the ensemble's exact sums hold up to 1,024 members (ensemble.combine)
+    "ensemble.candidates": (1, 1024),
     "train.threads": (0, None),
 }
 _CHOICES = {"train.device": ("auto", "cpu", "cuda"), "ensemble.method": ("greedy", "top_k")}

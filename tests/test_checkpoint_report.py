@@ -1,3 +1,4 @@
+import json
 import os
 
 import h5py
@@ -97,6 +98,25 @@ def test_a_checkpoint_read_without_weights_cannot_be_written_back(tmp_path):
         checkpoint.save(path, light, linfo)
     full, _ = checkpoint.load(path)
     assert all(m.weights for m in full.hall_of_fame)  # the failed write left the file as it was
+
+
+@pytest.mark.parametrize("damage", ["selection names a missing member", "a truncated column"])
+def test_damaged_checkpoints_are_one_line_errors(tmp_path, damage):
+    state, info = finished_run()
+    path = str(tmp_path / "c.h5")
+    checkpoint.save(path, state, info)
+    with h5py.File(path, "a") as f:
+        if damage == "a truncated column":
+            ids = f["evaluations/id"][:3]
+            del f["evaluations/id"]
+            f["evaluations/id"] = ids
+        else:
+            sel = json.loads(f["ensemble"].attrs["selection"])
+            sel["path"][0] = 999
+            f["ensemble"].attrs["selection"] = json.dumps(sel)
+    with pytest.raises(RunDirError, match="damaged checkpoint") as err:
+        checkpoint.load(path)
+    assert "\n" not in str(err.value)
 
 
 def test_not_a_checkpoint(tmp_path):

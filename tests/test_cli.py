@@ -93,6 +93,11 @@ def test_regression_run_end_to_end(tmp_path):
     assert pred["mean"].shape == (40, 2) and pred["std"].shape == (40, 2) and (pred["std"] >= 0).all()
     rmse = float(np.sqrt(np.mean((pred["mean"].astype(np.float64) - y) ** 2)))
     assert rmse == pytest.approx(s["ensemble"]["test_rmse"], rel=1e-12)
+    for ranks in (1, 3):  # the reported RMSE, to the last bit, however the members are split
+        p = launch(ranks, evens_cmd() + ["predict", out, data, "--split", "test", "--out", str(tmp_path / f"p{ranks}.h5")], timeout=120, cwd=ROOT)
+        assert p.returncode == 0, p.stderr
+        with h5py.File(tmp_path / f"p{ranks}.h5") as f:
+            assert float(f.attrs["rmse"]) == s["ensemble"]["test_rmse"] and float(f.attrs["r2"]) == s["ensemble"]["test_r2"]
 
 
 def test_rnn_family_end_to_end_on_sequences(tmp_path):
@@ -110,6 +115,16 @@ def test_rnn_family_end_to_end_on_sequences(tmp_path):
     assert pred.returncode == 0, pred.stderr
     with h5py.File(tmp_path / "p.h5") as f:
         assert float(f.attrs["accuracy"]) == s["ensemble"]["test_accuracy"]
+
+
+def test_demo_data_makes_its_folder_and_convert_names_a_missing_one(tmp_path):
+    proc = subprocess.run(evens_cmd() + ["make-digits", str(tmp_path / "data" / "digits.h5")], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0 and (tmp_path / "data" / "digits.h5").exists(), proc.stderr
+    np.savez(tmp_path / "d.npz", x=np.zeros((4, 2), np.float32), y=np.arange(4))
+    proc = subprocess.run(evens_cmd() + ["convert", str(tmp_path / "d.npz"), str(tmp_path / "nowhere" / "d.h5")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 2 and proc.stderr.startswith("evens: error:") and "does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_single_process_run_trains_in_process(tmp_path, small_config):

@@ -114,7 +114,7 @@ def test_members_split_over_ranks_give_the_whole_ensemble_answer(k, ranks, regre
     for answer in answers:
         assert answer.keys() == whole.keys()
         for name in whole:
-            np.testing.assert_allclose(answer[name], whole[name], atol=1e-12, err_msg=name)
+            np.testing.assert_array_equal(answer[name], whole[name], err_msg=name)  # exactly: the sums are exact
 
 
 def test_classification_scores_are_exact_fractions():
@@ -143,3 +143,48 @@ def test_problems_round_trip_and_refuse_unknown_kinds():
         assert problem_from_dict(problem.to_dict()) == problem
     with pytest.raises(ValueError, match="unknown problem kind"):
         problem_from_dict({"kind": "ranking"})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-2.0**31, 2.0**31, allow_nan=False), min_size=1, max_size=40), st.randoms(use_true_random=False))
+def test_fixed_point_sums_are_exact_in_any_order(values, rnd):
+    from ensemble.combine import from_fixed, to_fixed
+
+    limbs = [to_fixed(np.array(v)) for v in values]
+    for v, limb in zip(values, limbs):
+        assert abs(from_fixed(limb) - v) <= 2.0**-72 + abs(v) * 2.0**-52  # the split loses nothing that matters
+    shuffled = list(limbs)
+    rnd.shuffle(shuffled)
+    assert np.array_equal(sum(limbs, np.zeros(2, np.int64)), sum(shuffled, np.zeros(2, np.int64)))
+
+
+@pytest.mark.parametrize("regression", [False, True])
+def test_the_order_of_members_does_not_change_a_bit(regression):
+    rng = np.random.default_rng(3)
+    if regression:
+        problem = Regression.from_targets(rng.normal(100.0, 30.0, size=(64, 3)))
+        preds = [rng.normal(100.0, 30.0, size=(11, 3)).astype(np.float32) for _ in range(7)]
+    else:
+        problem = Classification(5)
+        preds = list(random_probs(rng, 7, 11, 5))
+    w = random_weights(rng, 7)
+    whole = combine(problem, preds, w, 11)
+    order = rng.permutation(7)
+    again = combine(problem, [preds[i] for i in order], [w[i] for i in order], 11)
+    for name in whole:
+        np.testing.assert_array_equal(again[name], whole[name], err_msg=name)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 10_000), st.booleans(), st.floats(1e-3, 1e6), st.floats(-1e6, 1e6))
+def test_an_ensemble_of_one_network_is_that_network_exactly(seed, regression, spread, centre):
+    rng = np.random.default_rng(seed)
+    if regression:
+        y = (centre + spread * rng.normal(size=(50, 2))).astype(np.float32)
+        problem = Regression.from_targets(y)
+        pred = (centre + spread * rng.normal(size=(9, 2))).astype(np.float32)
+    else:
+        problem = Classification(4)
+        pred = random_probs(rng, 1, 9, 4)[0]
+    alone = ensemble_prediction(problem, combine(problem, [pred], [1.0], 9))
+    np.testing.assert_array_equal(alone, pred.astype(np.float64))

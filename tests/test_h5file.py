@@ -167,3 +167,25 @@ def test_diabetes_demo_set_is_a_regression_set(tmp_path):
     plan, arrays = load_dataset(str(tmp_path / "d.h5"))
     assert plan.kind == "regression" and plan.sample_shape == (10,)
     assert 25 <= arrays["test/y"].min() and arrays["test/y"].max() <= 346
+
+
+@pytest.mark.parametrize("targets", [(1,), (3,)])
+def test_holding_out_two_dimensional_targets_keeps_each_row_whole(tmp_path, targets):
+    path = write_regression(tmp_path / "r.h5", n=(100,), targets=targets)
+    plan, arrays = load_dataset(path, val_fraction=0.2, test_fraction=0.1)
+    assert [arrays[f"{s}/y"].shape for s in ("train", "val", "test")] == [(70,) + targets, (20,) + targets, (10,) + targets]
+    with h5py.File(path) as f:
+        pairs = {xr.tobytes() + yr.tobytes() for xr, yr in zip(f["train/x"][...], f["train/y"][...])}
+    for split in ("train", "val", "test"):
+        assert all(xr.tobytes() + yr.tobytes() in pairs for xr, yr in zip(arrays[f"{split}/x"], arrays[f"{split}/y"]))
+
+
+def test_a_directory_is_a_one_line_error(tmp_path):
+    with pytest.raises(DataError, match="is a directory") as info:
+        inspect_file(str(tmp_path))
+    assert "\n" not in str(info.value)
+
+
+def test_writing_into_a_missing_folder_is_a_one_line_error(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        write_dataset(str(tmp_path / "nowhere" / "d.h5"), {"train": blobs(10, (4,))})

@@ -1,4 +1,5 @@
 """Trained networks through the run file and back: weights exact, predictions identical, inputs checked."""
+import json
 from dataclasses import asdict
 
 import h5py
@@ -146,3 +147,37 @@ def test_a_run_without_an_ensemble_yet(tmp_path):
         write_ensemble(f.create_group("ensemble"), stored)
     with pytest.raises(EnsembleError, match="no ensemble yet"):
         load_ensemble(path, device="cpu")
+
+
+def _set_selection(f, **change):
+    sel = json.loads(f["ensemble"].attrs["selection"])
+    sel.update(change)
+    f["ensemble"].attrs["selection"] = json.dumps(sel)
+
+
+def _replace(f, name, data):
+    del f[name]
+    f[name] = data
+
+
+DAMAGE = {
+    "selection names a missing member": lambda f: _set_selection(f, path=[0, 999]),
+    "no picks": lambda f: _set_selection(f, picks=0),
+    "more picks than the path": lambda f: _set_selection(f, picks=50),
+    "unknown method": lambda f: _set_selection(f, method="bagging"),
+    "members is a dataset": lambda f: _replace(f, "ensemble/members", np.zeros(3)),
+    "weights of strings": lambda f: _replace(f, "ensemble/members/0/weights/1.weight", np.array([b"ab"] * 3)),
+    "predictions of the wrong shape": lambda f: _replace(f, "ensemble/members/0/test_pred", np.zeros((39, 3), np.float32)),
+    "labels out of range": lambda f: _replace(f, "ensemble/labels/test", np.full(40, 7, np.int64)),
+    "x dtype": lambda f: f["ensemble"].attrs.__setitem__("x_dtype", "int8"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_a_damaged_ensemble_is_refused_in_one_line(tmp_path, case):
+    path, _, _ = stored_run(tmp_path, (12,), FAMILIES[(12,)])
+    with h5py.File(path, "a") as f:
+        DAMAGE[case](f)
+    with pytest.raises(EnsembleError, match="damaged ensemble") as info:
+        load_ensemble(path, device="cpu")
+    assert "\n" not in str(info.value)

@@ -153,6 +153,11 @@ def main(argv: list[str] | None = None) -> int:
             from data_bcast import convert
 
             write = convert.write_digits if args.command == "make-digits" else convert.write_diabetes
+            folder = os.path.dirname(os.path.abspath(args.dst))
+            try:
+                os.makedirs(folder, exist_ok=True)  # `evens make-digits data/digits.h5` on a fresh clone
+            except OSError as exc:
+                raise DataError(f"{args.dst}: cannot create the folder {folder} ({exc.strerror})") from None
             counts = write(args.dst, seed=args.seed, overwrite=args.force)
             print(f"wrote {args.dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     except (EvensError, DataError, EnsembleError) as exc:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from dataclasses import dataclass
 
 import h5py
@@ -102,7 +102,8 @@ def plan_job(run_dir: str, input_path: str, out: str, split: str | None, batch_s
     with h5py.File(input_path, "r") as f:
         x = f[x_name]
         check_inputs(x.shape, x.dtype, stored.sample_shape, stored.x_dtype, where=f"{input_path}: {x_name}")
-        rows, row_bytes = int(x.shape[0]), int(np.prod(stored.sample_shape)) * x.dtype.itemsize
+        rows = int(x.shape[0])
+    row_bytes = int(np.prod(stored.sample_shape)) * np.dtype(stored.x_dtype).itemsize  # as broadcast
     if rows == 0:
         raise PredictError(f"{input_path}: {x_name} has no samples")
     check_output(out, force, [input_path, run_file(run_dir)])
@@ -136,16 +137,25 @@ def run_predict(run_dir: str, input_path: str, out: str, split: str | None = Non
                 device: str = "auto", force: bool = False) -> tuple[int, str]:
     """Collective over the world. Returns (exit status, the line to print on rank 0)."""
     comm = world()
-    job = stored = chosen = x_name = y_name = None
+    job = stored = chosen = x_name = y_name = writer = None
     error = None
     if comm.rank == ROOT:
         try:
             job, stored, chosen, x_name, y_name = plan_job(run_dir, input_path, out, split, batch_size, force, comm.size)
+            writer = Writer(out, job, keep_exact=y_name is not None)  # here, so that a folder we cannot write is an agreed error
         except (EvensError, EnsembleError, DataError) as exc:
             error = str(exc)
     error = first_error(comm, error, ROOT)
     if error:
         return 2, f"error: {error}"
+    try:
+        return _predict(comm, job, stored, chosen, x_name, y_name, writer, run_dir, input_path, out, device)
+    finally:
+        if writer is not None:
+            writer.discard()  # a no-op once the file is in place
+
+
+def _predict(comm, job, stored, chosen, x_name, y_name, writer, run_dir, input_path, out, device) -> tuple[int, str]:
     job = comm.bcast(job, root=ROOT)
     mine = share_members(comm, job, stored, chosen)
     problem = problem_from_dict(job.problem)
@@ -158,7 +168,6 @@ def run_predict(run_dir: str, input_path: str, out: str, split: str | None = Non
     error = first_error(comm, error, ROOT)
     if error:
         return 2, f"error: {error}"
-    writer = Writer(out, job, keep_exact=y_name is not None) if comm.rank == ROOT else None
     source = h5py.File(input_path, "r") if comm.rank == ROOT else None
     try:
         error = stream(comm, job, ensemble, source, x_name, writer, where=f"{input_path}: {x_name}")
@@ -166,19 +175,18 @@ def run_predict(run_dir: str, input_path: str, out: str, split: str | None = Non
             return 2, f"error: {error}"
         if writer is None:
             return 0, ""
-        scores = writer.score(problem, source[y_name][...]) if y_name is not None else None
+        scores, why_not = writer.score(problem, source[y_name]) if y_name is not None else (None, "")
         writer.finish(run_dir, input_path, x_name, ensemble, chosen, scores)
-        writer = None
     finally:
         if source is not None:
             source.close()
-        if writer is not None:
-            writer.discard()
     sel = stored.selection
     line = (f"wrote {out}: {job.rows} predictions from an ensemble of {len(chosen)} networks "
             f"({sel.method}, {sel.picks} picks) on {comm.size} rank(s)")
     if scores:
         line += "; against " + y_name + ": " + ", ".join(f"{k} {v:.6g}" for k, v in scores.items())
+    elif why_not:
+        line += f"; {y_name} not scored: {why_not}"
     return 0, line
 
 
@@ -205,8 +213,8 @@ def stream(comm, job: Job, ensemble, source: h5py.File | None, x_name: str, writ
         comm.Bcast(xb, root=ROOT)
         try:  # this rank's members, locally: a failure here must not leave peers in the reduction
             preds, error = ensemble.member_predictions(xb), None
-        except EnsembleError as exc:
-            preds, error = None, f"rank {comm.rank}: {exc}"
+        except (EnsembleError, RuntimeError, MemoryError, ValueError) as exc:  # damaged weights, out of memory
+            preds, error = None, f"rank {comm.rank}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         error = first_error(comm, error, ROOT)
         if error:
             return error
@@ -226,9 +234,17 @@ class Writer:
         # exactly as reports do (N x outputs doubles; without labels nothing is kept in memory).
         self.keep_exact = keep_exact
         self._exact: np.ndarray | None = None
-        fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".tmp", dir=os.path.dirname(os.path.abspath(out)))
-        os.close(fd)
-        self.file = h5py.File(self.tmp, "w")
+        folder = os.path.dirname(os.path.abspath(out))
+        # A fresh, unpredictable name, created exclusively (never through a planted symlink), with the
+        # permissions the user's umask gives new files (mkstemp would make it private).
+        self.tmp = os.path.join(folder, f".{os.path.basename(out)}.{secrets.token_hex(8)}.tmp")
+        try:
+            os.close(os.open(self.tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o666))
+            self.file = h5py.File(self.tmp, "w")
+        except OSError as exc:
+            if os.path.exists(self.tmp):
+                os.remove(self.tmp)
+            raise PredictError(f"{out}: cannot write in {folder} ({exc.strerror or str(exc).splitlines()[0]})") from None
 
     def write(self, start: int, answer: dict[str, np.ndarray]) -> None:
         for name, values in answer.items():
@@ -243,12 +259,25 @@ class Writer:
             self._exact = np.empty((self.rows,) + scored.shape[1:])
         self._exact[start : start + len(scored)] = scored
 
-    def score(self, problem, y: np.ndarray) -> dict[str, float] | None:
+    def score(self, problem, y: h5py.Dataset) -> tuple[dict[str, float] | None, str]:
+        """The ensemble's scores against ``y``, or (None, why ``y`` cannot be scored)."""
+        want = (self.rows,) + problem.target_shape
+        if y.shape != want:
+            return None, f"it has shape {y.shape}, not {want}"
+        if problem.kind == "classification":
+            if y.dtype.kind not in "iu":
+                return None, f"it holds {y.dtype}, not class labels"
+            labels = y[...]
+            if labels.min() < 0 or labels.max() >= problem.num_classes:
+                return None, f"its labels are not all in 0..{problem.num_classes - 1}"
+        else:
+            if y.dtype.kind != "f":
+                return None, f"it holds {y.dtype}, not float targets"
+            labels = y[...]
+            if not np.isfinite(labels).all():
+                return None, "it holds NaN or infinite targets"
         combined = {"probabilities": self._exact} if problem.kind == "classification" else {"mean": self._exact}
-        try:
-            return problem.scores(ensemble_prediction(problem, combined), y)
-        except (ValueError, IndexError):  # a y that is not this problem's labels: just no score
-            return None
+        return problem.scores(ensemble_prediction(problem, combined), labels), ""
 
     def finish(self, run_dir, input_path, x_name, ensemble, chosen, scores) -> None:
         self.file.attrs.update(
@@ -264,8 +293,12 @@ class Writer:
             self.file.attrs[name] = value
         self.file.close()
         os.replace(self.tmp, self.out)
+        self.tmp = None
 
     def discard(self) -> None:
+        """Remove the temporary file, unless it is already in place."""
+        if self.tmp is None:
+            return
         self.file.close()
         if os.path.exists(self.tmp):
             os.remove(self.tmp)
