@@ -39,10 +39,6 @@ class Member:
     # ensemble.store.read_ensemble), which then cannot be written back.
     weights: dict[str, np.ndarray] | None = field(repr=False, default_factory=dict)
 
-    @property
-    def nbytes(self) -> int:
-        return self.val_pred.nbytes + self.test_pred.nbytes + sum(w.nbytes for w in (self.weights or {}).values())
-
 
 def _rank(member: Member) -> tuple[float, int]:
     return (-member.fitness, member.id)

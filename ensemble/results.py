@@ -13,9 +13,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-STATUSES = ("ok", "diverged", "error")
-
-
 @dataclass
 class Evaluation:
     """What a worker reports for one network."""
