@@ -4,13 +4,13 @@ Layout::
 
     /                attrs: format, format_version, evens_version, config (JSON),
                      gene_names (JSON), data (JSON: shapes, problem, sizes), next_id,
-                     busy_seconds, capacity_seconds, wall_seconds, sessions
+                     busy_seconds, capacity_seconds, wall_seconds, sessions,
+                     strategy (JSON: the strategy's population and its own state)
     /rng             the master's random.Random state (uint32[625]; attrs version, gauss_next)
     /evaluations/*   one column per field of :class:`~evolve.master.Record` (genome and
                      parents as 2-D arrays), and /evaluations/metrics/<name> per metric
                      (NaN where an evaluation has none)
-    /population      record ids in the current population
-    /pending/*       individuals sent out but not finished: id, genome, parents
+    /pending/*       individuals sent out but not finished: id, genome, parents, operators
     /ensemble        the hall of fame with weights, the labels, and the chosen ensemble
                      (written by :mod:`ensemble.store`, which documents it)
 
@@ -34,10 +34,11 @@ from ensemble.problem import problem_from_dict
 from ensemble.store import GROUP, RUN_FILE_NAME, StoredEnsemble, read_ensemble, write_ensemble
 
 from .errors import RunDirError
-from .master import Pending, Record, SearchState
+from .master import SearchState
+from .records import Pending, Record
 
 FORMAT = "evens-checkpoint"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 CHECKPOINT_NAME = RUN_FILE_NAME
 _STR = h5py.string_dtype()
 
@@ -133,6 +134,7 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
                 capacity_seconds=state.capacity_seconds,
                 wall_seconds=info.wall_seconds,
                 sessions=info.sessions,
+                strategy=json.dumps(state.strategy),
             )
             version, internal, gauss = state.rng.getstate()
             rng = f.create_dataset("rng", data=np.asarray(internal, dtype=np.uint32))
@@ -140,11 +142,11 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
             rng.attrs["gauss_next"] = np.nan if gauss is None else gauss
 
             _write_records(f.create_group("evaluations"), state.records, n_genes)
-            f["population"] = np.asarray(state.population, dtype=np.int64)
             pend = f.create_group("pending")
             pend["id"] = np.asarray([p.id for p in state.pending], dtype=np.int64)
             pend["genome"] = np.asarray([p.genome for p in state.pending], dtype=np.float64).reshape(len(state.pending), n_genes)
             pend["parents"] = np.asarray([p.parents for p in state.pending], dtype=np.int64).reshape(len(state.pending), 2)
+            pend.create_dataset("operators", data=np.asarray([p.operators for p in state.pending], dtype=object), dtype=_STR)
             write_ensemble(f.create_group(GROUP), stored_ensemble(state, info))
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
@@ -185,7 +187,7 @@ def load(path: str, weights: bool = True) -> tuple[SearchState, RunInfo]:
         if version > FORMAT_VERSION:
             raise RunDirError(f"{path}: checkpoint format {version} is newer than this evens reads")
         if version < FORMAT_VERSION:
-            raise RunDirError(f"{path}: checkpoint format {version} is from an older evens (before the hall of fame); start a new run")
+            raise RunDirError(f"{path}: checkpoint format {version} is from an older evens; start a new run")
         try:
             return _read(f, weights)
         except (KeyError, ValueError, TypeError, IndexError, AttributeError, OSError) as exc:
@@ -199,14 +201,14 @@ def _read(f: h5py.File, weights: bool) -> tuple[SearchState, RunInfo]:
 
     pend = f["pending"]
     pending = [
-        Pending(int(i), [float(g) for g in genome], (int(p[0]), int(p[1])))
-        for i, genome, p in zip(pend["id"][...], pend["genome"][...], pend["parents"][...])
+        Pending(int(i), [float(g) for g in genome], (int(p[0]), int(p[1])), str(ops))
+        for i, genome, p, ops in zip(pend["id"][...], pend["genome"][...], pend["parents"][...], pend["operators"].asstr()[...])
     ]
     stored = read_ensemble(f[GROUP], "all" if weights else "none")
     state = SearchState(
         rng=rng,
         records=_read_records(f["evaluations"]),
-        population=[int(i) for i in f["population"][...]],
+        strategy=json.loads(f.attrs["strategy"]),
         pending=pending,
         hall_of_fame=stored.hall_of_fame,
         selection=stored.selection,

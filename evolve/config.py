@@ -40,6 +40,7 @@ class DataConfig:
 @dataclass(frozen=True)
 class SearchConfig:
     evaluations: int = 40  # total networks trained, across resumes
+    mode: str = "async"  # "async" (steady state, no worker waits) or "generational" (a barrier per generation)
     population: int = 10
     seed: int = 0
     tournament: int = 3
@@ -99,7 +100,7 @@ _BOUNDS = {
     "ensemble.candidates": (1, 1024),
     "train.threads": (0, None),
 }
-_CHOICES = {"train.device": ("auto", "cpu", "cuda"), "ensemble.method": ("greedy", "top_k")}
+_CHOICES = {"train.device": ("auto", "cpu", "cuda"), "ensemble.method": ("greedy", "top_k"), "search.mode": ("async", "generational")}
 
 
 def _type_name(t: type) -> str:

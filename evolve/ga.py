@@ -69,11 +69,13 @@ def breed_child(
     params: GAParams,
     is_new: Callable[[list[float]], bool] = lambda genome: True,
     attempts: int = 20,
-) -> tuple[list[float], tuple[int, int]]:
-    """A child of two tournament winners, and the ids of its parents.
+) -> tuple[list[float], tuple[int, int], str]:
+    """A child of two tournament winners, the ids of its parents, and the operators that made it.
 
-    Tries up to ``attempts`` times for a child that ``is_new`` accepts (one that
-    decodes to a network not trained before), then settles for the last one.
+    The operators are "crossover", "mutation", both ("crossover+mutation"), or "copy" when
+    neither changed the mother's genome. Tries up to ``attempts`` times for a child that
+    ``is_new`` accepts (one that decodes to a network not trained before), then settles for
+    the last one.
     """
     if len(population) < 2:
         raise ValueError("breeding needs a population of at least two")
@@ -82,13 +84,19 @@ def breed_child(
         for _ in range(attempts):
             mother, father = tools.selTournament(population, 2, tournament)
             child, other = Individual(mother), Individual(father)
+            used = []
             if random.random() < params.crossover_prob:
                 tools.cxUniform(child, other, 0.5)
+                if list(child) != list(mother):
+                    used.append("crossover")
+            before = list(child)
             tools.mutPolynomialBounded(child, params.mutation_eta, 0.0, 1.0, params.mutation_prob)
+            if list(child) != before:
+                used.append("mutation")
             genome = [min(max(g, 0.0), 1.0) for g in child]
             if is_new(genome):
                 break
-    return genome, (mother.ident, father.ident)
+    return genome, (mother.ident, father.ident), "+".join(used) or "copy"
 
 
 def admit(population: list[Individual], newcomer: Individual, capacity: int) -> Individual | None:

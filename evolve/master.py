@@ -1,10 +1,11 @@
-"""The master's search loop: keep every worker busy, evolve, remember everything.
+"""The master's search loop: keep every worker busy, remember everything.
 
 :func:`run_search` is a plain function over explicit state (:class:`SearchState`)
 and an injected :class:`~evolve.protocol.Transport`, so the same loop runs over
-MPI, in one process in the tests, and under a simulator. Dispatch is dynamic:
-the moment a worker returns a result it gets the next individual, bred from
-the population as it stands then; there are no generations to wait for.
+MPI, in one process in the tests, and under a simulator. It owns dispatch: the
+moment a worker returns a result it gets the next individual. What that
+individual is, a strategy decides (:mod:`evolve.strategy`: steady-state
+``async``, or ``generational`` with a barrier per generation).
 
 Every result becomes a :class:`Record`. A result that enters the hall of fame
 arrives whole (predictions and weights) and is kept there; the hall's entry bar
@@ -24,43 +25,18 @@ import numpy as np
 from ensemble.hall_of_fame import HallOfFame, Member
 from ensemble.select import Selection
 
-from .ga import GAParams, Individual, admit, breed_child, random_genome
+from .ga import GAParams
 from .protocol import Result, Task, Transport
+from .records import Pending, Record
 from .space import SearchSpace
-
-
-@dataclass
-class Record:
-    """One finished evaluation."""
-
-    id: int
-    genome: list[float]
-    parents: tuple[int, int]
-    status: str  # "ok", "diverged" or "error"
-    fitness: float  # higher is better (validation accuracy, or -RMSE); -inf unless ok
-    metrics: dict[str, float]  # "val_accuracy", "test_loss", "val_rmse", ...: empty unless ok
-    seconds: float  # training time on the worker
-    epochs_done: int
-    worker: int
-    started: float  # wall-clock time (s since the epoch) when dispatched
-    finished: float  # ... and when its result arrived
-    message: str = ""
-
-
-@dataclass
-class Pending:
-    """An individual that was sent out but whose result never came back (the run stopped)."""
-
-    id: int
-    genome: list[float]
-    parents: tuple[int, int]
+from .strategy import make_strategy
 
 
 @dataclass
 class SearchState:
     rng: random.Random
     records: list[Record] = field(default_factory=list)
-    population: list[int] = field(default_factory=list)  # record ids
+    strategy: dict = field(default_factory=dict)  # the strategy's own state, plain JSON (see evolve.strategy)
     pending: list[Pending] = field(default_factory=list)
     hall_of_fame: HallOfFame = field(default_factory=lambda: HallOfFame(32))
     selection: Selection | None = None  # the ensemble chosen from the hall of fame, as last saved
@@ -76,6 +52,11 @@ class SearchState:
         return {r.id: r for r in self.records}
 
     @property
+    def population(self) -> list[int]:
+        """Record ids of the strategy's current population."""
+        return list(self.strategy.get("population", []))
+
+    @property
     def utilization(self) -> float:
         return self.busy_seconds / self.capacity_seconds if self.capacity_seconds > 0 else 0.0
 
@@ -87,6 +68,7 @@ class SearchSettings:
     candidates: int  # hall of fame capacity
     seed: int
     checkpoint_seconds: float = 10.0
+    mode: str = "async"  # the strategy: "async" or "generational" (evolve.strategy)
 
 
 def task_seed(search_seed: int, ident: int) -> int:
@@ -112,10 +94,8 @@ def run_search(
     On a stop, the individuals still out are left in ``state.pending`` and are sent
     again first when the search resumes.
     """
-    records = state.by_id()
-    population = [Individual(records[i].genome, records[i].fitness, i) for i in state.population]
-    seen = {_candidate_key(space, r.genome) for r in state.records}
-    redo = deque(state.pending)
+    strategy = make_strategy(settings.mode, space, settings.ga, state.rng, state.records, state.pending, state.strategy)
+    redo = deque(_redone(p) for p in state.pending)
     state.pending = []
     idle = deque(transport.workers)
     inflight: dict[int, tuple[Pending, Task, float, float]] = {}  # worker -> (individual, task, dispatched (clock), (wall))
@@ -131,24 +111,27 @@ def run_search(
         """Sent out but not back, then not yet re-sent: what a resume must redo first."""
         return [p for p, _, _, _ in inflight.values()] + list(redo)
 
-    def propose() -> Pending:
+    def propose() -> Pending | None:
         if redo:
             return redo.popleft()
-        if len(population) < settings.ga.population:
-            genome, parents = random_genome(state.rng, len(space)), (-1, -1)
-        else:
-            genome, parents = breed_child(
-                population, state.rng, settings.ga, is_new=lambda g: _candidate_key(space, g) not in seen
-            )
+        proposal = strategy.ask()
+        if proposal is None:
+            return None  # the strategy waits for results (a generation's barrier)
         state.next_id += 1
-        return Pending(state.next_id - 1, genome, parents)
+        return Pending(state.next_id - 1, proposal.genome, proposal.parents, proposal.operators)
+
+    def save_point() -> None:
+        account()
+        state.pending = outstanding()
+        state.strategy = strategy.to_state()
 
     stopped, unsaved = False, False
     while True:
         stopped = stopped or should_stop()
         while idle and not stopped and len(state.records) + len(inflight) < settings.budget:
             individual = propose()
-            seen.add(_candidate_key(space, individual.genome))
+            if individual is None:
+                break
             network, training = space.candidate(individual.genome)
             worker = idle.popleft()
             task = Task.build(individual.id, network, training, task_seed(settings.seed, individual.id), hall.entry_bar())
@@ -158,8 +141,7 @@ def run_search(
             break  # the caller writes the final checkpoint
         if checkpoint is not None and unsaved and clock() - last_checkpoint >= settings.checkpoint_seconds:
             # Written after the free workers have their next task, so none idles during the write.
-            account()
-            state.pending = outstanding()
+            save_point()
             checkpoint(state)
             state.pending = []
             last_checkpoint, unsaved = clock(), False
@@ -173,30 +155,24 @@ def run_search(
         record = _record(individual, result, worker, started, wall_clock())
         state.records.append(record)
         ev = result.evaluation
-        if record.status == "ok":
-            _admit(state, population, record, settings.ga.population)
-            if ev.has_payload:
-                hall.offer(Member(record.id, record.fitness, task.network, task.training, ev.val_pred, ev.test_pred, ev.weights or {}))
+        strategy.tell(record)
+        if record.status == "ok" and ev.has_payload:
+            hall.offer(Member(record.id, record.fitness, task.network, task.training, ev.val_pred, ev.test_pred, ev.weights or {}))
         unsaved = True
         if on_result is not None:
             on_result(record, state)
 
     now = clock()
     state.busy_seconds += sum(now - dispatched for _, _, dispatched, _ in inflight.values())
-    state.pending = outstanding()
-    account()
+    save_point()
     return not stopped
 
 
-def _candidate_key(space: SearchSpace, genome) -> tuple:
-    """What a genome decodes to: two genomes with the same key train the same network."""
-    network, training = space.candidate(genome)
-    return network, training
-
-
-def _admit(state: SearchState, population: list[Individual], record: Record, capacity: int) -> None:
-    admit(population, Individual(record.genome, record.fitness, record.id), capacity)
-    state.population = [ind.ident for ind in population]
+def _redone(individual: Pending) -> Pending:
+    """An individual sent again after a stop: its lineage says so."""
+    if individual.operators.endswith("+redo"):
+        return individual
+    return Pending(individual.id, individual.genome, individual.parents, f"{individual.operators}+redo")
 
 
 def _record(individual: Pending, result: Result, worker: int, started: float, finished: float) -> Record:
@@ -214,4 +190,5 @@ def _record(individual: Pending, result: Result, worker: int, started: float, fi
         started=started,
         finished=finished,
         message=ev.message,
+        operators=individual.operators,
     )

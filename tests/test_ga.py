@@ -28,9 +28,10 @@ def test_breeding_is_reproducible_and_bounded():
     a = breed_child(pop, random.Random(1), GAParams())
     b = breed_child(pop, random.Random(1), GAParams())
     assert a == b
-    genome, parents = a
+    genome, parents, operators = a
     assert all(0.0 <= g <= 1.0 for g in genome)
     assert set(parents) <= {ind.ident for ind in pop}
+    assert operators in ("crossover", "mutation", "crossover+mutation", "copy")
 
 
 def test_tournament_prefers_fitter_parents():
@@ -46,7 +47,7 @@ def test_breeding_avoids_children_already_seen():
     rng = random.Random(3)
     coarse = lambda g: tuple(int(x * 3) for x in g)  # noqa: E731  - a small discrete space
     for _ in range(10):
-        genome, _ = breed_child(pop, rng, GAParams(mutation_prob=0.5), is_new=lambda g: coarse(g) not in seen)
+        genome, _, _ = breed_child(pop, rng, GAParams(mutation_prob=0.5), is_new=lambda g: coarse(g) not in seen)
         seen.add(coarse(genome))
     assert len(seen) >= 8
 
@@ -61,3 +62,13 @@ def test_admit_is_elitist_and_bounded(values, capacity):
         assert max(ind.fitness.values[0] for ind in pop) == max(values[: i + 1])
     kept = sorted(ind.fitness.values[0] for ind in pop)
     assert kept == sorted(values)[-len(kept):]
+
+
+def test_operators_name_what_changed_the_child():
+    pop = population([0.2, 0.4, 0.6, 0.8], genes=6)
+    rng = random.Random(0)
+    only_mutation = {breed_child(pop, rng, GAParams(crossover_prob=0.0, mutation_prob=1.0))[2] for _ in range(20)}
+    assert only_mutation == {"mutation"}
+    only_crossover = {breed_child(pop, rng, GAParams(crossover_prob=1.0, mutation_prob=0.0), attempts=1)[2] for _ in range(20)}
+    assert only_crossover <= {"crossover", "copy"} and "crossover" in only_crossover
+    assert {breed_child(pop, rng, GAParams(crossover_prob=0.0, mutation_prob=0.0), attempts=1)[2] for _ in range(5)} == {"copy"}

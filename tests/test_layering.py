@@ -76,6 +76,8 @@ TORCH_FREE = [
     "evolve.space",
     "evolve.config",
     "evolve.master",
+    "evolve.records",
+    "evolve.strategy",
     "evolve.protocol",
     "evolve.checkpoint",
 ]

@@ -86,6 +86,8 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
     stored = config_from_dict(info.config)
     if config.space != stored.space or list(info.gene_names) != list(GENE_NAMES):
         raise ConfigError(f"{resume}: the search space differs from the run's; a resumed run keeps its space")
+    if config.search.mode != stored.search.mode:
+        raise ConfigError(f"{resume}: search.mode is {config.search.mode!r}, but the run's is {stored.search.mode!r}; a resumed run keeps its mode")
     return Prepared(config, resume, state, info)
 
 
@@ -265,6 +267,7 @@ def _master(
         candidates=config.ensemble.candidates,
         seed=config.search.seed,
         checkpoint_seconds=config.search.checkpoint_seconds,
+        mode=config.search.mode,
     )
     say(f"searching with {len(transport.workers)} worker(s), budget {settings.budget} evaluations; run directory {run_dir}")
     stop = StopFlag()

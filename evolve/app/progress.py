@@ -6,7 +6,8 @@ import time
 
 from tqdm import tqdm
 
-from ..master import Record, SearchState
+from ..master import SearchState
+from ..records import Record
 
 
 class Progress:

@@ -1,0 +1,33 @@
+"""What the search remembers of each individual: a finished :class:`Record`, or a :class:`Pending` one."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Record:
+    """One finished evaluation."""
+
+    id: int
+    genome: list[float]
+    parents: tuple[int, int]
+    status: str  # "ok", "diverged" or "error"
+    fitness: float  # higher is better (validation accuracy, or -RMSE); -inf unless ok
+    metrics: dict[str, float]  # "val_accuracy", "test_loss", "val_rmse", ...: empty unless ok
+    seconds: float  # training time on the worker
+    epochs_done: int
+    worker: int
+    started: float  # wall-clock time (s since the epoch) when dispatched
+    finished: float  # ... and when its result arrived
+    message: str = ""
+    operators: str = ""  # what made it: "random", "crossover", "mutation", "crossover+mutation", "copy"; "+redo" if re-sent
+
+
+@dataclass
+class Pending:
+    """An individual that was sent out but whose result never came back (the run stopped)."""
+
+    id: int
+    genome: list[float]
+    parents: tuple[int, int]
+    operators: str = "random"

@@ -1,0 +1,117 @@
+"""Search strategies: steady-state and generational, lineage, and what survives a stop and resume."""
+import numpy as np
+import pytest
+
+from simulate import PROBLEM, TEST_Y, VAL_Y, SimulatedTransport, VirtualClock, landscape
+from evolve import checkpoint
+from evolve.checkpoint import RunInfo
+from evolve.ga import GAParams
+from evolve.master import SearchSettings, SearchState, run_search
+from evolve.protocol import InProcessTransport
+from evolve.space import GENE_NAMES, parse_space
+from evolve.strategy import make_strategy
+
+SPACE = parse_space({}).for_sample_shape((1, 8, 8))
+
+
+def settings(budget, mode="generational", population=6):
+    return SearchSettings(budget=budget, ga=GAParams(population=population), candidates=3, seed=0, checkpoint_seconds=0, mode=mode)
+
+
+def search(workers: int, budget: int, mode="generational", seed=0):
+    state = SearchState.fresh(seed, candidates=3)
+    if workers == 1:
+        transport = InProcessTransport(landscape, 1)
+        run_search(state, transport, SPACE, settings(budget, mode))
+        return state, None
+    clock = VirtualClock()
+    speeds = {w: 1.0 + 0.37 * (w % 3) + 0.11 * w for w in range(1, workers + 1)}  # uneven, so results arrive out of order
+    transport = SimulatedTransport(speeds, clock=clock)
+    run_search(state, transport, SPACE, settings(budget, mode), clock=clock)
+    return state, transport
+
+
+def trace(state):
+    """What the search computed, independent of timing: every individual, by id."""
+    return [(r.id, tuple(r.genome), r.parents, r.operators, r.fitness) for r in sorted(state.records, key=lambda r: r.id)]
+
+
+def test_generational_search_is_the_same_with_1_2_or_5_workers():
+    runs = [search(w, 40) for w in (1, 2, 5)]
+    traces = [trace(state) for state, _ in runs]
+    assert traces[0] == traces[1] == traces[2]
+    assert runs[0][0].strategy == runs[1][0].strategy == runs[2][0].strategy  # same population, same generation
+    assert runs[0][0].strategy["generation"] == 40 // 6
+
+
+def test_generations_wait_for_each_other_and_breed_from_the_last_one():
+    state, transport = search(5, 36)
+    sent_at = {tid: t for t, _, tid in transport.sends}
+    back_at = {tid: t for t, _, tid in transport.results}
+    gens = [list(range(g * 6, g * 6 + 6)) for g in range(6)]
+    for this, after in zip(gens, gens[1:]):
+        assert min(sent_at[i] for i in after) >= max(back_at[i] for i in this)  # the barrier
+    records = state.by_id()
+    assert all(records[i].operators == "random" and records[i].parents == (-1, -1) for i in gens[0])
+    for previous, this in zip(gens, gens[1:]):
+        window = set().union(*gens[: gens.index(previous) + 1])
+        assert all(set(records[i].parents) <= window for i in this)  # parents come from generations already complete
+
+
+def test_generational_keeps_the_best_of_parents_and_children():
+    state, _ = search(1, 30)
+    by_fitness = sorted(state.records, key=lambda r: (-r.fitness, r.id))
+    assert state.population == [r.id for r in by_fitness[:6]]  # (mu + lambda) with all of the past kept in the running
+
+
+@pytest.mark.parametrize("mode", ["async", "generational"])
+def test_lineage_is_complete(mode):
+    state, _ = search(3, 40, mode)
+    records = state.by_id()
+    for r in state.records:
+        if r.operators == "random":
+            assert r.parents == (-1, -1)
+        else:
+            assert r.operators in ("crossover", "mutation", "crossover+mutation", "copy")
+            assert all(p in records and p < r.id for p in r.parents)
+    assert sum(r.operators != "random" for r in state.records) >= 25
+
+
+@pytest.mark.parametrize("mode", ["async", "generational"])
+def test_a_stop_and_resume_in_the_middle_marks_redone_individuals(tmp_path, mode):
+    state = SearchState.fresh(0, candidates=3)
+    clock = VirtualClock()
+    stop = lambda: len(state.records) >= 9  # noqa: E731
+    run_search(state, SimulatedTransport({1: 1.0, 2: 1.3, 3: 1.7}, clock=clock), SPACE, settings(30, mode), should_stop=stop, clock=clock)
+    pending = {p.id for p in state.pending}
+    assert pending and len(state.records) == 9
+    data = {"problem": PROBLEM.to_dict(), "sample_shape": [1, 8, 8], "x_dtype": "float32"}
+    path = str(tmp_path / "c.h5")
+    checkpoint.save(path, state, RunInfo({"search": {"evaluations": 30}}, list(GENE_NAMES), data, VAL_Y, TEST_Y))
+    resumed, _ = checkpoint.load(path)
+    assert resumed.strategy == state.strategy and [p.operators for p in resumed.pending] == [p.operators for p in state.pending]
+    run_search(resumed, SimulatedTransport({1: 1.0, 2: 1.0}, clock=clock), SPACE, settings(30, mode), clock=clock)
+    assert sorted(r.id for r in resumed.records) == list(range(30))
+    assert all(r.operators.endswith("+redo") == (r.id in pending) for r in resumed.records)
+
+
+def test_generational_resume_computes_what_an_unbroken_run_does(tmp_path):
+    whole, _ = search(1, 30)
+    state = SearchState.fresh(0, candidates=3)
+    stop = lambda: len(state.records) >= 14  # noqa: E731, mid-generation
+    transport = SimulatedTransport({1: 1.0, 2: 1.4}, clock=VirtualClock())
+    run_search(state, transport, SPACE, settings(30), should_stop=stop, clock=transport.clock)
+    data = {"problem": PROBLEM.to_dict(), "sample_shape": [1, 8, 8], "x_dtype": "float32"}
+    path = str(tmp_path / "c.h5")
+    checkpoint.save(path, state, RunInfo({"search": {"evaluations": 30}}, list(GENE_NAMES), data, VAL_Y, TEST_Y))
+    resumed, _ = checkpoint.load(path)
+    run_search(resumed, InProcessTransport(landscape, 3), SPACE, settings(30))
+    strip = lambda t: [(i, g, p, o.removesuffix("+redo"), f) for i, g, p, o, f in t]  # noqa: E731
+    assert strip(trace(resumed)) == strip(trace(whole))
+
+
+def test_a_strategy_refuses_another_modes_state():
+    with pytest.raises(ValueError, match="strategy is 'async'"):
+        make_strategy("generational", SPACE, GAParams(), np.random.default_rng(0), [], [], {"mode": "async", "population": []})
+    with pytest.raises(ValueError, match="unknown search mode"):
+        make_strategy("bayes", SPACE, GAParams(), np.random.default_rng(0), [], [], {})
