@@ -17,10 +17,13 @@ import argparse
 import json
 import os
 import sys
+import time
 import traceback
 
 from .. import __version__
 from ..errors import EvensError
+
+ABORT_GRACE_SECONDS = 0.5  # between writing why a rank fails and aborting the job
 
 # Launchers tell each process its rank in the environment; read only to print usage errors once.
 _RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK")
@@ -98,13 +101,16 @@ def _collective(command) -> int:
         comm = world()
         interrupted = isinstance(exc, KeyboardInterrupt)
         if interrupted:
-            print(f"evens: interrupted on rank {comm.rank}", file=sys.stderr)
+            message = f"evens: interrupted on rank {comm.rank}\n"
         else:
-            print(f"evens: internal error on rank {comm.rank}:", file=sys.stderr)
-            traceback.print_exc()
+            message = f"evens: internal error on rank {comm.rank}:\n{traceback.format_exc()}"
+        sys.stderr.write(message)  # in one piece, so that it is not torn by the abort
         sys.stderr.flush()
         code = 130 if interrupted else 1
         if comm.size > 1:
+            # The launcher forwards this rank's output through a pipe; an abort at once can kill the
+            # job before the message is through, and the user would not learn why the job ended.
+            time.sleep(ABORT_GRACE_SECONDS)
             abort(comm, code)  # never leave the other ranks waiting
         return code
 
