@@ -17,12 +17,13 @@ import numpy as np
 class Evaluation:
     """What a worker reports for one network."""
 
-    status: str  # "ok", "diverged" or "error"
-    fitness: float  # higher is better: validation accuracy, or -RMSE; -inf unless ok
-    metrics: dict[str, float]  # "val_accuracy", "test_loss", "val_rmse", ...: empty unless ok
+    status: str  # "ok", "diverged", "error", "stopped" (early, by the median rule) or "timeout"
+    fitness: float  # higher is better: validation accuracy, or -RMSE; the last one when stopped; else -inf unless ok
+    metrics: dict[str, float]  # "val_accuracy", "test_loss", "val_rmse", ...: empty unless ok (val only when stopped)
     seconds: float
     epochs_done: int
     message: str = ""
+    curve: list[float] = field(default_factory=list)  # validation fitness after each epoch, when it was watched
     val_pred: np.ndarray | None = field(default=None, repr=False)  # (N_val, outputs) float32
     test_pred: np.ndarray | None = field(default=None, repr=False)  # (N_test, outputs) float32
     weights: dict[str, np.ndarray] | None = field(default=None, repr=False)  # the trained state dict
@@ -45,6 +46,7 @@ class Evaluation:
             "seconds": float(self.seconds),
             "epochs_done": int(self.epochs_done),
             "message": self.message,
+            "curve": [float(f) for f in self.curve],
         }
 
     def payload(self) -> dict[str, np.ndarray]:

@@ -107,21 +107,41 @@ def make_optimizer(spec: TrainSpec, params) -> torch.optim.Optimizer:
     return torch.optim.RMSprop(params, lr=lr, weight_decay=wd, foreach=True)
 
 
-def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: torch.Generator) -> tuple[str, int]:
+@dataclass(frozen=True)
+class Watch:
+    """What a training is held to while it runs (the master sends it with the task).
+
+    ``stop_below[e]`` is the bar for the fitness after epoch ``e + 1`` (the median of earlier
+    networks at that epoch; NaN for no bar); a training below it, past ``warmup`` epochs, stops
+    there (``"stopped"``). ``time_limit`` (seconds, 0 for none) stops a training at the next batch
+    (``"timeout"``).
+    """
+
+    stop_below: tuple[float, ...] = ()
+    warmup: int = 0
+    time_limit: float = 0.0
+
+
+def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: torch.Generator,
+          on_epoch: Callable[[int], bool] | None = None, deadline: float | None = None) -> tuple[str, int]:
     """Minibatch training for ``spec.epochs`` epochs; returns (status, epochs completed).
 
     Divergence is checked once per epoch, on the epoch's last loss (not every step, which would
     stall a GPU): once a step has made the weights NaN or infinite, every later loss is too.
+    ``on_epoch(epochs_done)`` is called after every epoch but the last; False stops the training
+    (``"stopped"``). Past ``deadline`` (``time.monotonic()``) it stops at the next batch (``"timeout"``).
     """
     optimizer = make_optimizer(spec, model.parameters())
     x, target = data.x["train"], data.fit_target
     n = x.shape[0]
-    model.train()
     for epoch in range(spec.epochs):
+        model.train()
         order = torch.randperm(n, generator=generator).to(data.device)
         for start in range(0, n, spec.batch_size):
             if n - start == 1 and start > 0:
                 break  # a last batch of one sample: batch norm cannot normalise it, and it adds nothing
+            if deadline is not None and time.monotonic() > deadline:
+                return "timeout", epoch
             index = order[start : start + spec.batch_size]
             loss = data.head.loss(model(as_float(x[index])), target[index])
             optimizer.zero_grad(set_to_none=True)
@@ -129,6 +149,8 @@ def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: 
             optimizer.step()
         if not torch.isfinite(loss.detach()):
             return "diverged", epoch
+        if on_epoch is not None and epoch + 1 < spec.epochs and not on_epoch(epoch + 1):
+            return "stopped", epoch + 1
     return "ok", spec.epochs
 
 
@@ -145,22 +167,47 @@ def state_arrays(model: torch.nn.Module) -> dict[str, np.ndarray]:
 
 
 def train_and_evaluate(
-    network: NetworkSpec, training: TrainSpec, data: DeviceData, seed: int, keep: Callable[[float], bool] = lambda fitness: True
+    network: NetworkSpec, training: TrainSpec, data: DeviceData, seed: int, keep: Callable[[float], bool] = lambda fitness: True,
+    watch: Watch = Watch(),
 ) -> Evaluation:
     """Build, train and score one network; never raises for a diverging network.
 
     The predictions and weights come back only if ``keep(fitness)`` (a worker asks whether the
-    network would enter the hall of fame).
+    network would enter the hall of fame). With ``watch.stop_below``, the validation fitness is
+    measured after every epoch (the evaluation's ``curve``) and a network below the bar stops
+    early; ``watch.time_limit`` bounds the training's seconds.
 
     >>> ev = train_and_evaluate(NetworkSpec("mlp", 1, 32), TrainSpec(1e-2, 64, 3), data, seed=0)  # doctest: +SKIP
     >>> ev.status, ev.metrics["val_accuracy"], ev.val_pred.shape                                 # doctest: +SKIP
     ('ok', 0.97, (359, 10))
     """
     start = time.perf_counter()
+    deadline = time.monotonic() + watch.time_limit if watch.time_limit > 0 else None
     torch.manual_seed(seed)  # weight initialisation and dropout
     generator = torch.Generator().manual_seed(seed)  # minibatch order
     model = build_network(network, data.sample_shape, data.problem.outputs).to(data.device)
-    status, epochs = train(model, data, training, generator)
+    curve: list[float] = []
+    last_val: dict[str, float] = {}
+
+    def on_epoch(epochs_done: int) -> bool:
+        """The median stopping rule: carry on unless below the bar, past the warm-up."""
+        pred = predict(model, data.head, data.x["val"]).cpu().numpy()
+        last_val.clear()
+        last_val.update(data.problem.scores(pred, data.y["val"]) if np.isfinite(pred).all() else {})
+        fitness = data.problem.fitness(last_val) if last_val else -math.inf
+        curve.append(fitness)
+        bar = watch.stop_below[epochs_done - 1] if epochs_done <= len(watch.stop_below) else math.nan
+        return not (epochs_done >= watch.warmup and math.isfinite(bar) and fitness < bar)
+
+    status, epochs = train(model, data, training, generator, on_epoch if watch.stop_below else None, deadline)
+    if status == "stopped":
+        seconds = time.perf_counter() - start
+        metrics = {f"val_{k}": v for k, v in last_val.items()}
+        message = f"below the median of earlier networks after {epochs} of {training.epochs} epochs"
+        return Evaluation("stopped", curve[-1], metrics, seconds, epochs, message, curve=curve)
+    if status == "timeout":
+        message = f"stopped at its time limit of {watch.time_limit:g} s after {epochs} of {training.epochs} epochs"
+        return Evaluation("timeout", -math.inf, {}, time.perf_counter() - start, epochs, message, curve=curve)
     preds = {}
     if status == "ok":
         preds = {s: predict(model, data.head, data.x[s]).cpu().numpy() for s in ("val", "test")}
@@ -174,7 +221,7 @@ def train_and_evaluate(
     scores = {s: data.problem.scores(preds[s], data.y[s]) for s in ("val", "test")}
     metrics = {f"{s}_{name}": value for s in ("val", "test") for name, value in scores[s].items()}
     fitness = data.problem.fitness(scores["val"])
-    ev = Evaluation("ok", fitness, metrics, seconds, epochs)
+    ev = Evaluation("ok", fitness, metrics, seconds, epochs, curve=curve + [fitness] if watch.stop_below else [])
     if keep(fitness):
         ev.val_pred, ev.test_pred, ev.weights = preds["val"], preds["test"], state_arrays(model)
     return ev

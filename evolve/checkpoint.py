@@ -38,9 +38,10 @@ from .master import SearchState
 from .records import Pending, Record
 
 FORMAT = "evens-checkpoint"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 CHECKPOINT_NAME = RUN_FILE_NAME
 _STR = h5py.string_dtype()
+_CURVE = h5py.vlen_dtype(np.float64)  # one float per epoch trained, a row per evaluation
 
 
 @dataclass
@@ -71,6 +72,11 @@ def _write_records(group: h5py.Group, records: list[Record], n_genes: int) -> No
             group[f.name] = np.asarray(values, dtype=np.float64).reshape(n, n_genes)
         elif f.name == "parents":
             group[f.name] = np.asarray(values, dtype=np.int64).reshape(n, 2)
+        elif f.name == "curve":
+            rows = np.empty(n, dtype=object)  # filled one by one: numpy would stack rows of equal length into 2-D
+            for i, v in enumerate(values):
+                rows[i] = np.asarray(v, dtype=np.float64)
+            group.create_dataset(f.name, (n,), dtype=_CURVE, data=rows if n else None)
         elif f.name == "metrics":
             metrics = group.create_group("metrics")
             for name in sorted({k for r in records for k in r.metrics}):
@@ -89,6 +95,8 @@ def _read_records(group: h5py.Group) -> list[Record]:
             columns[f.name] = [[float(g) for g in row] for row in group[f.name][...]]
         elif f.name == "parents":
             columns[f.name] = [(int(a), int(b)) for a, b in group[f.name][...]]
+        elif f.name == "curve":
+            columns[f.name] = [[float(v) for v in row] for row in group[f.name][...]]
         elif f.name == "metrics":
             named = {name: group["metrics"][name][...] for name in group["metrics"]}
             n = len(group["id"])

@@ -48,6 +48,9 @@ class SearchConfig:
     mutation_prob: float = 0.3  # per gene
     mutation_eta: float = 8.0  # polynomial mutation: larger is more local
     checkpoint_seconds: float = 10.0  # at most this long between checkpoint writes
+    early_stopping: bool = True  # stop trainings below the median of earlier ones (async mode only)
+    early_stopping_warmup: int = 2  # ... but never before this many epochs
+    eval_timeout_seconds: float = 0.0  # stop a training after this many seconds (recorded as "timeout"); 0: no limit
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,8 @@ _BOUNDS = {
     "search.mutation_prob": (0.0, 1.0),
     "search.mutation_eta": (0.0, None),
     "search.checkpoint_seconds": (0.0, None),
+    "search.early_stopping_warmup": (1, None),
+    "search.eval_timeout_seconds": (0.0, None),
     "ensemble.size": (1, 1024),  # the ensemble's exact sums hold up to 1,024 members (ensemble.combine)
     "ensemble.candidates": (1, 1024),
     "train.threads": (0, None),

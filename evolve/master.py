@@ -27,6 +27,7 @@ from ensemble.select import Selection
 
 from .ga import GAParams
 from .protocol import Result, Task, Transport
+from .early_stop import MedianRule
 from .records import Pending, Record
 from .space import SearchSpace
 from .strategy import make_strategy
@@ -69,6 +70,9 @@ class SearchSettings:
     seed: int
     checkpoint_seconds: float = 10.0
     mode: str = "async"  # the strategy: "async" or "generational" (evolve.strategy)
+    early_stopping: bool = False  # the median stopping rule (evolve.early_stop); async mode only
+    warmup: int = 2  # ... never before this many epochs
+    eval_timeout: float = 0.0  # seconds a training may take; 0: no limit
 
 
 def task_seed(search_seed: int, ident: int) -> int:
@@ -95,6 +99,9 @@ def run_search(
     again first when the search resumes.
     """
     strategy = make_strategy(settings.mode, space, settings.ga, state.rng, state.records, state.pending, state.strategy)
+    # Early stopping follows results in the order they arrive, so a generational search (whose
+    # results must not depend on that order) never uses it.
+    rule = MedianRule(state.records) if settings.early_stopping and settings.mode == "async" else None
     redo = deque(_redone(p) for p in state.pending)
     state.pending = []
     idle = deque(transport.workers)
@@ -134,7 +141,10 @@ def run_search(
                 break
             network, training = space.candidate(individual.genome)
             worker = idle.popleft()
-            task = Task.build(individual.id, network, training, task_seed(settings.seed, individual.id), hall.entry_bar())
+            watch = {"time_limit": settings.eval_timeout}
+            if rule is not None:
+                watch.update(stop_below=rule.bars(training.epochs), warmup=settings.warmup)
+            task = Task.build(individual.id, network, training, task_seed(settings.seed, individual.id), hall.entry_bar(), watch)
             transport.send(worker, task)
             inflight[worker] = (individual, task, clock(), wall_clock())
         if not inflight or stopped:
@@ -156,6 +166,8 @@ def run_search(
         state.records.append(record)
         ev = result.evaluation
         strategy.tell(record)
+        if rule is not None:
+            rule.tell(record)
         if record.status == "ok" and ev.has_payload:
             hall.offer(Member(record.id, record.fitness, task.network, task.training, ev.val_pred, ev.test_pred, ev.weights or {}))
         unsaved = True
@@ -191,4 +203,5 @@ def _record(individual: Pending, result: Result, worker: int, started: float, fi
         finished=finished,
         message=ev.message,
         operators=individual.operators,
+        curve=[float(f) for f in ev.curve],
     )

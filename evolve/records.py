@@ -1,7 +1,7 @@
 """What the search remembers of each individual: a finished :class:`Record`, or a :class:`Pending` one."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -11,7 +11,7 @@ class Record:
     id: int
     genome: list[float]
     parents: tuple[int, int]
-    status: str  # "ok", "diverged" or "error"
+    status: str  # "ok", "diverged", "error", "stopped" (early) or "timeout"
     fitness: float  # higher is better (validation accuracy, or -RMSE); -inf unless ok
     metrics: dict[str, float]  # "val_accuracy", "test_loss", "val_rmse", ...: empty unless ok
     seconds: float  # training time on the worker
@@ -21,6 +21,7 @@ class Record:
     finished: float  # ... and when its result arrived
     message: str = ""
     operators: str = ""  # what made it: "random", "crossover", "mutation", "crossover+mutation", "copy"; "+redo" if re-sent
+    curve: list[float] = field(default_factory=list)  # validation fitness after each epoch, when watched
 
 
 @dataclass

@@ -5,7 +5,7 @@ from typing import Callable, Protocol
 
 from ensemble.hall_of_fame import clears
 from ensemble.results import Evaluation
-from ensemble.train import DeviceData, train_and_evaluate
+from ensemble.train import DeviceData, Watch, train_and_evaluate
 
 from .protocol import Result, Task, evaluate_safely
 
@@ -23,7 +23,8 @@ def trainer_for(data: DeviceData) -> Callable[[Task], Evaluation]:
 
     def evaluate(task: Task) -> Evaluation:
         network, training = task.specs()
-        return train_and_evaluate(network, training, data, task.seed, keep=lambda fitness: clears(fitness, task.id, task.entry_bar))
+        return train_and_evaluate(network, training, data, task.seed, keep=lambda fitness: clears(fitness, task.id, task.entry_bar),
+                                  watch=Watch(**task.watch))
 
     return evaluate
 

@@ -26,7 +26,12 @@ def landscape(task: Task) -> Evaluation:
     score = 0.5 + 0.1 * net["depth"] / 3 + 0.1 * net["width"] / 128 - 0.05 * abs(math.log10(tr["learning_rate"]) + 2.5)
     score = min(max(score, 0.0), 1.0)
     metrics = {"val_accuracy": score, "val_loss": -math.log(max(score, 1e-9)), "test_accuracy": score, "test_loss": 0.0}
-    ev = Evaluation("ok", score, metrics, 1.0, tr["epochs"])
+    bars = task.watch.get("stop_below", ())
+    curve = [score * (1 - 0.6 ** (e + 1)) for e in range(tr["epochs"])]  # rises towards the final score
+    for e, bar in enumerate(bars[: tr["epochs"] - 1]):  # the median rule, as a worker applies it
+        if e + 1 >= task.watch.get("warmup", 0) and math.isfinite(bar) and curve[e] < bar:
+            return Evaluation("stopped", curve[e], {"val_accuracy": curve[e]}, 1.0, e + 1, curve=curve[: e + 1])
+    ev = Evaluation("ok", score, metrics, 1.0, tr["epochs"], curve=curve if bars else [])
     if clears(score, task.id, task.entry_bar):
         rng = np.random.default_rng(task.id)
         ev.val_pred = rng.dirichlet(np.ones(2), VAL_SHAPE[0]).astype(np.float32)

@@ -268,6 +268,9 @@ def _master(
         seed=config.search.seed,
         checkpoint_seconds=config.search.checkpoint_seconds,
         mode=config.search.mode,
+        early_stopping=config.search.early_stopping,
+        warmup=config.search.early_stopping_warmup,
+        eval_timeout=config.search.eval_timeout_seconds,
     )
     say(f"searching with {len(transport.workers)} worker(s), budget {settings.budget} evaluations; run directory {run_dir}")
     stop = StopFlag()

@@ -8,6 +8,7 @@ from ensemble.problem import Problem, problem_from_dict
 
 from .. import checkpoint
 from ..checkpoint import RunInfo
+from ..early_stop import epochs_saved
 from ..master import SearchState
 from ..space import parse_space
 from .rundir import checkpoint_path
@@ -60,9 +61,17 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
         "best": None,
         "ensemble": ensemble_scores(state, info, problem),
     }
+    space = parse_space(info.config["space"]).for_sample_shape(tuple(info.data["sample_shape"]))
+    stopped = [r for r in state.records if r.status == "stopped"]
+    if stopped:
+        planned = {r.id: space.candidate(r.genome)[1].epochs for r in stopped}
+        summary["early_stopping"] = {
+            "stopped": len(stopped),
+            "epochs_saved": epochs_saved(stopped, planned),
+            "epochs_trained": sum(r.epochs_done for r in state.records),
+        }
     if ok:
         best = max(ok, key=lambda r: (r.fitness, -r.id))
-        space = parse_space(info.config["space"]).for_sample_shape(tuple(info.data["sample_shape"]))
         summary["best"] = {
             "id": best.id,
             "fitness": best.fitness,
@@ -97,6 +106,10 @@ def format_summary(s: dict) -> str:
         + "".join(f", {n} {k}" for k, n in sorted(s["status_counts"].items()) if k != "ok"),
         f"wall time: {s['wall_seconds']:.1f} s over {s['sessions']} session(s); worker utilization {100 * s['worker_utilization']:.1f} %",
     ]
+    if s.get("early_stopping"):
+        e = s["early_stopping"]
+        lines.append(f"early stopping: {e['stopped']} networks stopped below the median, saving {e['epochs_saved']} epochs "
+                     f"({e['epochs_trained']} trained in all)")
     metric = s["metric"]
     if s["best"]:
         b = s["best"]
