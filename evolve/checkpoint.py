@@ -7,25 +7,26 @@ Layout::
                      busy_seconds, capacity_seconds, wall_seconds, sessions,
                      strategy (JSON: the strategy's population and its own state)
     /rng             the master's random.Random state (uint32[625]; attrs version, gauss_next)
-    /evaluations/*   one column per field of :class:`~evolve.master.Record` (genome and
-                     parents as 2-D arrays), and /evaluations/metrics/<name> per metric
-                     (NaN where an evaluation has none)
+    /segments        name, rows, crc32 of the evaluation segments that count, in order
+                     (attr last_id); the segments themselves, one column per field of
+                     :class:`~evolve.records.Record`, are files in checkpoint.evaluations/
+                     (see :mod:`evolve.segments`)
     /pending/*       individuals sent out but not finished: id, genome, parents, operators
     /ensemble        the hall of fame with weights, the labels, and the chosen ensemble
                      (written by :mod:`ensemble.store`, which documents it)
 
-Only numbers, strings and JSON are stored: loading executes nothing. Writes go
-to a temporary file in the same directory, are synced, and then renamed over
-the old checkpoint, so a crash leaves either the old or the new file, whole.
+Only numbers, strings and JSON are stored: loading executes nothing, and every
+segment is checked against its CRC32. A checkpoint appends the records that
+finished since the last one as a new segment, then writes the state file to a
+temporary name, syncs it and renames it over the old one: the rename is the
+commit, so a crash at any moment leaves the previous checkpoint, whole.
 """
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
-import typing
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import h5py
 import numpy as np
@@ -36,12 +37,12 @@ from ensemble.store import GROUP, RUN_FILE_NAME, StoredEnsemble, read_ensemble, 
 from .errors import RunDirError
 from .master import SearchState
 from .records import Pending, Record
+from .segments import Segment, merged, read_segment, remove_unlisted, write_segment
 
 FORMAT = "evens-checkpoint"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 CHECKPOINT_NAME = RUN_FILE_NAME
 _STR = h5py.string_dtype()
-_CURVE = h5py.vlen_dtype(np.float64)  # one float per epoch trained, a row per evaluation
 
 
 @dataclass
@@ -58,59 +59,6 @@ class RunInfo:
     version: str = ""
 
 
-# Record fields by type: how each is stored as a column, and read back.
-_RECORD_TYPES = typing.get_type_hints(Record)
-_SCALARS = {int: (np.int64, int), float: (np.float64, float)}
-
-
-def _write_records(group: h5py.Group, records: list[Record], n_genes: int) -> None:
-    n = len(records)
-    for f in fields(Record):
-        values = [getattr(r, f.name) for r in records]
-        kind = _RECORD_TYPES[f.name]
-        if f.name == "genome":
-            group[f.name] = np.asarray(values, dtype=np.float64).reshape(n, n_genes)
-        elif f.name == "parents":
-            group[f.name] = np.asarray(values, dtype=np.int64).reshape(n, 2)
-        elif f.name == "curve":
-            rows = np.empty(n, dtype=object)  # filled one by one: numpy would stack rows of equal length into 2-D
-            for i, v in enumerate(values):
-                rows[i] = np.asarray(v, dtype=np.float64)
-            group.create_dataset(f.name, (n,), dtype=_CURVE, data=rows if n else None)
-        elif f.name == "metrics":
-            metrics = group.create_group("metrics")
-            for name in sorted({k for r in records for k in r.metrics}):
-                metrics[name] = np.asarray([r.metrics.get(name, math.nan) for r in records], dtype=np.float64)
-        elif kind is str:
-            group.create_dataset(f.name, data=np.asarray(values, dtype=object), dtype=_STR)
-        else:
-            group[f.name] = np.asarray(values, dtype=_SCALARS[kind][0])
-
-
-def _read_records(group: h5py.Group) -> list[Record]:
-    columns = {}
-    for f in fields(Record):
-        kind = _RECORD_TYPES[f.name]
-        if f.name == "genome":
-            columns[f.name] = [[float(g) for g in row] for row in group[f.name][...]]
-        elif f.name == "parents":
-            columns[f.name] = [(int(a), int(b)) for a, b in group[f.name][...]]
-        elif f.name == "curve":
-            columns[f.name] = [[float(v) for v in row] for row in group[f.name][...]]
-        elif f.name == "metrics":
-            named = {name: group["metrics"][name][...] for name in group["metrics"]}
-            n = len(group["id"])
-            columns[f.name] = [{k: float(v[i]) for k, v in named.items() if not math.isnan(v[i])} for i in range(n)]
-        elif kind is str:
-            columns[f.name] = [str(v) for v in group[f.name].asstr()[...]]
-        else:
-            columns[f.name] = [_SCALARS[kind][1](v) for v in group[f.name][...]]
-    lengths = {name: len(values) for name, values in columns.items()}
-    if len(set(lengths.values())) > 1:
-        raise ValueError(f"the evaluation columns have different lengths ({lengths})")
-    return [Record(**dict(zip(columns, row))) for row in zip(*columns.values())]
-
-
 def stored_ensemble(state: SearchState, info: RunInfo) -> StoredEnsemble:
     """The ensemble group's content for this state."""
     return StoredEnsemble(
@@ -124,10 +72,38 @@ def stored_ensemble(state: SearchState, info: RunInfo) -> StoredEnsemble:
     )
 
 
+def segments_folder(path: str) -> str:
+    """Where the segments of the state file ``path`` live: ``checkpoint.h5`` -> ``checkpoint.evaluations/``."""
+    return os.path.splitext(path)[0] + ".evaluations"
+
+
+def _listed(path: str) -> tuple[list[Segment], int]:
+    """The segments the state file at ``path`` lists now, and the id of the last record they hold."""
+    try:
+        with h5py.File(path, "r") as f:
+            seg = f["segments"]
+            listed = [Segment(str(n), int(r), int(c)) for n, r, c in zip(seg["name"].asstr()[...], seg["rows"][...], seg["crc32"][...])]
+            return listed, int(seg.attrs["last_id"])
+    except (OSError, KeyError, ValueError):
+        return [], -1
+
+
 def save(path: str, state: SearchState, info: RunInfo) -> None:
-    """Write the checkpoint atomically (temporary file, fsync, rename)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
+    """Checkpoint ``state``: append the records since the last checkpoint as a segment, then replace the
+    state file atomically (temporary file, fsync, rename). Costs O(new records), O(log n) amortized with
+    merges, and O(hall of fame) for the ensemble group; a crash at any moment leaves the previous checkpoint.
+    """
+    folder = segments_folder(path)
+    os.makedirs(folder, exist_ok=True)
     n_genes = len(info.gene_names)
+    segments, last_id = _listed(path)
+    committed = sum(s.rows for s in segments)
+    if committed > len(state.records) or (committed and state.records[committed - 1].id != last_id):
+        segments, committed = [], 0  # not this state's log: write it whole
+    if len(state.records) > committed:
+        segments.append(write_segment(folder, state.records[committed:], n_genes))
+    segments = merged(folder, segments, n_genes)
+    tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with h5py.File(tmp, "w") as f:
             f.attrs.update(
@@ -149,7 +125,11 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
             rng.attrs["version"] = version
             rng.attrs["gauss_next"] = np.nan if gauss is None else gauss
 
-            _write_records(f.create_group("evaluations"), state.records, n_genes)
+            seg = f.create_group("segments")
+            seg.create_dataset("name", data=np.asarray([s.name for s in segments], dtype=object), dtype=_STR)
+            seg["rows"] = np.asarray([s.rows for s in segments], dtype=np.int64)
+            seg["crc32"] = np.asarray([s.crc32 for s in segments], dtype=np.uint32)
+            seg.attrs["last_id"] = state.records[-1].id if state.records else -1
             pend = f.create_group("pending")
             pend["id"] = np.asarray([p.id for p in state.pending], dtype=np.int64)
             pend["genome"] = np.asarray([p.genome for p in state.pending], dtype=np.float64).reshape(len(state.pending), n_genes)
@@ -158,11 +138,13 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
             write_ensemble(f.create_group(GROUP), stored_ensemble(state, info))
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
+        _sync_directory(folder)  # the segments are in place before the file that lists them
         os.replace(tmp, path)
         _sync_directory(os.path.dirname(os.path.abspath(path)))  # make the rename itself durable
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+    remove_unlisted(folder, segments)
 
 
 def _sync_directory(directory: str) -> None:
@@ -213,9 +195,14 @@ def _read(f: h5py.File, weights: bool) -> tuple[SearchState, RunInfo]:
         for i, genome, p, ops in zip(pend["id"][...], pend["genome"][...], pend["parents"][...], pend["operators"].asstr()[...])
     ]
     stored = read_ensemble(f[GROUP], "all" if weights else "none")
+    seg = f["segments"]
+    folder = segments_folder(f.filename)
+    records: list[Record] = []
+    for name, rows, crc in zip(seg["name"].asstr()[...], seg["rows"][...], seg["crc32"][...]):
+        records += read_segment(folder, Segment(str(name), int(rows), int(crc)))
     state = SearchState(
         rng=rng,
-        records=_read_records(f["evaluations"]),
+        records=records,
         strategy=json.loads(f.attrs["strategy"]),
         pending=pending,
         hall_of_fame=stored.hall_of_fame,

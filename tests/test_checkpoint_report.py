@@ -65,7 +65,8 @@ def test_round_trip_keeps_everything(tmp_path):
     assert loaded.selection == state.selection is not None
     assert linfo.config == info.config and linfo.wall_seconds == 3.5 and linfo.data == info.data
     np.testing.assert_array_equal(linfo.test_y, info.test_y)
-    assert os.listdir(tmp_path) == ["c.h5"]  # no temporary file left behind
+    assert sorted(os.listdir(tmp_path)) == ["c.evaluations", "c.h5"]  # no temporary file left behind
+    assert all(n.startswith("seg-") and n.endswith(".h5") for n in os.listdir(tmp_path / "c.evaluations"))
 
 
 def test_checkpoint_holds_only_plain_data(tmp_path):
@@ -101,20 +102,37 @@ def test_a_checkpoint_read_without_weights_cannot_be_written_back(tmp_path):
     assert all(m.weights for m in full.hall_of_fame)  # the failed write left the file as it was
 
 
-@pytest.mark.parametrize("damage", ["selection names a missing member", "a truncated column"])
+def _flip_a_byte(path):
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0x40
+    open(path, "wb").write(bytes(data))
+
+
+def _segment(tmp_path):
+    folder = tmp_path / "c.evaluations"
+    return str(folder / sorted(os.listdir(folder))[0])
+
+
+@pytest.mark.parametrize("damage", ["selection names a missing member", "a segment's byte changed", "a segment gone",
+                                    "a truncated column in a segment"])
 def test_damaged_checkpoints_are_one_line_errors(tmp_path, damage):
     state, info = finished_run()
     path = str(tmp_path / "c.h5")
     checkpoint.save(path, state, info)
-    with h5py.File(path, "a") as f:
-        if damage == "a truncated column":
-            ids = f["evaluations/id"][:3]
-            del f["evaluations/id"]
-            f["evaluations/id"] = ids
-        else:
+    if damage == "selection names a missing member":
+        with h5py.File(path, "a") as f:
             sel = json.loads(f["ensemble"].attrs["selection"])
             sel["path"][0] = 999
             f["ensemble"].attrs["selection"] = json.dumps(sel)
+    elif damage == "a segment's byte changed":
+        _flip_a_byte(_segment(tmp_path))
+    elif damage == "a segment gone":
+        os.remove(_segment(tmp_path))
+    else:
+        with h5py.File(_segment(tmp_path), "a") as f:
+            ids = f["id"][:3]
+            del f["id"]
+            f["id"] = ids
     with pytest.raises(RunDirError, match="damaged checkpoint") as err:
         checkpoint.load(path)
     assert "\n" not in str(err.value)

@@ -1,0 +1,98 @@
+"""The appendable checkpoint: a log of segments and a state file that commits them."""
+import math
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from checkpoint_fixture import STEPS, full_state, growing_saves, info, record_keys
+from conftest import MPI_PROGRAMS, ROOT
+from evolve import checkpoint, segments
+from evolve.checkpoint import segments_folder
+
+
+def test_an_appended_checkpoint_loads_to_the_same_state_as_one_written_whole(tmp_path):
+    appended = str(tmp_path / "a" / "c.h5")
+    os.makedirs(os.path.dirname(appended))
+    assert list(growing_saves(appended)) == list(STEPS)
+    a, _ = checkpoint.load(appended)
+    whole = str(tmp_path / "w.h5")
+    checkpoint.save(whole, a, info())  # the same state, written whole into a fresh file
+    w, _ = checkpoint.load(whole)
+    assert a.records == w.records  # every field, times included
+    assert (a.strategy, a.next_id, a.hall_of_fame.ids, a.selection) == (w.strategy, w.next_id, w.hall_of_fame.ids, w.selection)
+    assert a.rng.getstate() == w.rng.getstate()
+    assert record_keys(a.records) == record_keys(full_state().records)  # and what an unbroken search computes
+
+
+def test_each_checkpoint_writes_what_is_new_and_segments_stay_few(tmp_path, monkeypatch):
+    written = []
+    real = segments.write_segment
+
+    def spy(folder, records, n_genes):
+        written.append(len(records))
+        return real(folder, records, n_genes)
+
+    monkeypatch.setattr(segments, "write_segment", spy)
+    monkeypatch.setattr(checkpoint, "write_segment", spy)
+    path = str(tmp_path / "c.h5")
+    list(growing_saves(path))
+    n = STEPS[-1]
+    new_rows = [b - a for a, b in zip((0,) + STEPS, STEPS)]
+    assert written[: 1] == new_rows[:1] and sum(written) <= n * (math.log2(n) + 1)  # appends, and merges bounded
+    listed, _ = checkpoint._listed(path)
+    assert len(listed) <= math.log2(n) + 1 and sum(s.rows for s in listed) == n
+    assert sorted(os.listdir(segments_folder(path))) == sorted(s.name for s in listed)  # nothing else is left
+
+
+def test_a_state_saved_again_without_new_records_writes_no_segment(tmp_path, monkeypatch):
+    path = str(tmp_path / "c.h5")
+    state = full_state()
+    checkpoint.save(path, state, info())
+    calls = []
+    monkeypatch.setattr(checkpoint, "write_segment", lambda *a: calls.append(a))
+    checkpoint.save(path, state, info())
+    assert calls == [] and checkpoint.load(path)[0].records == state.records
+
+
+def crash(path, at):
+    return subprocess.run([sys.executable, os.path.join(MPI_PROGRAMS, "prog_crash_save.py"), path, str(at)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def test_a_kill_at_any_step_of_a_checkpoint_leaves_one_that_loads(tmp_path):
+    """Die (os._exit, as kill -9) at every durable step in turn: the checkpoint always loads, holding
+    every record up to the last checkpoint that completed, and never a record it did not commit."""
+    whole = record_keys(full_state().records)
+    k, crashed, finished = 1, 0, False
+    with ThreadPoolExecutor(2) as pool:  # two crashes at a time: each is a fresh interpreter
+        while not finished:
+            batch = []
+            for at in (k, k + 1):
+                path = str(tmp_path / f"k{at}" / "c.h5")
+                os.makedirs(os.path.dirname(path))
+                batch.append((path, pool.submit(crash, path, at)))
+            k += 2
+            for path, future in batch:
+                proc = future.result()
+                if "done" in proc.stdout:
+                    finished = True  # past the last step
+                    continue
+                assert proc.returncode == 9, proc.stderr
+                crashed += 1
+                check_after_crash(path, proc.stdout, whole)
+    assert crashed >= 3 * len(STEPS)  # every checkpoint had several steps to die in
+
+
+def check_after_crash(path, stdout, whole):
+    saved = [int(line.split()[1]) for line in stdout.splitlines() if line.startswith("saved")]
+    last = saved[-1] if saved else 0
+    if not os.path.exists(path):
+        assert last == 0
+        return
+    records = record_keys(checkpoint.load(path)[0].records)
+    assert records == whole[: len(records)] and len(records) >= last  # a prefix, at least what was confirmed
+    following = STEPS[STEPS.index(last) + 1] if last in STEPS[:-1] else (STEPS[0] if last == 0 else last)
+    assert len(records) in (last, following)  # the last confirmed checkpoint, or the one in flight if it committed
