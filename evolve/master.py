@@ -75,9 +75,18 @@ class SearchSettings:
     eval_timeout: float = 0.0  # seconds a training may take; 0: no limit
 
 
+_MASK64 = (1 << 64) - 1
+
+
 def task_seed(search_seed: int, ident: int) -> int:
-    """The torch seed of evaluation ``ident``: fixed by the search seed and the id alone."""
-    return int(np.random.SeedSequence([search_seed, ident]).generate_state(1)[0])
+    """The torch seed of evaluation ``ident``: fixed by the search seed and the id alone.
+
+    splitmix64 of the pair: well mixed, and a microsecond where numpy's SeedSequence takes 25.
+    """
+    z = (search_seed * 0x9E3779B97F4A7C15 + ident + 1) * 0x9E3779B97F4A7C15 & _MASK64
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB & _MASK64
+    return (z ^ (z >> 31)) >> 32  # 32 bits, as torch.manual_seed and numpy take them
 
 
 def run_search(
@@ -118,14 +127,15 @@ def run_search(
         """Sent out but not back, then not yet re-sent: what a resume must redo first."""
         return [p for p, _, _, _ in inflight.values()] + list(redo)
 
-    def propose() -> Pending | None:
+    def propose() -> tuple[Pending, tuple] | None:
         if redo:
-            return redo.popleft()
+            individual = redo.popleft()
+            return individual, space.candidate(individual.genome)
         proposal = strategy.ask()
         if proposal is None:
             return None  # the strategy waits for results (a generation's barrier)
         state.next_id += 1
-        return Pending(state.next_id - 1, proposal.genome, proposal.parents, proposal.operators)
+        return Pending(state.next_id - 1, proposal.genome, proposal.parents, proposal.operators), proposal.candidate
 
     def save_point() -> None:
         account()
@@ -136,10 +146,10 @@ def run_search(
     while True:
         stopped = stopped or should_stop()
         while idle and not stopped and len(state.records) + len(inflight) < settings.budget:
-            individual = propose()
-            if individual is None:
+            proposed = propose()
+            if proposed is None:
                 break
-            network, training = space.candidate(individual.genome)
+            individual, (network, training) = proposed
             worker = idle.popleft()
             watch = {"time_limit": settings.eval_timeout}
             if rule is not None:

@@ -13,7 +13,7 @@ task carried may be stale by then.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 Wants = Callable[[int, float], bool]  # (task id, fitness) -> does the master want this result's payload?
@@ -43,7 +43,8 @@ class Task:
     @classmethod
     def build(cls, ident: int, network: NetworkSpec, training: TrainSpec, seed: int, entry_bar: tuple[float, int] = OPEN,
               watch: dict | None = None) -> Task:
-        return cls(ident, asdict(network), asdict(training), seed, tuple(entry_bar), dict(watch or {}))
+        # vars(), not dataclasses.asdict: the specs hold only plain values, and asdict deep-copies them
+        return cls(ident, dict(vars(network)), dict(vars(training)), seed, tuple(entry_bar), dict(watch or {}))
 
     def specs(self) -> tuple[NetworkSpec, TrainSpec]:
         return NetworkSpec(**self.network), TrainSpec(**self.training)

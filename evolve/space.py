@@ -168,14 +168,28 @@ class SearchSpace:
     def decode(self, genome) -> dict:
         if len(genome) != len(self.genes):
             raise ValueError(f"genome has {len(genome)} genes, the space has {len(self.genes)}")
-        return {name: gene.decode(min(max(float(u), 0.0), 1.0)) for name, gene, u in zip(GENE_NAMES, self.genes, genome)}
+        return {name: gene.decode(0.0 if u < 0.0 else 1.0 if u > 1.0 else float(u)) for name, gene, u in zip(GENE_NAMES, self.genes, genome)}
+
+    def key(self, genome) -> tuple:
+        """The decoded values that make a network, inactive genes at their defaults: two genomes with
+        the same key train the same network. Cheap (no specs built), for the search's duplicate check."""
+        v = self.decode(genome)
+        if v["family"] == "rnn":  # the genes this family ignores, at their defaults (NetworkSpec.canonical)
+            v["activation"] = "relu"
+        else:
+            v["cell"], v["bidirectional"] = "gru", False
+        return tuple(v[name] for name in GENE_NAMES)
+
+    def specs(self, key: tuple) -> tuple[NetworkSpec, TrainSpec]:
+        """The network and training settings of a :meth:`key`."""
+        v = dict(zip(GENE_NAMES, key))
+        network = NetworkSpec(v["family"], v["depth"], v["width"], v["activation"], v["dropout"], v["cell"], v["bidirectional"])
+        training = TrainSpec(v["learning_rate"], v["batch_size"], v["epochs"], v["optimizer"], v["weight_decay"])
+        return network, training
 
     def candidate(self, genome) -> tuple[NetworkSpec, TrainSpec]:
         """The network and training settings a genome stands for."""
-        v = self.decode(genome)
-        network = NetworkSpec(v["family"], v["depth"], v["width"], v["activation"], v["dropout"], v["cell"], v["bidirectional"])
-        training = TrainSpec(v["learning_rate"], v["batch_size"], v["epochs"], v["optimizer"], v["weight_decay"])
-        return network.canonical(), training
+        return self.specs(self.key(genome))
 
     def to_config(self) -> dict:
         return {name: gene.to_config() for name, gene in zip(GENE_NAMES, self.genes)}

@@ -26,6 +26,8 @@ import random
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
+from ensemble.specs import NetworkSpec, TrainSpec
+
 from .ga import GAParams, Individual, admit, breed_child, random_genome
 from .records import Pending, Record
 from .space import SearchSpace
@@ -38,14 +40,16 @@ class Proposal:
     genome: list[float]
     parents: tuple[int, int]
     operators: str  # "random", "crossover", "mutation", "crossover+mutation" or "copy"
+    candidate: tuple[NetworkSpec, TrainSpec]  # what the genome decodes to (decoded once, when proposed)
 
     def to_json(self) -> list:
         return [list(self.genome), list(self.parents), self.operators]
 
     @classmethod
-    def from_json(cls, item: list) -> Proposal:
+    def from_json(cls, item: list, space: SearchSpace) -> Proposal:
         genome, parents, operators = item
-        return cls([float(g) for g in genome], (int(parents[0]), int(parents[1])), str(operators))
+        genome = [float(g) for g in genome]
+        return cls(genome, (int(parents[0]), int(parents[1])), str(operators), space.candidate(genome))
 
 
 class Strategy(Protocol):
@@ -63,7 +67,7 @@ class Strategy(Protocol):
 
 def candidate_key(space: SearchSpace, genome) -> tuple:
     """What a genome decodes to: two genomes with the same key train the same network."""
-    return space.candidate(genome)
+    return space.key(genome)
 
 
 class _Breeder:
@@ -73,18 +77,23 @@ class _Breeder:
         self.space, self.params, self.rng = space, params, rng
         self.seen = {candidate_key(space, g) for g in known}
 
-    def _note(self, proposal: Proposal) -> Proposal:
-        self.seen.add(candidate_key(self.space, proposal.genome))
-        return proposal
+    def _proposal(self, genome: list[float], parents: tuple[int, int], operators: str, key: tuple) -> Proposal:
+        self.seen.add(key)
+        return Proposal(genome, parents, operators, self.space.specs(key))
 
     def random(self) -> Proposal:
-        return self._note(Proposal(random_genome(self.rng, len(self.space)), (-1, -1), "random"))
+        genome = random_genome(self.rng, len(self.space))
+        return self._proposal(genome, (-1, -1), "random", candidate_key(self.space, genome))
 
     def child(self, population: list[Individual]) -> Proposal:
-        genome, parents, operators = breed_child(
-            population, self.rng, self.params, is_new=lambda g: candidate_key(self.space, g) not in self.seen
-        )
-        return self._note(Proposal(genome, parents, operators))
+        decoded = {}
+
+        def is_new(genome) -> bool:
+            decoded["last"] = candidate_key(self.space, genome)  # breed_child returns the genome it last asked about
+            return decoded["last"] not in self.seen
+
+        genome, parents, operators = breed_child(population, self.rng, self.params, is_new=is_new)
+        return self._proposal(genome, parents, operators, decoded["last"])
 
 
 def _individual(record: Record) -> Individual:
@@ -122,7 +131,7 @@ class Generational(_Breeder):
         super().__init__(space, params, rng, known)
         self.population = [_individual(records[i]) for i in state.get("population", [])]
         self.generation = int(state.get("generation", 0))
-        self.queue = [Proposal.from_json(item) for item in state.get("queue", [])]
+        self.queue = [Proposal.from_json(item, space) for item in state.get("queue", [])]
         self.outstanding = int(state.get("outstanding", 0))  # handed out, not yet told
         self.told = [_individual(records[i]) for i in state.get("told", []) if records[i].status == "ok"]
         if not state:  # a new search: generation 0 is random

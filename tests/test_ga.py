@@ -11,16 +11,19 @@ def population(values, genes=4, seed=0):
     return [Individual(random_genome(rng, genes), v, i) for i, v in enumerate(values)]
 
 
-def test_drawing_from_uses_the_given_rng_and_leaves_global_random_alone():
+def test_drawing_from_makes_deap_draw_from_the_given_rng_and_leaves_global_random_alone():
+    from deap import tools
+
+    pop = population([0.1, 0.5, 0.9, 0.3])
     random.seed(123)
     expected_global = random.random()
     random.seed(123)
-    rng = random.Random(7)
-    with drawing_from(rng):
-        inside = random.random()
-    assert inside == random.Random(7).random()
+    with drawing_from(random.Random(7)):
+        picked = [ind.ident for ind in tools.selRandom(pop, 5)]
+    mirror = random.Random(7)
+    assert picked == [mirror.choice(pop).ident for _ in range(5)]
     assert random.random() == expected_global  # the global stream did not move
-    assert rng.random() == (lambda r: (r.random(), r.random())[1])(random.Random(7))  # rng moved on by one
+    assert tools.selection.random is random  # and DEAP draws from it again afterwards
 
 
 def test_breeding_is_reproducible_and_bounded():
