@@ -129,13 +129,63 @@ def read_segment(folder: str, segment: Segment) -> list[Record]:
     return records
 
 
+def _columns(folder: str, segment: Segment) -> dict:
+    """A listed segment's raw columns (checked against its checksum): arrays, and the metrics as a dict."""
+    path = os.path.join(folder, segment.name)
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if zlib.crc32(data) != segment.crc32:
+        raise ValueError(f"segment {segment.name} does not match its checksum (changed or damaged)")
+    with h5py.File(io.BytesIO(data), "r") as f:
+        columns = {name: f[name][...] for name in f if name != "metrics"}
+        columns["metrics"] = {name: f["metrics"][name][...] for name in f["metrics"]}
+    return columns
+
+
+def _write_columns(folder: str, columns: dict, rows: int) -> Segment:
+    name = f"seg-{secrets.token_hex(8)}.h5"
+    path = os.path.join(folder, name)
+    tmp = os.path.join(folder, f".{name}.tmp")
+    try:
+        with h5py.File(tmp, "w") as f:
+            for key, values in columns.items():
+                if key == "metrics":
+                    group = f.create_group("metrics")
+                    for metric, column in values.items():
+                        group[metric] = column
+                elif key == "curve":
+                    f.create_dataset(key, (rows,), dtype=_CURVE, data=values if rows else None)
+                elif values.dtype.kind == "O":
+                    f.create_dataset(key, data=values, dtype=_STR)
+                else:
+                    f[key] = values
+        with open(tmp, "rb") as fh:
+            crc = zlib.crc32(fh.read())
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return Segment(name, rows, crc)
+
+
 def merged(folder: str, segments: list[Segment], n_genes: int) -> list[Segment]:
-    """``segments`` after binary-counter merges of the newest: at most log2(rows) + 1 remain."""
+    """``segments`` after binary-counter merges of the newest: at most log2(rows) + 1 remain.
+
+    A merge concatenates the two segments' columns as arrays (no records are built): metrics
+    that only one side has are NaN on the other, as in :func:`_write_records`.
+    """
     segments = list(segments)
     while len(segments) >= 2 and segments[-2].rows <= segments[-1].rows:
         older, newer = segments[-2], segments[-1]
-        records = read_segment(folder, older) + read_segment(folder, newer)
-        segments[-2:] = [write_segment(folder, records, n_genes)]
+        a, b = _columns(folder, older), _columns(folder, newer)
+        columns = {key: np.concatenate([a[key], b[key]]) for key in a if key != "metrics"}
+        columns["metrics"] = {
+            metric: np.concatenate([a["metrics"].get(metric, np.full(older.rows, math.nan)),
+                                    b["metrics"].get(metric, np.full(newer.rows, math.nan))])
+            for metric in sorted(set(a["metrics"]) | set(b["metrics"]))
+        }
+        segments[-2:] = [_write_columns(folder, columns, older.rows + newer.rows)]
     return segments
 
 

@@ -3,7 +3,8 @@
 Run from the repository root (after ./scripts/setup.sh)::
 
     .venv/bin/python scripts/bench_master.py            # np=2 and np=4, 20,000 evaluations each
-    .venv/bin/python scripts/bench_master.py --quick    # under a minute; ends with one JSON line
+    .venv/bin/python scripts/bench_master.py --quick    # np=4 only, and the simulated figures at 27,648 workers:
+                                                        # under a minute; ends with one JSON line
 
 Each launch (`mpiexec -n NP`) runs two contenders over the same ranks, one after the other:
 
@@ -17,8 +18,10 @@ Each launch (`mpiexec -n NP`) runs two contenders over the same ranks, one after
 Timed: rank 0's CPU time (``time.process_time``) per completed evaluation, so waiting for workers
 does not count. ``growth_20k_vs_1k`` is the evens master's CPU per evaluation between the 19,000th
 and the 20,000th evaluation over that between the 1,000th and the 2,000th: it must not grow with
-the history. Prints a table and one JSON line with ``master_us_per_eval`` (np=4), ``vs_futures``
-and ``growth_20k_vs_1k``.
+the history. Then, with that cost, the simulated scale figures at 27,648 workers
+(``scripts/bench_sim.py``): ``sim_util_27648_60s``, ``sim_min_task_s_95`` and
+``async_vs_generational_27648``. Prints a table and one JSON line with ``master_us_per_eval`` (np=4),
+``vs_futures``, ``growth_20k_vs_1k`` and those three.
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 
 def zero_work(task_id: int) -> dict:
@@ -149,7 +153,8 @@ def main() -> None:
             print(json.dumps(figures), flush=True)
         return
 
-    rows = {int(np_): launch(int(np_), args.evaluations) for np_ in args.ranks.split(",")}
+    ranks = ["4"] if args.quick else args.ranks.split(",")
+    rows = {int(np_): launch(int(np_), args.evaluations) for np_ in ranks}
     print(f"# bench_master  {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}  host={platform.node()}  "
           f"cpus={os.cpu_count()}  evaluations={args.evaluations} per launch, zero-work trainings")
     print(f"{'np':>3} {'workers':>7} {'futures us/eval':>16} {'evens us/eval':>14} {'evens/futures':>14} {'evens at 1k':>12} {'at 20k':>8} {'growth':>7}")
@@ -166,6 +171,18 @@ def main() -> None:
         "np": main_np,
         "rows": rows,
     }
+    # The simulated scale figures, with the master's cost just measured (scripts/bench_sim.py has them all).
+    from bench_sim import figures
+
+    sim = figures(r["evens_us"], workers=(27648,), per_worker=1.5 if args.quick else 3.0, steps=4 if args.quick else 6)
+    print(f"# SIMULATION at 27,648 workers (master {r['evens_us']:.0f} us per result, lognormal trainings, sigma 0.5): "
+          f"utilization {sim['sim_util_27648_60s']:.5f} at a 60 s median; >= 0.95 down to a {sim['sim_min_task_s_95_27648']:.2f} s "
+          f"median; async/generational {sim['async_vs_generational_27648']:.2f}")
+    result.update(
+        sim_util_27648_60s=sim["sim_util_27648_60s"],
+        sim_min_task_s_95=sim["sim_min_task_s_95_27648"],
+        async_vs_generational_27648=sim["async_vs_generational_27648"],
+    )
     print(json.dumps(result))
 
 

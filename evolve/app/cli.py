@@ -78,6 +78,16 @@ def build_parser() -> Parser:
     pred.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: a GPU per rank if there are any")
     pred.add_argument("--force", action="store_true", help="replace OUT if it exists")
 
+    sim = sub.add_parser("simulate", help="project how many workers a search keeps busy (a simulation: nothing is trained)")
+    sim.add_argument("config", help="TOML config: its search mode, population and space are simulated")
+    sim.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    sim.add_argument("--workers", type=int, required=True)
+    sim.add_argument("--task-seconds", type=float, required=True, help="median training time (lognormal)")
+    sim.add_argument("--sigma", type=float, default=0.5, help="lognormal shape of training times (default 0.5)")
+    sim.add_argument("--evaluations", type=int, help="default: five per worker")
+    sim.add_argument("--master-us", type=float, help="the master's CPU per result in microseconds (default: measured here)")
+    sim.add_argument("--json", action="store_true")
+
     conv = sub.add_parser("convert", help="convert an .npz file (x_train, y_train, ...) to the evens HDF5 format")
     conv.add_argument("src")
     conv.add_argument("dst")
@@ -150,6 +160,10 @@ def main(argv: list[str] | None = None) -> int:
 
             summary = reselect(args.run_dir, args.method, args.size)
             print(json.dumps(summary, indent=2, sort_keys=True) if args.json else format_summary(summary))
+        elif args.command == "simulate":
+            from .simulation import simulate_command
+
+            print(simulate_command(args))
         elif args.command == "convert":
             from data_bcast.convert import npz_to_h5
 

@@ -1,0 +1,79 @@
+"""Simulated scale figures: utilization at 1,024, 18,688 and 27,648 workers (a model; nothing is trained).
+
+Run from the repository root (after ./scripts/setup.sh)::
+
+    .venv/bin/python scripts/bench_sim.py --master-us 250        # all figures, a few minutes
+    .venv/bin/python scripts/bench_master.py --quick             # measures the master, then prints these at 27,648
+
+Every figure comes from :func:`evolve.simulate.simulate`: the real async (or generational) strategy and
+master loop on simulated workers whose trainings take lognormal times (sigma 0.5), with the master
+charged ``--master-us`` of CPU per result (take it from ``scripts/bench_master.py``).
+
+* ``sim_util_W_60s``: worker utilization with trainings of median 60 s (target >= 0.98 at 27,648);
+* ``sim_min_task_s_95_W``: the smallest median training time that keeps utilization >= 0.95
+  (bisection on a log scale around the master's saturation point, W x cost);
+* ``async_vs_generational_W``: utilization of the async search over a generational one whose
+  generations are as large as the machine (population W), both at 60 s.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from evolve.simulate import simulate  # noqa: E402
+from evolve.space import parse_space  # noqa: E402
+
+WORKERS = (1024, 18688, 27648)
+SIGMA = 0.5
+
+
+def min_task_seconds(space, workers: int, master_seconds: float, per_worker: float, steps: int) -> float:
+    """The smallest median training time with utilization >= 0.95, by bisection in log space."""
+    saturation = workers * master_seconds / math.exp(SIGMA**2 / 2)  # where the master can just keep up, on average
+    low, high = 0.5 * saturation, 2.0 * saturation
+    for _ in range(steps):
+        mid = math.sqrt(low * high)
+        util = simulate(space, workers, mid, SIGMA, master_seconds, int(per_worker * workers)).utilization
+        low, high = (low, mid) if util >= 0.95 else (mid, high)
+    return high
+
+
+def figures(master_us: float, workers=WORKERS, per_worker: float = 3.0, steps: int = 6) -> dict:
+    space = parse_space({}).for_sample_shape((1, 8, 8))
+    c = master_us * 1e-6
+    out = {"master_us": master_us, "sigma": SIGMA, "evaluations_per_worker": per_worker}
+    for w in workers:
+        n = int(per_worker * w)
+        steady = simulate(space, w, 60.0, SIGMA, c, n)
+        generational = simulate(space, w, 60.0, SIGMA, c, n, mode="generational", population=w)
+        out[f"sim_util_{w}_60s"] = steady.utilization
+        out[f"sim_master_load_{w}_60s"] = steady.master_load
+        out[f"sim_min_task_s_95_{w}"] = min_task_seconds(space, w, c, per_worker, steps)
+        out[f"async_vs_generational_{w}"] = steady.utilization / generational.utilization
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--master-us", type=float, required=True, help="the master's CPU per result (scripts/bench_master.py)")
+    parser.add_argument("--per-worker", type=float, default=3.0, help="simulated evaluations per worker")
+    parser.add_argument("--steps", type=int, default=6, help="bisection steps for the minimum training time")
+    args = parser.parse_args()
+    out = figures(args.master_us, per_worker=args.per_worker, steps=args.steps)
+    print("# SIMULATION (no training): the real search loop on simulated workers; lognormal trainings, sigma 0.5;"
+          f" master {args.master_us:g} us per result")
+    print(f"{'workers':>8} {'util at 60 s':>13} {'master load':>12} {'min median s for 95 %':>22} {'async/generational':>19}")
+    for w in WORKERS:
+        print(f"{w:>8} {out[f'sim_util_{w}_60s']:>13.5f} {out[f'sim_master_load_{w}_60s']:>12.3f} "
+              f"{out[f'sim_min_task_s_95_{w}']:>22.2f} {out[f'async_vs_generational_{w}']:>19.2f}")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
