@@ -174,7 +174,7 @@ def main() -> None:
     # The simulated scale figures, with the master's cost just measured (scripts/bench_sim.py has them all).
     from bench_sim import figures
 
-    sim = figures(r["evens_us"], workers=(27648,), per_worker=1.5 if args.quick else 3.0, steps=4 if args.quick else 6)
+    sim = figures(r["evens_us"], workers=(27648,), per_worker=2.0 if args.quick else 3.0, steps=4 if args.quick else 6)
     print(f"# SIMULATION at 27,648 workers (master {r['evens_us']:.0f} us per result, lognormal trainings, sigma 0.5): "
           f"utilization {sim['sim_util_27648_60s']:.5f} at a 60 s median; >= 0.95 down to a {sim['sim_min_task_s_95_27648']:.2f} s "
           f"median; async/generational {sim['async_vs_generational_27648']:.2f}")
