@@ -22,6 +22,7 @@ import secrets
 import typing
 import zlib
 from dataclasses import dataclass, fields
+from typing import Callable
 
 import h5py
 import numpy as np
@@ -94,22 +95,27 @@ def _read_records(group: h5py.Group) -> list[Record]:
     return [Record(**dict(zip(columns, row))) for row in zip(*columns.values())]
 
 
-def write_segment(folder: str, records: list[Record], n_genes: int) -> Segment:
-    """Write ``records`` as a new segment in ``folder``, durably; returns its listing."""
+def _new_segment(folder: str, rows: int, fill: Callable[[h5py.File], None]) -> Segment:
+    """A new segment file in ``folder``, filled by ``fill``, made durable before it appears under its
+    name (a hidden temporary file, checksummed, synced, renamed); returns its listing."""
     name = f"seg-{secrets.token_hex(8)}.h5"
-    path = os.path.join(folder, name)
     tmp = os.path.join(folder, f".{name}.tmp")
     try:
         with h5py.File(tmp, "w") as f:
-            _write_records(f, records, n_genes)
+            fill(f)
         with open(tmp, "rb") as fh:
             crc = zlib.crc32(fh.read())
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, os.path.join(folder, name))
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-    return Segment(name, len(records), crc)
+    return Segment(name, rows, crc)
+
+
+def write_segment(folder: str, records: list[Record], n_genes: int) -> Segment:
+    """Write ``records`` as a new segment in ``folder``, durably; returns its listing."""
+    return _new_segment(folder, len(records), lambda f: _write_records(f, records, n_genes))
 
 
 def read_segment(folder: str, segment: Segment) -> list[Record]:
@@ -143,30 +149,22 @@ def _columns(folder: str, segment: Segment) -> dict:
 
 
 def _write_columns(folder: str, columns: dict, rows: int) -> Segment:
-    name = f"seg-{secrets.token_hex(8)}.h5"
-    path = os.path.join(folder, name)
-    tmp = os.path.join(folder, f".{name}.tmp")
-    try:
-        with h5py.File(tmp, "w") as f:
-            for key, values in columns.items():
-                if key == "metrics":
-                    group = f.create_group("metrics")
-                    for metric, column in values.items():
-                        group[metric] = column
-                elif key == "curve":
-                    f.create_dataset(key, (rows,), dtype=_CURVE, data=values if rows else None)
-                elif values.dtype.kind == "O":
-                    f.create_dataset(key, data=values, dtype=_STR)
-                else:
-                    f[key] = values
-        with open(tmp, "rb") as fh:
-            crc = zlib.crc32(fh.read())
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return Segment(name, rows, crc)
+    """A new segment from raw columns (as :func:`_columns` reads them)."""
+
+    def fill(f: h5py.File) -> None:
+        for key, values in columns.items():
+            if key == "metrics":
+                group = f.create_group("metrics")
+                for metric, column in values.items():
+                    group[metric] = column
+            elif key == "curve":
+                f.create_dataset(key, (rows,), dtype=_CURVE, data=values if rows else None)
+            elif values.dtype.kind == "O":
+                f.create_dataset(key, data=values, dtype=_STR)
+            else:
+                f[key] = values
+
+    return _new_segment(folder, rows, fill)
 
 
 def merged(folder: str, segments: list[Segment], n_genes: int) -> list[Segment]:
