@@ -26,14 +26,38 @@ __all__ = ["ACTIVATIONS", "FAMILIES", "NetworkSpec", "Recurrent", "build_network
 MAX_POOLED_SIDE = 4  # the CNN head sees at most 4 positions per spatial dimension
 
 
+class Residual(nn.Module):
+    """``block(x) + shortcut(x)``: the shortcut is the identity, or a projection where the widths differ."""
+
+    def __init__(self, block: nn.Module, shortcut: nn.Module):
+        super().__init__()
+        self.block, self.shortcut = block, shortcut
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x) + self.shortcut(x)
+
+
+def _norm(kind: str, width: int, dims: int) -> list[nn.Module]:
+    """The normalisation layer ``kind`` names for ``width`` features (dims 0: a vector; 1, 2: a signal, an image)."""
+    if kind == "batch":
+        return [(nn.BatchNorm1d, nn.BatchNorm1d, nn.BatchNorm2d)[dims](width)]
+    if kind == "layer":  # over all of a sample's features; GroupNorm(1, C) is layer norm for feature maps
+        return [nn.LayerNorm(width) if dims == 0 else nn.GroupNorm(1, width)]
+    return []
+
+
 def _mlp(spec: NetworkSpec, sample_shape: tuple[int, ...], outputs: int) -> nn.Module:
     layers: list[nn.Module] = [nn.Flatten()]
     features = int(torch.tensor(sample_shape).prod())
-    for _ in range(spec.depth):
-        layers += [nn.Linear(features, spec.width), ACTIVATIONS[spec.activation]()]
+    for width in spec.layer_widths:
+        block = [nn.Linear(features, width), *_norm(spec.norm, width, 0), ACTIVATIONS[spec.activation]()]
+        if spec.residual:
+            shortcut = nn.Identity() if features == width else nn.Linear(features, width, bias=False)
+            block = [Residual(nn.Sequential(*block), shortcut)]
+        layers += block
         if spec.dropout > 0:
             layers.append(nn.Dropout(spec.dropout))
-        features = spec.width
+        features = width
     layers.append(nn.Linear(features, outputs))
     return nn.Sequential(*layers)
 
@@ -54,19 +78,24 @@ class ChannelsLast(nn.Module):
 def _cnn(spec: NetworkSpec, sample_shape: tuple[int, ...], outputs: int) -> nn.Module:
     channels, *spatial = sample_shape
     dims = len(spatial)
-    conv, norm, pool, adaptive = {
-        1: (nn.Conv1d, nn.BatchNorm1d, nn.MaxPool1d, nn.AdaptiveAvgPool1d),
-        2: (nn.Conv2d, nn.BatchNorm2d, nn.MaxPool2d, nn.AdaptiveAvgPool2d),
-    }[dims]
+    conv, adaptive = {1: (nn.Conv1d, nn.AdaptiveAvgPool1d), 2: (nn.Conv2d, nn.AdaptiveAvgPool2d)}[dims]
+    pool = {"max": {1: nn.MaxPool1d, 2: nn.MaxPool2d}, "avg": {1: nn.AvgPool1d, 2: nn.AvgPool2d}}.get(spec.pooling, {}).get(dims)
+    # k // 2 on each side: an odd kernel keeps the size, an even one adds a position (the adaptive pool evens it out).
+    padding = spec.kernel_size // 2
     layers: list[nn.Module] = [ChannelsLast()] if dims == 2 else []
-    for _ in range(spec.depth):
-        layers += [conv(channels, spec.width, 3, padding=1), norm(spec.width), ACTIVATIONS[spec.activation]()]
-        if min(spatial) >= 2:  # halve while there is something to halve
+    for width in spec.layer_widths:
+        block = [conv(channels, width, spec.kernel_size, padding=padding), *_norm(spec.norm, width, dims), ACTIVATIONS[spec.activation]()]
+        if spec.residual:
+            shortcut = nn.Identity() if channels == width else conv(channels, width, 1, bias=False)
+            block = [Residual(nn.Sequential(*block), shortcut)]
+        layers += block
+        spatial = [s + 1 - spec.kernel_size % 2 for s in spatial]
+        if pool is not None and min(spatial) >= 2:  # halve while there is something to halve
             layers.append(pool(2))
             spatial = [s // 2 for s in spatial]
         if spec.dropout > 0:
             layers.append(nn.Dropout(spec.dropout))
-        channels = spec.width
+        channels = width
     pooled = [min(s, MAX_POOLED_SIDE) for s in spatial]
     layers += [adaptive(tuple(pooled) if dims > 1 else pooled[0]), nn.Flatten()]
     layers.append(nn.Linear(channels * int(torch.tensor(pooled).prod()), outputs))

@@ -12,7 +12,10 @@ from dataclasses import dataclass, replace
 ACTIVATION_NAMES = ("relu", "gelu", "silu", "tanh", "elu", "leaky_relu")
 FAMILIES = ("mlp", "cnn", "rnn")
 CELLS = ("gru", "lstm")
+NORMS = ("none", "batch", "layer")
+POOLINGS = ("max", "avg", "none")
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
+SCHEDULES = ("constant", "cosine", "one_cycle")
 # The sample layouts (shapes without the batch dimension) each family takes.
 LAYOUTS = {"mlp": "any shape", "cnn": "(C, L) or (C, H, W)", "rnn": "(C, L): C features at each of L steps"}
 
@@ -21,12 +24,17 @@ LAYOUTS = {"mlp": "any shape", "cnn": "(C, L) or (C, H, W)", "rnn": "(C, L): C f
 class NetworkSpec:
     """A network in a few numbers.
 
-    * ``mlp``: ``depth`` hidden layers of ``width`` units, each followed by ``activation``;
-    * ``cnn``: ``depth`` conv blocks of ``width`` channels (conv, batch norm, ``activation``, pooling);
-    * ``rnn``: a ``cell`` ("gru" or "lstm") recurrent network of ``depth`` layers of ``width`` hidden
-      units, ``bidirectional`` or not, read at its last step (``activation`` plays no part).
+    * ``mlp``: ``depth`` hidden layers (linear, ``norm``, ``activation``, dropout);
+    * ``cnn``: ``depth`` conv blocks (``kernel_size`` conv, ``norm``, ``activation``, ``pooling``, dropout),
+      then a linear head;
+    * ``rnn``: a ``cell`` ("gru" or "lstm") recurrent network of ``depth`` layers, ``bidirectional``
+      or not, read at its last step (``activation``, ``norm`` and ``residual`` play no part).
 
-    ``dropout`` follows every hidden layer. ``cell`` and ``bidirectional`` only matter for ``rnn``.
+    Layer ``i`` has ``widths[i]`` units or channels; ``widths`` may be left empty for ``width`` in
+    every layer (an ``rnn`` always has one width). ``residual`` adds each block's input to its
+    output (through a linear or 1x1 projection where the widths differ). ``norm`` is ``"none"``,
+    ``"batch"`` or ``"layer"``; left as None it is each family's classic choice (batch norm in a
+    CNN, none in an MLP), which is what specs written before it existed meant.
     """
 
     family: str
@@ -36,16 +44,31 @@ class NetworkSpec:
     dropout: float = 0.0
     cell: str = "gru"
     bidirectional: bool = False
+    widths: tuple = ()
+    kernel_size: int = 3
+    pooling: str = "max"
+    norm: str | None = None
+    residual: bool = False
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"unknown network family {self.family!r} (known: {', '.join(FAMILIES)})")
-        if self.activation not in ACTIVATION_NAMES:
-            raise ValueError(f"unknown activation {self.activation!r} (known: {', '.join(ACTIVATION_NAMES)})")
-        if self.cell not in CELLS:
-            raise ValueError(f"unknown recurrent cell {self.cell!r} (known: {', '.join(CELLS)})")
-        if self.depth < 1 or self.width < 1 or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"invalid network size: depth={self.depth} width={self.width} dropout={self.dropout}")
+        if self.norm is None:
+            object.__setattr__(self, "norm", "batch" if self.family == "cnn" else "none")
+        object.__setattr__(self, "widths", tuple(int(w) for w in self.widths))
+        for name, value, known in (("activation", self.activation, ACTIVATION_NAMES), ("recurrent cell", self.cell, CELLS),
+                                   ("norm", self.norm, NORMS), ("pooling", self.pooling, POOLINGS)):
+            if value not in known:
+                raise ValueError(f"unknown {name} {value!r} (known: {', '.join(known)})")
+        if self.depth < 1 or self.width < 1 or not 0.0 <= self.dropout < 1.0 or self.kernel_size < 1:
+            raise ValueError(f"invalid network size: depth={self.depth} width={self.width} dropout={self.dropout} kernel={self.kernel_size}")
+        if self.widths and (len(self.widths) != self.depth or min(self.widths) < 1):
+            raise ValueError(f"widths {self.widths} must give {self.depth} positive widths, one per layer")
+
+    @property
+    def layer_widths(self) -> tuple[int, ...]:
+        """The width of each of the ``depth`` layers."""
+        return self.widths or (self.width,) * self.depth
 
     def canonical(self) -> NetworkSpec:
         """The same network with the settings its family ignores at their defaults.
@@ -53,25 +76,41 @@ class NetworkSpec:
         Two specs with the same canonical form build the same network, so the search can tell
         when a "new" genome would only train an old network again.
         """
+        widths = self.layer_widths
+        uniform = self.family == "rnn" or len(set(widths)) == 1
+        spec = replace(self, width=widths[0], widths=() if uniform else widths)
+        if self.family != "cnn":
+            spec = replace(spec, kernel_size=3, pooling="max")
         if self.family == "rnn":
-            return replace(self, activation="relu")
-        return replace(self, cell="gru", bidirectional=False)
+            return replace(spec, activation="relu", norm="none", residual=False)
+        return replace(spec, cell="gru", bidirectional=False)
 
 
 @dataclass(frozen=True)
 class TrainSpec:
-    """How to train: optimizer settings, batch size and number of epochs."""
+    """How to train: optimizer settings, batch size, number of epochs, and the learning-rate schedule.
+
+    ``schedule``: ``"constant"``, ``"cosine"`` (annealed to zero by the last step) or ``"one_cycle"``
+    (up from a 25th of the rate, then annealed to almost zero). ``warmup``: the fraction of the
+    training's steps over which the rate first rises linearly (for ``one_cycle``, its rising phase;
+    0.3 if left at 0).
+    """
 
     learning_rate: float
     batch_size: int
     epochs: int
     optimizer: str = "adam"
     weight_decay: float = 0.0
+    schedule: str = "constant"
+    warmup: float = 0.0
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {self.optimizer!r} (known: {', '.join(OPTIMIZERS)})")
-        if not (self.learning_rate > 0 and self.batch_size >= 1 and self.epochs >= 1 and self.weight_decay >= 0):
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r} (known: {', '.join(SCHEDULES)})")
+        if not (self.learning_rate > 0 and self.batch_size >= 1 and self.epochs >= 1 and self.weight_decay >= 0
+                and 0.0 <= self.warmup < 1.0):
             raise ValueError(f"invalid training settings: {self}")
 
 

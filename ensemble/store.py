@@ -29,7 +29,7 @@ from .problem import Problem, problem_from_dict
 from .select import METHODS, Selection
 
 FORMAT = "evens-ensemble"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: network specs may carry widths, kernel_size, pooling, norm, residual (1 still loads)
 GROUP = "ensemble"
 RUN_FILE_NAME = "checkpoint.h5"  # the run file in a run directory, which holds GROUP
 X_DTYPES = ("float32", "uint8")  # what the data reader produces, and so what networks were trained on

@@ -107,6 +107,33 @@ def make_optimizer(spec: TrainSpec, params) -> torch.optim.Optimizer:
     return torch.optim.RMSprop(params, lr=lr, weight_decay=wd, foreach=True)
 
 
+def lr_factor(spec: TrainSpec, step: int, total: int) -> float:
+    """The learning rate at ``step`` (0-based) of ``total``, as a fraction of ``spec.learning_rate``.
+
+    A linear warm-up over the first ``spec.warmup`` of the steps, then ``constant`` (1), ``cosine``
+    (annealed to 0 at the last step) or ``one_cycle`` (from 1/25 up to 1 over the warm-up, 30 % of
+    the steps if none is set, then annealed to 1/25 of 1/10,000, as torch's OneCycleLR does).
+    """
+    one_cycle = spec.schedule == "one_cycle"
+    rise = int(round((spec.warmup or (0.3 if one_cycle else 0.0)) * total))
+    if step < rise:
+        start = 1 / 25 if one_cycle else 0.0
+        return start + (1 - start) * (step + 1) / rise
+    if spec.schedule == "constant":
+        return 1.0
+    progress = (step - rise) / max(1, total - rise - 1)
+    floor = 1 / 25 / 1e4 if one_cycle else 0.0
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def make_schedule(spec: TrainSpec, optimizer: torch.optim.Optimizer, steps_per_epoch: int):
+    """A per-step scheduler for ``spec.schedule`` and ``spec.warmup``; None for a constant rate."""
+    if spec.schedule == "constant" and spec.warmup == 0:
+        return None
+    total = spec.epochs * steps_per_epoch
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(spec, step, total))
+
+
 @dataclass(frozen=True)
 class Watch:
     """What a training is held to while it runs (the master sends it with the task).
@@ -114,12 +141,14 @@ class Watch:
     ``stop_below[e]`` is the bar for the fitness after epoch ``e + 1`` (the median of earlier
     networks at that epoch; NaN for no bar); a training below it, past ``warmup`` epochs, stops
     there (``"stopped"``). ``time_limit`` (seconds, 0 for none) stops a training at the next batch
-    (``"timeout"``).
+    (``"timeout"``). ``measure_latency`` times the trained network's inference (the metric
+    ``latency_us``, for a search that minimises it).
     """
 
     stop_below: tuple[float, ...] = ()
     warmup: int = 0
     time_limit: float = 0.0
+    measure_latency: bool = False
 
 
 def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: torch.Generator,
@@ -134,6 +163,8 @@ def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: 
     optimizer = make_optimizer(spec, model.parameters())
     x, target = data.x["train"], data.fit_target
     n = x.shape[0]
+    steps = sum(1 for start in range(0, n, spec.batch_size) if not (n - start == 1 and start > 0))
+    schedule = make_schedule(spec, optimizer, steps)
     for epoch in range(spec.epochs):
         model.train()
         order = torch.randperm(n, generator=generator).to(data.device)
@@ -147,6 +178,8 @@ def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: 
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            if schedule is not None:
+                schedule.step()
         if not torch.isfinite(loss.detach()):
             return "diverged", epoch
         if on_epoch is not None and epoch + 1 < spec.epochs and not on_epoch(epoch + 1):
@@ -175,7 +208,10 @@ def train_and_evaluate(
     The predictions and weights come back only if ``keep(fitness)`` (a worker asks whether the
     network would enter the hall of fame). With ``watch.stop_below``, the validation fitness is
     measured after every epoch (the evaluation's ``curve``) and a network below the bar stops
-    early; ``watch.time_limit`` bounds the training's seconds.
+    early; ``watch.time_limit`` bounds the training's seconds. A successful evaluation's metrics
+    hold ``params``, the network's trainable parameters, and with ``watch.measure_latency``
+    ``latency_us``, its inference time in microseconds per sample (the median of 5 timed forward
+    passes, after one to warm up, over a batch of up to 256 validation samples).
 
     >>> ev = train_and_evaluate(NetworkSpec("mlp", 1, 32), TrainSpec(1e-2, 64, 3), data, seed=0)  # doctest: +SKIP
     >>> ev.status, ev.metrics["val_accuracy"], ev.val_pred.shape                                 # doctest: +SKIP
@@ -221,6 +257,22 @@ def train_and_evaluate(
     scores = {s: data.problem.scores(preds[s], data.y[s]) for s in ("val", "test")}
     metrics = {f"{s}_{name}": value for s in ("val", "test") for name, value in scores[s].items()}
     fitness = data.problem.fitness(scores["val"])
+    metrics["params"] = float(sum(p.numel() for p in model.parameters() if p.requires_grad))
+    if watch.measure_latency and data.x["val"].shape[0] > 0:
+        batch = as_float(data.x["val"][:256])
+        model.eval()
+        times = []
+        with torch.no_grad():
+            for repeat in range(6):  # the first warms up (kernel choice, caches) and is not counted
+                if data.device.type == "cuda":
+                    torch.cuda.synchronize(data.device)
+                began = time.perf_counter()
+                model(batch)
+                if data.device.type == "cuda":
+                    torch.cuda.synchronize(data.device)
+                if repeat:
+                    times.append(time.perf_counter() - began)
+        metrics["latency_us"] = float(np.median(times)) / batch.shape[0] * 1e6
     ev = Evaluation("ok", fitness, metrics, seconds, epochs, curve=curve + [fitness] if watch.stop_below else [])
     if keep(fitness):
         ev.val_pred, ev.test_pred, ev.weights = preds["val"], preds["test"], state_arrays(model)

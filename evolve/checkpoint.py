@@ -40,7 +40,7 @@ from .records import Pending, Record
 from .segments import Segment, merged, read_segment, remove_unlisted, write_segment
 
 FORMAT = "evens-checkpoint"
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6  # 6: typed genes (the genome has a gene per name in gene_names)
 CHECKPOINT_NAME = RUN_FILE_NAME
 _STR = h5py.string_dtype()
 
@@ -177,7 +177,10 @@ def load(path: str, weights: bool = True) -> tuple[SearchState, RunInfo]:
         if version > FORMAT_VERSION:
             raise RunDirError(f"{path}: checkpoint format {version} is newer than this evens reads")
         if version < FORMAT_VERSION:
-            raise RunDirError(f"{path}: checkpoint format {version} is from an older evens; start a new run")
+            raise RunDirError(
+                f"{path}: checkpoint format {version} is from an older evens and cannot be resumed or reported by this one; "
+                "its ensemble still predicts (evens predict), or start a new run"
+            )
         try:
             return _read(f, weights)
         except (KeyError, ValueError, TypeError, IndexError, AttributeError, OSError) as exc:

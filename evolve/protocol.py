@@ -43,11 +43,16 @@ class Task:
     @classmethod
     def build(cls, ident: int, network: NetworkSpec, training: TrainSpec, seed: int, entry_bar: tuple[float, int] = OPEN,
               watch: dict | None = None) -> Task:
-        # vars(), not dataclasses.asdict: the specs hold only plain values, and asdict deep-copies them
-        return cls(ident, dict(vars(network)), dict(vars(training)), seed, tuple(entry_bar), dict(watch or {}))
+        # vars(), not dataclasses.asdict: the specs hold only plain values, and asdict deep-copies them;
+        # tuples (per-layer widths) as lists, as JSON stores and gives them back
+        return cls(ident, _plain(network), _plain(training), seed, tuple(entry_bar), dict(watch or {}))
 
     def specs(self) -> tuple[NetworkSpec, TrainSpec]:
         return NetworkSpec(**self.network), TrainSpec(**self.training)
+
+
+def _plain(spec) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in vars(spec).items()}
 
 
 @dataclass

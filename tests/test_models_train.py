@@ -138,3 +138,84 @@ def test_member_accuracy_is_the_same_number_the_ensemble_math_gives():
         pred = ev.val_pred if split == "val" else ev.test_pred
         alone = combine(data.problem, [pred], [1.0], len(pred))
         assert ev.metrics[f"{split}_accuracy"] == data.problem.scores(ensemble_prediction(data.problem, alone), data.y[split])["accuracy"]
+
+
+# --- the typed search space's architecture and training genes -------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from ensemble.train import lr_factor  # noqa: E402
+from evolve.space import parse_space  # noqa: E402
+
+SMALL_SPACE = parse_space({
+    "depth": {"low": 1, "high": 3}, "width": {"choices": [3, 4, 6], "per_layer": True}, "epochs": 1, "batch_size": 16,
+})
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0.0, 1.0), min_size=len(SMALL_SPACE), max_size=len(SMALL_SPACE)), st.sampled_from([(12,), (2, 9), (1, 7, 5)]))
+def test_any_decoded_genome_builds_a_network_that_trains(genome, shape):
+    network, training = SMALL_SPACE.for_sample_shape(shape).candidate(genome)
+    model = build_network(network, shape, 5)
+    assert model(torch.randn(4, *shape)).shape == (4, 5)
+    widths = [m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear) and m.out_features != 5 and m.bias is not None]
+    if network.family == "mlp":
+        assert widths == list(network.layer_widths)
+    ev = train_and_evaluate(network, training, data_for(shape), seed=0)
+    assert ev.status in ("ok", "diverged") and ev.epochs_done <= 1
+
+
+def test_architecture_genes_shape_the_network():
+    plain = build_network(NetworkSpec("cnn", 2, 8), (1, 8, 8), 3)
+    kinds = [type(m).__name__ for m in plain]
+    assert kinds.count("BatchNorm2d") == 2 and kinds.count("MaxPool2d") == 2  # the classic CNN: batch norm, max pooling
+    odd = build_network(NetworkSpec("cnn", 2, 8, kernel_size=5, pooling="avg", norm="layer", residual=True, widths=(4, 8)), (1, 8, 8), 3)
+    names = {type(m).__name__ for m in odd.modules()}
+    assert {"AvgPool2d", "GroupNorm", "Residual"} <= names and "MaxPool2d" not in names and "BatchNorm2d" not in names
+    convs = [m for m in odd.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [c.kernel_size for c in convs if c.kernel_size != (1, 1)] == [(5, 5), (5, 5)] and [c.out_channels for c in convs] == [4, 4, 8, 8]
+    mlp = build_network(NetworkSpec("mlp", 2, 16, norm="batch", residual=True), (12,), 3)
+    assert sum(isinstance(m, torch.nn.BatchNorm1d) for m in mlp.modules()) == 2 and sum(type(m).__name__ == "Residual" for m in mlp.modules()) == 2
+    none = build_network(NetworkSpec("cnn", 3, 4, pooling="none", kernel_size=4), (1, 8, 8), 3)
+    assert none(torch.randn(2, 1, 8, 8)).shape == (2, 3)  # an even kernel grows the map by one per layer; no pooling
+
+
+def test_old_specs_build_the_same_layers():
+    """Specs stored before the new genes existed (no norm, widths, ...) build the networks they built then."""
+    old = NetworkSpec(**{"family": "cnn", "depth": 2, "width": 8, "activation": "relu", "dropout": 0.1, "cell": "gru", "bidirectional": False})
+    assert old.norm == "batch" and list(build_network(old, (1, 8, 8), 3).state_dict()) == [
+        "1.weight", "1.bias", "2.weight", "2.bias", "2.running_mean", "2.running_var", "2.num_batches_tracked",
+        "6.weight", "6.bias", "7.weight", "7.bias", "7.running_mean", "7.running_var", "7.num_batches_tracked", "13.weight", "13.bias"]
+    assert NetworkSpec("mlp", 1, 8).norm == "none"
+
+
+@pytest.mark.parametrize("schedule", ["constant", "cosine", "one_cycle"])
+@pytest.mark.parametrize("warmup", [0.0, 0.2])
+def test_learning_rate_schedules(schedule, warmup):
+    spec = TrainSpec(1e-2, 32, 5, schedule=schedule, warmup=warmup)
+    total = 100
+    f = [lr_factor(spec, s, total) for s in range(total)]
+    assert max(f) == pytest.approx(1.0) and all(0 <= x <= 1 + 1e-12 for x in f)
+    rise = int(round((warmup or (0.3 if schedule == "one_cycle" else 0)) * total))
+    assert all(a < b for a, b in zip(f[:rise], f[1:rise]))  # rising through the warm-up
+    if schedule == "constant":
+        assert f[rise:] == [1.0] * (total - rise)
+    else:
+        assert all(a >= b for a, b in zip(f[rise:], f[rise + 1:])) and f[-1] < 1e-3  # annealed to (almost) zero
+    if schedule == "one_cycle":
+        assert f[0] == pytest.approx(1 / 25 + (1 - 1 / 25) / rise)
+
+
+def test_a_scheduled_training_ends_at_its_last_rate():
+    from ensemble.train import make_optimizer, make_schedule
+    model = torch.nn.Linear(3, 2)
+    spec = TrainSpec(0.1, 8, 2, schedule="cosine")
+    opt = make_optimizer(spec, model.parameters())
+    sched = make_schedule(spec, opt, 5)
+    rates = []
+    for _ in range(10):
+        rates.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert rates[0] == pytest.approx(0.1) and rates[-1] == pytest.approx(0.0, abs=1e-12) and make_schedule(TrainSpec(0.1, 8, 2), opt, 5) is None

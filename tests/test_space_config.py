@@ -32,43 +32,119 @@ def test_integer_range_edges():
     assert Choice(("a", "b")).decode(1.0) == "b"
 
 
-def test_decode_gives_every_gene_a_legal_value():
+def test_decode_gives_the_active_genes_and_key_every_gene():
     space = parse_space({})
-    values = space.decode([0.5] * len(GENE_NAMES))
-    assert set(values) == set(GENE_NAMES)
-    network, training = space.candidate([0.99] * len(GENE_NAMES))
+    assert space.names == GENE_NAMES
+    values = space.decode([0.5] * len(space))  # family "cnn" at 0.5
+    assert values["family"] == "cnn" and "kernel_size" in values and "cell" not in values
+    assert len(space.key([0.5] * len(space))) == len(space)
+    network, training = space.candidate([0.99] * len(space))
     assert network.family == "rnn" and network.cell == "lstm" and network.bidirectional and training.optimizer == "rmsprop"
+    assert training.schedule == "one_cycle" and network.norm == "none" and not network.residual  # norm/residual: not for rnn
 
 
 SHAPES = [(64,), (3, 100), (1, 8, 8)]
 
+# Valid declarations per gene, for spaces drawn at random: each is a [space] entry.
+_DECLARATIONS = {
+    "family": [["mlp", "cnn", "rnn"], ["cnn"], {"type": "categorical", "choices": ["mlp", "rnn"], "default": "rnn"}],
+    "depth": [{"low": 1, "high": 4}, [2], {"type": "int", "low": 1, "high": 2}],
+    "width": [[8, 16], {"type": "categorical", "choices": [4, 8, 24], "per_layer": True}, {"low": 3, "high": 9, "per_layer": True}],
+    "activation": [["relu", "tanh"], {"choices": ["gelu", "elu"], "when": {"depth": [2, 3]}}],
+    "dropout": [{"low": 0.0, "high": 0.5}, {"type": "float", "low": 0.1, "high": 0.2, "default": 0.05, "when": {"family": "cnn"}}],
+    "kernel_size": [[3, 5], {"low": 1, "high": 4}, 7],
+    "pooling": [["max", "avg", "none"], "none"],
+    "norm": [["none", "batch", "layer"], {"choices": ["batch"], "default": "none", "when": {"family": ["cnn"]}}],
+    "residual": [[False, True], {"type": "bool"}, True],
+    "cell": [["gru", "lstm"]],
+    "bidirectional": [[False, True], {"type": "bool", "when": {"cell": "lstm"}}],
+    "learning_rate": [{"low": 1e-4, "high": 1e-1, "log": True}, 0.01],
+    "batch_size": [[16, 32], {"low": 8, "high": 40}],
+    "epochs": [{"low": 1, "high": 3}],
+    "optimizer": [["adam", "adamw", "sgd", "rmsprop"]],
+    "weight_decay": [{"low": 1e-6, "high": 1e-2, "log": True}, {"low": 0.0, "high": 0.1, "when": {"optimizer": ["adamw", "sgd"]}}],
+    "schedule": [["constant", "cosine", "one_cycle"]],
+    "warmup": [{"low": 0.0, "high": 0.3}, {"type": "float", "low": 0.0, "high": 0.5, "when": {"schedule": ["cosine", "one_cycle"]}}],
+}
+spaces = st.fixed_dictionaries({name: st.sampled_from(options) for name, options in _DECLARATIONS.items()})
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(unit, min_size=len(GENE_NAMES), max_size=len(GENE_NAMES)), st.sampled_from(SHAPES))
-def test_any_genome_decodes_to_a_valid_network_for_its_data(genome, shape):
-    network, training = parse_space({}).for_sample_shape(shape).candidate(genome)
-    assert network.family in families_for(shape) and network == network.canonical()
-    assert training.epochs >= 1 and training.learning_rate > 0
 
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(unit, min_size=len(GENE_NAMES), max_size=len(GENE_NAMES)), unit, unit, unit)
-def test_inactive_genes_do_not_change_the_network(genome, a, b, c):
-    space = parse_space({}).for_sample_shape((3, 100))
+@settings(max_examples=80, deadline=None)
+@given(spaces, st.data(), st.sampled_from(SHAPES))
+def test_any_genome_of_any_space_decodes_to_a_valid_network_for_its_data(raw, data, shape):
+    try:
+        space = parse_space(raw).for_sample_shape(shape)
+    except ConfigError as exc:
+        assert "none of which applies" in str(exc)  # e.g. only cnn/rnn on tabular data
+        return
+    genome = data.draw(st.lists(unit, min_size=len(space), max_size=len(space)))
     network, training = space.candidate(genome)
-    other = list(genome)
-    if network.family == "rnn":
-        other[GENE_NAMES.index("activation")] = a
-    else:
-        other[GENE_NAMES.index("cell")], other[GENE_NAMES.index("bidirectional")] = b, c
-    assert space.candidate(other) == (network, training)
+    assert network.family in families_for(shape) and network == network.canonical()
+    assert len(network.layer_widths) == network.depth and training.epochs >= 1 and training.learning_rate > 0
+    assert parse_space(space.to_config()) == space  # the stored form parses back to the same space
+
+
+@settings(max_examples=80, deadline=None)
+@given(spaces, st.data())
+def test_inactive_genes_do_not_change_the_network(raw, data):
+    space = parse_space(raw).for_sample_shape((3, 100))
+    genome = data.draw(st.lists(unit, min_size=len(space), max_size=len(space)))
+    active = space.active(genome)
+    other = [u if active[name] else data.draw(unit) for name, u in zip(space.names, genome)]
+    assert space.key(other) == space.key(genome) and space.candidate(other) == space.candidate(genome)
+    some_active = [i for i, name in enumerate(space.names) if active[name] and len(space.genes[i].domain.to_config().get("choices", [0, 1])) > 1]
+    assert some_active  # and the genes that are active do matter: flipping one to the far end changes the key
+    i = data.draw(st.sampled_from(some_active))
+    flipped = list(genome)
+    flipped[i] = 0.0 if genome[i] >= 0.5 else 1.0
+    if space.genes[i].domain.decode(flipped[i]) != space.genes[i].domain.decode(genome[i]):
+        assert space.key(flipped) != space.key(genome)
+
+
+def test_per_layer_widths_follow_depth():
+    space = parse_space({"family": "mlp", "depth": {"low": 1, "high": 3}, "width": {"choices": [8, 16, 32], "per_layer": True}})
+    assert space.names[1:5] == ("depth", "width_1", "width_2", "width_3")
+    genome = [0.5] * len(space)
+    genome[1], genome[2], genome[3], genome[4] = 0.5, 0.0, 0.99, 0.5  # depth 2, widths 8, 32 (16 unused)
+    network, _ = space.candidate(genome)
+    assert network.depth == 2 and network.layer_widths == (8, 32)
+    assert not space.active(genome)["width_3"] and space.active(genome)["width_2"]
+    genome[4] = 0.0  # an unused layer's width does not make a new network
+    assert space.candidate(genome)[0] == network
+    genome[3] = 0.0  # equal widths are the same network as one shared width
+    same = space.candidate(genome)[0]
+    assert same.widths == () and same.width == 8 and same.layer_widths == (8, 8)
+
+
+def test_declared_conditions_and_defaults():
+    space = parse_space({"family": ["mlp", "cnn"], "dropout": {"low": 0.1, "high": 0.3, "default": 0.05, "when": {"family": "cnn"}},
+                         "weight_decay": {"low": 1e-4, "high": 1e-2, "log": True, "when": {"optimizer": ["adamw"]}},
+                         "optimizer": ["adam", "adamw"]})
+    genome = [0.0] * len(space)  # mlp, adam
+    assert space.candidate(genome)[0].dropout == 0.05 and space.candidate(genome)[1].weight_decay == 0.0
+    genome[space.names.index("family")] = 0.9
+    genome[space.names.index("optimizer")] = 0.9
+    network, training = space.candidate(genome)
+    assert network.family == "cnn" and network.dropout == pytest.approx(0.1) and training.weight_decay == pytest.approx(1e-4)
+
+
+def test_old_short_forms_keep_their_meaning():
+    """Configs written before typed genes: lists, ranges and fixed values, one width for all layers."""
+    old = {"family": ["mlp", "cnn"], "depth": {"low": 1, "high": 3}, "width": [16, 32, 64], "activation": ["relu", "gelu"],
+           "dropout": {"low": 0.0, "high": 0.4}, "learning_rate": {"low": 3e-4, "high": 3e-2, "log": True},
+           "batch_size": [32, 64, 128], "epochs": {"low": 3, "high": 12}, "optimizer": "adam"}
+    space = parse_space(old)
+    assert space.names == GENE_NAMES and space.gene("width").domain == Choice((16, 32, 64))
+    assert space.gene("depth").domain == Range(1, 3, False, True) and space.gene("optimizer").domain == Choice(("adam",))
+    network, _ = space.candidate([0.99] * len(space))
+    assert network.layer_widths == (64, 64, 64) and network.widths == ()
 
 
 def test_cnn_is_dropped_for_tabular_data():
     space = parse_space({}).for_sample_shape((64,))
     assert space.decode([1.0] * len(GENE_NAMES))["family"] == "mlp"
-    assert parse_space({}).for_sample_shape((3, 100)).genes[0].options == ("mlp", "cnn", "rnn")
-    assert parse_space({}).for_sample_shape((3, 8, 8)).genes[0].options == ("mlp", "cnn")
+    assert parse_space({}).for_sample_shape((3, 100)).gene("family").domain.options == ("mlp", "cnn", "rnn")
+    assert parse_space({}).for_sample_shape((3, 8, 8)).gene("family").domain.options == ("mlp", "cnn")
     with pytest.raises(ConfigError, match="none of which applies"):
         parse_space({"family": "cnn"}).for_sample_shape((64,))
 
@@ -78,15 +154,35 @@ def test_cnn_is_dropped_for_tabular_data():
     [
         ({"optimizer": ["adam", "lbfgs"]}, "unknown value 'lbfgs'"),
         ({"depth": {"low": 3, "high": 1}}, "above high"),
+        ({"dropout": {"type": "float", "low": 0.4, "high": 0.1}}, "space.dropout: low 0.4 is above high 0.1"),
         ({"learning_rate": {"low": 0.0, "high": 1.0, "log": True}}, "out of range"),
         ({"weight_decay": {"low": 0.0, "high": 1.0, "log": True}}, "log range needs low > 0"),
         ({"depth": {"low": 1.5, "high": 3}}, "expected an integer"),
         ({"width": []}, "empty"),
-        ({"colour": ["red"]}, "unknown gene"),
+        ({"width": {"choices": []}}, "empty"),
+        ({"colour": ["red"]}, "unknown gene 'space.colour'"),
         ({"activation": {"low": 1, "high": 2}}, "give a list of choices"),
         ({"bidirectional": {"low": 0, "high": 1}}, "give a list of choices"),
         ({"bidirectional": [1]}, "expected true or false"),
         ({"cell": ["gru", "rnn_tanh"]}, "unknown value 'rnn_tanh'"),
+        ({"dropout": {"type": "real", "low": 0, "high": 0.5}}, "unknown type 'real'"),
+        ({"depth": {"type": "float", "low": 1, "high": 3}}, "depth cannot be float; it is int or categorical"),
+        ({"optimizer": {"type": "int", "low": 1, "high": 3}}, "optimizer cannot be int"),
+        ({"activation": {"type": "categorical"}}, "needs choices"),
+        ({"dropout": {"low": 0.0, "high": 0.5, "when": {"colour": "red"}}}, "when: no gene named 'colour'"),
+        ({"dropout": {"low": 0.0, "high": 0.5, "when": {"family": "transformer"}}}, "unknown value 'transformer'"),
+        ({"dropout": {"low": 0.0, "high": 0.5, "when": {"learning_rate": 0.1}}}, "not a float one"),
+        ({"dropout": {"low": 0.0, "high": 0.5, "when": {"dropout": 1}}}, "cannot depend on itself"),
+        ({"optimizer": {"choices": ["adam", "sgd"], "when": {"schedule": "cosine"}},
+          "schedule": {"choices": ["constant", "cosine"], "when": {"optimizer": "sgd"}}}, "cycle"),
+        ({"width": {"choices": [8], "per_layer": True}, "dropout": {"low": 0, "high": 0.1, "when": {"width": 8}}}, "declared per layer"),
+        ({"dropout": {"low": 0.0, "high": 0.5, "per_layer": True}}, "only width can differ per layer"),
+        ({"dropout": {"low": 0.0, "high": 0.5, "default": 2.0}}, "space.dropout.default: 2.0 is out of range"),
+        ({"dropout": {"low": 0.0, "high": 0.5, "step": 0.1}}, "unknown key 'step'"),
+        ({"width": {"choices": [8, 8]}}, "listed twice"),
+        ({"dropout": {"low": 0.0}}, "a range needs low and high"),
+        ({"norm": ["batch", "group"]}, "unknown value 'group'"),
+        ({"schedule": ["cosine", "step"]}, "unknown value 'step'"),
     ],
 )
 def test_bad_space_is_a_clear_error(space, message):
@@ -100,12 +196,12 @@ def test_overrides_are_typed():
     raw = apply_overrides({"search": {"evaluations": 5}}, ["search.evaluations=40", "data.path=/x.h5", "space.width=[8, 16]"])
     config = config_from_dict(raw)
     assert config.search.evaluations == 40 and config.data.path == "/x.h5"
-    assert config.space.genes[GENE_NAMES.index("width")].options == (8, 16)
+    assert config.space.gene("width").domain.options == (8, 16)
 
 
 def test_override_one_bound_of_a_default_range():
     config = config_from_dict(apply_overrides({}, ["space.depth.high=5"]))
-    assert config.space.genes[GENE_NAMES.index("depth")] == Range(1, 5, False, True)
+    assert config.space.gene("depth").domain == Range(1, 5, False, True)
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ from ..ga import GAParams
 from ..master import SearchSettings, SearchState, run_search
 from ..mpi_transport import MPIMasterTransport, MPIWorkerChannel, abort, first_error, world
 from ..protocol import InProcessTransport
-from ..space import GENE_NAMES, SearchSpace
+from ..space import SearchSpace
 from ..worker import serve, trainer_for
 from .local import take_device
 from .progress import Progress
@@ -84,7 +84,7 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
         except ConfigError as exc:
             raise ConfigError(f"{resume}: {exc}") from None
     stored = config_from_dict(info.config)
-    if config.space != stored.space or list(info.gene_names) != list(GENE_NAMES):
+    if config.space != stored.space or list(info.gene_names) != list(config.space.names):
         raise ConfigError(f"{resume}: the search space differs from the run's; a resumed run keeps its space")
     if config.search.mode != stored.search.mode:
         raise ConfigError(f"{resume}: search.mode is {config.search.mode!r}, but the run's is {stored.search.mode!r}; a resumed run keeps its mode")
@@ -231,7 +231,7 @@ def _master(
         state = SearchState.fresh(config.search.seed, config.ensemble.candidates)
         info = RunInfo(
             config=config.to_dict(),
-            gene_names=list(GENE_NAMES),
+            gene_names=list(config.space.names),
             data=data_facts(data, problem),
             val_y=data.arrays["val/y"].copy(),
             test_y=data.arrays["test/y"].copy(),
@@ -268,6 +268,7 @@ def _master(
         seed=config.search.seed,
         checkpoint_seconds=config.search.checkpoint_seconds,
         mode=config.search.mode,
+        objective=config.search.second_objective,
         early_stopping=config.search.early_stopping,
         warmup=config.search.early_stopping_warmup,
         eval_timeout=config.search.eval_timeout_seconds,
