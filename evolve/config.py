@@ -40,7 +40,8 @@ class DataConfig:
 @dataclass(frozen=True)
 class SearchConfig:
     evaluations: int = 40  # total networks trained, across resumes
-    mode: str = "async"  # "async" (steady state, no worker waits) or "generational" (a barrier per generation)
+    mode: str = "async"  # "async" (steady state, no worker waits), "generational" (a barrier per generation) or "nsga2"
+    second_objective: str = "params"  # nsga2's objective to minimise beside the fitness: "params" or "latency" (us per sample)
     population: int = 10
     seed: int = 0
     tournament: int = 3
@@ -105,7 +106,8 @@ _BOUNDS = {
     "ensemble.candidates": (1, 1024),
     "train.threads": (0, None),
 }
-_CHOICES = {"train.device": ("auto", "cpu", "cuda"), "ensemble.method": ("greedy", "top_k"), "search.mode": ("async", "generational")}
+_CHOICES = {"train.device": ("auto", "cpu", "cuda"), "ensemble.method": ("greedy", "top_k"), "search.mode": ("async", "generational", "nsga2"),
+            "search.second_objective": ("params", "latency")}
 
 
 def _type_name(t: type) -> str:

@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 
 from deap import base, tools
 from deap.tools import crossover as deap_crossover
+from deap.tools import emo as deap_emo
 from deap.tools import mutation as deap_mutation
 from deap.tools import selection as deap_selection
 
@@ -28,6 +29,12 @@ class Fitness(base.Fitness):
     """One objective, maximised: validation accuracy."""
 
     weights = (1.0,)
+
+
+class ParetoFitness(base.Fitness):
+    """Two objectives for NSGA-II: validation fitness, maximised, and a cost (parameters or latency), minimised."""
+
+    weights = (1.0, -1.0)
 
 
 class Individual(list):
@@ -41,6 +48,13 @@ class Individual(list):
         self.ident = ident
 
 
+def pareto_individual(genes, fitness: float, cost: float, ident: int) -> Individual:
+    """An individual with two objectives (see :class:`ParetoFitness`)."""
+    ind = Individual(genes, None, ident)
+    ind.fitness = ParetoFitness((float(fitness), float(cost)))
+    return ind
+
+
 @dataclass(frozen=True)
 class GAParams:
     population: int = 10
@@ -51,7 +65,9 @@ class GAParams:
 
 
 # The DEAP modules whose operators this search calls; each draws from the name ``random`` in its module.
-_DEAP_MODULES = (deap_selection, deap_crossover, deap_mutation)
+# (NSGA-II's selNSGA2, sortNondominated and assignCrowdingDist in ``emo`` draw nothing; it is listed so
+# that anything else called from there, such as selTournamentDCD, draws from the search's rng too.)
+_DEAP_MODULES = (deap_selection, deap_crossover, deap_mutation, deap_emo)
 
 
 @contextmanager
@@ -82,20 +98,25 @@ def breed_child(
     params: GAParams,
     is_new: Callable[[list[float]], bool] = lambda genome: True,
     attempts: int = 20,
+    select: Callable[[list[Individual], random.Random], tuple[Individual, Individual]] | None = None,
 ) -> tuple[list[float], tuple[int, int], str]:
     """A child of two tournament winners, the ids of its parents, and the operators that made it.
 
     The operators are "crossover", "mutation", both ("crossover+mutation"), or "copy" when
     neither changed the mother's genome. Tries up to ``attempts`` times for a child that
     ``is_new`` accepts (one that decodes to a network not trained before), then settles for
-    the last one.
+    the last one. ``select(population, rng)`` picks the two parents (default: DEAP's
+    ``selTournament`` of ``params.tournament`` on the single fitness).
     """
     if len(population) < 2:
         raise ValueError("breeding needs a population of at least two")
     tournament = min(params.tournament, len(population))
     with drawing_from(rng):
         for _ in range(attempts):
-            mother, father = tools.selTournament(population, 2, tournament)
+            if select is None:
+                mother, father = tools.selTournament(population, 2, tournament)
+            else:
+                mother, father = select(population, rng)
             child, other = list(mother), list(father)  # the operators work on any list; no fitness needed
             used = []
             if rng.random() < params.crossover_prob:
@@ -127,3 +148,38 @@ def admit(population: list[Individual], newcomer: Individual, capacity: int) -> 
         population[worst] = newcomer
         return leaving
     return newcomer
+
+
+def nsga2_survivors(pool: list[Individual], k: int) -> list[Individual]:
+    """NSGA-II's (mu + lambda) survival: DEAP's ``selNSGA2`` (fronts, then crowding distance) over ``pool``.
+
+    ``selNSGA2`` draws no random numbers; its ties go to the earlier individual in ``pool``,
+    so a caller that orders ``pool`` by id gets the same survivors whatever order results came in.
+    """
+    return tools.selNSGA2(pool, k)
+
+
+def pareto_ranks(population: list[Individual]) -> dict[int, tuple[int, float]]:
+    """Each individual's non-domination rank (0: not dominated) and crowding distance in its front, by id."""
+    ranks: dict[int, tuple[int, float]] = {}
+    for rank, front in enumerate(deap_emo.sortNondominated(population, len(population))):
+        deap_emo.assignCrowdingDist(front)
+        for ind in front:
+            ranks[ind.ident] = (rank, ind.fitness.crowding_dist)
+    return ranks
+
+
+def crowded_tournament(ranks: dict[int, tuple[int, float]]) -> Callable[[list[Individual], random.Random], tuple[Individual, Individual]]:
+    """NSGA-II's parent selection for :func:`breed_child`: two binary tournaments, each won by the lower
+    rank, then the larger crowding distance, then a coin from the search's rng."""
+
+    def one(population: list[Individual], rng: random.Random) -> Individual:
+        a, b = rng.sample(population, 2)
+        (rank_a, crowd_a), (rank_b, crowd_b) = ranks[a.ident], ranks[b.ident]
+        if rank_a != rank_b:
+            return a if rank_a < rank_b else b
+        if crowd_a != crowd_b:
+            return a if crowd_a > crowd_b else b
+        return a if rng.random() < 0.5 else b
+
+    return lambda population, rng: (one(population, rng), one(population, rng))

@@ -5,7 +5,8 @@ and an injected :class:`~evolve.protocol.Transport`, so the same loop runs over
 MPI, in one process in the tests, and under a simulator. It owns dispatch: the
 moment a worker returns a result it gets the next individual. What that
 individual is, a strategy decides (:mod:`evolve.strategy`: steady-state
-``async``, or ``generational`` with a barrier per generation).
+``async``, ``generational`` with a barrier per generation, or ``nsga2``: generational
+with a second objective).
 
 Every result becomes a :class:`Record`. A result that enters the hall of fame
 arrives whole (predictions and weights) and is kept there; the hall's entry bar
@@ -69,7 +70,8 @@ class SearchSettings:
     candidates: int  # hall of fame capacity
     seed: int
     checkpoint_seconds: float = 10.0
-    mode: str = "async"  # the strategy: "async" or "generational" (evolve.strategy)
+    mode: str = "async"  # the strategy: "async", "generational" or "nsga2" (evolve.strategy)
+    objective: str = "params"  # nsga2's second objective, minimised: "params" or "latency" (evolve.strategy.OBJECTIVES)
     early_stopping: bool = False  # the median stopping rule (evolve.early_stop); async mode only
     warmup: int = 2  # ... never before this many epochs
     eval_timeout: float = 0.0  # seconds a training may take; 0: no limit
@@ -107,10 +109,13 @@ def run_search(
     On a stop, the individuals still out are left in ``state.pending`` and are sent
     again first when the search resumes.
     """
-    strategy = make_strategy(settings.mode, space, settings.ga, state.rng, state.records, state.pending, state.strategy)
+    strategy = make_strategy(settings.mode, space, settings.ga, state.rng, state.records, state.pending, state.strategy,
+                             objective=settings.objective)
     # Early stopping follows results in the order they arrive, so a generational search (whose
     # results must not depend on that order) never uses it.
     rule = MedianRule(state.records) if settings.early_stopping and settings.mode == "async" else None
+    # Workers time inference only when the search needs it (ensemble.train.Watch.measure_latency).
+    measure_latency = settings.mode == "nsga2" and settings.objective == "latency"
     redo = deque(_redone(p) for p in state.pending)
     state.pending = []
     idle = deque(transport.workers)
@@ -154,6 +159,8 @@ def run_search(
             watch = {"time_limit": settings.eval_timeout}
             if rule is not None:
                 watch.update(stop_below=rule.bars(training.epochs), warmup=settings.warmup)
+            if measure_latency:
+                watch["measure_latency"] = True
             task = Task.build(individual.id, network, training, task_seed(settings.seed, individual.id), hall.entry_bar(), watch)
             transport.send(worker, task)
             inflight[worker] = (individual, task, clock(), wall_clock())

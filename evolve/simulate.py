@@ -77,7 +77,9 @@ class SimulatedWorkers:
         self.clock.now = max(self.clock.now, finish) + self.master_seconds
         self.last_finish = max(self.last_finish, finish)
         fitness = made_up_fitness(task)
-        return worker, Result(task.id, Evaluation("ok", fitness, {"val_accuracy": fitness}, 0.0, task.training["epochs"]))
+        size = float(task.network["depth"] * task.network["width"] ** 2)  # a made-up cost, for nsga2's second objective
+        metrics = {"val_accuracy": fitness, "params": size, "latency_us": size / 1e3}
+        return worker, Result(task.id, Evaluation("ok", fitness, metrics, 0.0, task.training["epochs"]))
 
     def stop(self) -> None:
         pass

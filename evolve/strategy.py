@@ -19,20 +19,32 @@ plain JSON values; :func:`make_strategy` rebuilds it from that and the records.
   next population is the best ``population`` of parents and children ((mu + lambda),
   ties to the earlier id). What a run computes depends on the seed alone, not on
   how many workers there are or in which order their results arrive.
+* ``nsga2`` (:class:`NSGA2`): generational too (the same barrier and the same
+  determinism), with two objectives: the validation fitness, maximised, and a cost,
+  minimised: the network's trainable parameters (``params``) or its measured inference
+  latency (``latency``, microseconds per sample). Parents are binary tournament winners on
+  Pareto rank, then crowding distance; the next population is DEAP's ``selNSGA2`` over
+  parents and children. The Pareto front over every successful evaluation so far is kept
+  as it grows (:class:`ParetoFront`) and stored with the strategy's state.
 """
 from __future__ import annotations
 
+import bisect
+import math
 import random
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
 from ensemble.specs import NetworkSpec, TrainSpec
 
-from .ga import GAParams, Individual, admit, breed_child, random_genome
+from .ga import (GAParams, Individual, admit, breed_child, crowded_tournament, nsga2_survivors, pareto_individual, pareto_ranks,
+                 random_genome)
 from .records import Pending, Record
 from .space import SearchSpace
 
-MODES = ("async", "generational")
+MODES = ("async", "generational", "nsga2")
+# NSGA-II's second objective (minimised) -> the evaluation metric that holds it (ensemble.train.train_and_evaluate).
+OBJECTIVES = {"params": "params", "latency": "latency_us"}
 
 
 @dataclass(frozen=True)
@@ -85,14 +97,14 @@ class _Breeder:
         genome = random_genome(self.rng, len(self.space))
         return self._proposal(genome, (-1, -1), "random", candidate_key(self.space, genome))
 
-    def child(self, population: list[Individual]) -> Proposal:
+    def child(self, population: list[Individual], select=None) -> Proposal:
         decoded = {}
 
         def is_new(genome) -> bool:
             decoded["last"] = candidate_key(self.space, genome)  # breed_child returns the genome it last asked about
             return decoded["last"] not in self.seen
 
-        genome, parents, operators = breed_child(population, self.rng, self.params, is_new=is_new)
+        genome, parents, operators = breed_child(population, self.rng, self.params, is_new=is_new, select=select)
         return self._proposal(genome, parents, operators, decoded["last"])
 
 
@@ -129,11 +141,12 @@ class Generational(_Breeder):
 
     def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict):
         super().__init__(space, params, rng, known)
-        self.population = [_individual(records[i]) for i in state.get("population", [])]
+        self.population = [self._member(records[i]) for i in state.get("population", [])]
         self.generation = int(state.get("generation", 0))
         self.queue = [Proposal.from_json(item, space) for item in state.get("queue", [])]
+        self.seen.update(candidate_key(space, p.genome) for p in self.queue)  # proposed, as before the stop
         self.outstanding = int(state.get("outstanding", 0))  # handed out, not yet told
-        self.told = [_individual(records[i]) for i in state.get("told", []) if records[i].status == "ok"]
+        self.told = [self._member(records[i]) for i in state.get("told", []) if self._eligible(records[i])]
         if not state:  # a new search: generation 0 is random
             self.queue = [self.random() for _ in range(params.population)]
 
@@ -145,18 +158,31 @@ class Generational(_Breeder):
 
     def tell(self, record: Record) -> None:
         self.outstanding -= 1
-        if record.status == "ok":
-            self.told.append(_individual(record))
+        if self._eligible(record):
+            self.told.append(self._member(record))
         if not self.queue and self.outstanding <= 0:
             self._next_generation()
 
+    def _eligible(self, record: Record) -> bool:
+        """May this result enter the population?"""
+        return record.status == "ok"
+
+    def _member(self, record: Record) -> Individual:
+        return _individual(record)
+
+    def _survivors(self, pool: list[Individual]) -> list[Individual]:
+        """The next population: the best ``population`` of parents and children, ties to the earlier id."""
+        return sorted(pool, key=lambda ind: (-ind.fitness.values[0], ind.ident))[: self.params.population]
+
+    def _breed(self) -> list[Proposal]:
+        return [self.child(self.population) for _ in range(self.params.population)]
+
     def _next_generation(self) -> None:
-        pool = sorted(self.population + self.told, key=lambda ind: (-ind.fitness.values[0], ind.ident))
-        self.population = pool[: self.params.population]
+        self.population = self._survivors(self.population + self.told)
         self.told, self.outstanding = [], 0
         self.generation += 1
         if len(self.population) >= 2:
-            self.queue = [self.child(self.population) for _ in range(self.params.population)]
+            self.queue = self._breed()
         else:  # too few networks have trained successfully to breed: start again at random
             self.queue = [self.random() for _ in range(self.params.population)]
 
@@ -167,13 +193,112 @@ class Generational(_Breeder):
             "generation": self.generation,
             "queue": [p.to_json() for p in self.queue],
             "outstanding": self.outstanding,
-            "told": [ind.ident for ind in self.told],
+            "told": sorted(ind.ident for ind in self.told),  # by id, not arrival: the state is the same on any number of workers
         }
 
 
+def objective_value(record: Record, objective: str) -> float | None:
+    """The second objective's value of a successful evaluation (see :data:`OBJECTIVES`); None if it has none."""
+    value = record.metrics.get(OBJECTIVES[objective]) if record.status == "ok" else None
+    return value if value is not None and math.isfinite(value) and math.isfinite(record.fitness) else None
+
+
+class ParetoFront:
+    """The non-dominated points so far on (fitness, maximised; cost, minimised), kept as they arrive.
+
+    The members are kept sorted by cost; along a non-dominated set the fitness then rises strictly
+    with the cost, so a newcomer is placed by bisection (O(log n)) and displaces a contiguous run
+    of members. Nothing is ever rescanned. Of two points with the same fitness and cost the one
+    with the lower id is kept, so the front does not depend on the order in which results arrive.
+    """
+
+    def __init__(self) -> None:
+        self._costs: list[float] = []
+        self._members: list[tuple[float, float, int]] = []  # (cost, fitness, id), by cost
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def add(self, ident: int, fitness: float, cost: float) -> bool:
+        """Offer a point; True if it joined the front (displacing the members it dominates)."""
+        at = bisect.bisect_right(self._costs, cost)
+        if at > 0:  # the member of the largest cost <= ``cost`` is the only one that may dominate the newcomer
+            c, f, other = self._members[at - 1]
+            if f >= fitness:
+                if (c, f) == (cost, fitness) and ident < other:
+                    self._members[at - 1] = (cost, fitness, ident)  # the same point, reached first by id
+                    return True
+                return False
+        low = bisect.bisect_left(self._costs, cost)
+        high = low
+        while high < len(self._members) and self._members[high][1] <= fitness:
+            high += 1  # costs at least as high, fitness no better: dominated by the newcomer
+        self._members[low:high] = [(cost, fitness, ident)]
+        self._costs[low:high] = [cost]
+        return True
+
+    def ids(self) -> list[int]:
+        """The members' ids, by cost (so by fitness too)."""
+        return [ident for _, _, ident in self._members]
+
+    def points(self) -> list[tuple[int, float, float]]:
+        """(id, fitness, cost) of each member, by cost."""
+        return [(ident, f, c) for c, f, ident in self._members]
+
+
+class NSGA2(Generational):
+    """``nsga2``: generational NSGA-II on (validation fitness, maximised; ``objective``, minimised).
+
+    Generation 0 is random; each later generation's children are bred from the population by
+    binary tournaments on Pareto rank, then crowding distance (uniform crossover and bounded
+    polynomial mutation as in the other modes), and the next population is DEAP's ``selNSGA2``
+    over parents and children ((mu + lambda)), fed in id order so that ties never depend on
+    arrival. Only successful evaluations that report the objective enter the population or
+    the front. The barrier, the queue and the determinism are :class:`Generational`'s.
+    """
+
+    mode = "nsga2"
+
+    def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict, objective: str = "params"):
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown second objective {objective!r} (known: {', '.join(OBJECTIVES)})")
+        if state and state.get("objective", objective) != objective:
+            raise ValueError(f"the run's second objective is {state.get('objective')!r}, not {objective!r}")
+        self.objective = objective
+        super().__init__(space, params, rng, records, known, state)
+        self.front = ParetoFront()
+        for i in state.get("front", []):
+            self.front.add(i, records[i].fitness, objective_value(records[i], objective))
+
+    def tell(self, record: Record) -> None:
+        cost = objective_value(record, self.objective)
+        if cost is not None:
+            self.front.add(record.id, record.fitness, cost)
+        super().tell(record)
+
+    def _eligible(self, record: Record) -> bool:
+        return objective_value(record, self.objective) is not None
+
+    def _member(self, record: Record) -> Individual:
+        return pareto_individual(record.genome, record.fitness, objective_value(record, self.objective), record.id)
+
+    def _survivors(self, pool: list[Individual]) -> list[Individual]:
+        return nsga2_survivors(sorted(pool, key=lambda ind: ind.ident), self.params.population)
+
+    def _breed(self) -> list[Proposal]:
+        select = crowded_tournament(pareto_ranks(self.population))
+        return [self.child(self.population, select) for _ in range(self.params.population)]
+
+    def to_state(self) -> dict:
+        return {**super().to_state(), "objective": self.objective, "front": self.front.ids()}
+
+
 def make_strategy(mode: str, space: SearchSpace, params: GAParams, rng: random.Random, records: list[Record],
-                  pending: list[Pending], state: dict) -> Strategy:
-    """The strategy ``mode`` names, carrying on from ``state`` (empty for a new search)."""
+                  pending: list[Pending], state: dict, objective: str = "params") -> Strategy:
+    """The strategy ``mode`` names, carrying on from ``state`` (empty for a new search).
+
+    ``objective`` is NSGA-II's second objective (a key of :data:`OBJECTIVES`); the other modes ignore it.
+    """
     if state and state.get("mode") != mode:
         raise ValueError(f"the run's strategy is {state.get('mode')!r}, not {mode!r}")
     by_id = {r.id: r for r in records}
@@ -182,4 +307,6 @@ def make_strategy(mode: str, space: SearchSpace, params: GAParams, rng: random.R
         return SteadyState(space, params, rng, by_id, known, state)
     if mode == "generational":
         return Generational(space, params, rng, by_id, known, state)
+    if mode == "nsga2":
+        return NSGA2(space, params, rng, by_id, known, state, objective)
     raise ValueError(f"unknown search mode {mode!r} (known: {', '.join(MODES)})")

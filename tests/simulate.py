@@ -17,7 +17,8 @@ VAL_Y, TEST_Y = np.array([0, 1, 1, 0]), np.array([1, 0, 1, 1, 0, 0])
 
 
 def landscape(task: Task) -> Evaluation:
-    """A smooth fitness over the decoded genes: prefers lr near 3e-3 and a deep, wide network.
+    """A smooth fitness over the decoded genes: prefers lr near 3e-3 and a deep, wide network (whose
+    ``params``, a made-up size, the nsga2 strategy minimises).
 
     Like a real worker, it attaches predictions and (small, made-up) weights only when the
     score clears the task's hall-of-fame entry bar.
@@ -25,7 +26,8 @@ def landscape(task: Task) -> Evaluation:
     net, tr = task.network, task.training
     score = 0.5 + 0.1 * net["depth"] / 3 + 0.1 * net["width"] / 128 - 0.05 * abs(math.log10(tr["learning_rate"]) + 2.5)
     score = min(max(score, 0.0), 1.0)
-    metrics = {"val_accuracy": score, "val_loss": -math.log(max(score, 1e-9)), "test_accuracy": score, "test_loss": 0.0}
+    metrics = {"val_accuracy": score, "val_loss": -math.log(max(score, 1e-9)), "test_accuracy": score, "test_loss": 0.0,
+               "params": float(net["depth"] * net["width"] ** 2)}  # a cost that grows with what the score prefers (nsga2)
     bars = task.watch.get("stop_below", ())
     curve = [score * (1 - 0.6 ** (e + 1)) for e in range(tr["epochs"])]  # rises towards the final score
     for e, bar in enumerate(bars[: tr["epochs"] - 1]):  # the median rule, as a worker applies it

@@ -36,12 +36,15 @@ def trace(state):
     return [(r.id, tuple(r.genome), r.parents, r.operators, r.fitness) for r in sorted(state.records, key=lambda r: r.id)]
 
 
-def test_generational_search_is_the_same_with_1_2_or_5_workers():
-    runs = [search(w, 40) for w in (1, 2, 5)]
+@pytest.mark.parametrize("mode", ["generational", "nsga2"])
+def test_generational_search_is_the_same_with_1_2_or_5_workers(mode):
+    runs = [search(w, 40, mode) for w in (1, 2, 5)]
     traces = [trace(state) for state, _ in runs]
     assert traces[0] == traces[1] == traces[2]
     assert runs[0][0].strategy == runs[1][0].strategy == runs[2][0].strategy  # same population, same generation
     assert runs[0][0].strategy["generation"] == 40 // 6
+    if mode == "nsga2":  # and the same Pareto front, from a population bred on two objectives
+        assert runs[0][0].strategy["front"] and sum(r.operators != "random" for r in runs[0][0].records) >= 25
 
 
 def test_generations_wait_for_each_other_and_breed_from_the_last_one():
@@ -64,7 +67,7 @@ def test_generational_keeps_the_best_of_parents_and_children():
     assert state.population == [r.id for r in by_fitness[:6]]  # (mu + lambda) with all of the past kept in the running
 
 
-@pytest.mark.parametrize("mode", ["async", "generational"])
+@pytest.mark.parametrize("mode", ["async", "generational", "nsga2"])
 def test_lineage_is_complete(mode):
     state, _ = search(3, 40, mode)
     records = state.by_id()
@@ -77,7 +80,7 @@ def test_lineage_is_complete(mode):
     assert sum(r.operators != "random" for r in state.records) >= 25
 
 
-@pytest.mark.parametrize("mode", ["async", "generational"])
+@pytest.mark.parametrize("mode", ["async", "generational", "nsga2"])
 def test_a_stop_and_resume_in_the_middle_marks_redone_individuals(tmp_path, mode):
     state = SearchState.fresh(0, candidates=3)
     clock = VirtualClock()

@@ -11,6 +11,7 @@ from ..checkpoint import RunInfo
 from ..early_stop import epochs_saved
 from ..master import SearchState
 from ..space import parse_space
+from ..strategy import OBJECTIVES
 from .rundir import checkpoint_path
 
 
@@ -70,6 +71,9 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
             "epochs_saved": epochs_saved(stopped, planned),
             "epochs_trained": sum(r.epochs_done for r in state.records),
         }
+    search = info.config.get("search", {})
+    if search.get("mode") == "nsga2":
+        summary["pareto"] = pareto_front(state, search.get("second_objective", "params"), space)
     if ok:
         best = max(ok, key=lambda r: (r.fitness, -r.id))
         summary["best"] = {
@@ -81,6 +85,56 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
             "genome": space.decode(best.genome),
         }
     return summary
+
+
+def pareto_front(state: SearchState, objective: str, space) -> list[dict]:
+    """The NSGA-II run's Pareto front over every successful evaluation (kept by the strategy), by fitness:
+    each member's id, fitness, second objective and network."""
+    records = state.by_id()
+    key = OBJECTIVES[objective]
+    front = []
+    for ident in state.strategy.get("front", []):
+        r = records[ident]
+        genome = space.decode(r.genome)
+        front.append({"id": r.id, "fitness": r.fitness, key: r.metrics[key], "network": describe(genome), "genome": genome})
+    return sorted(front, key=lambda m: (-m["fitness"], m["id"]))
+
+
+def describe(g: dict) -> str:
+    """A network and its training in a few words, from its active genes (:meth:`SearchSpace.decode`):
+    "cnn depth 2 width 64/32 silu k5 avg-pool batch-norm residual, adamw lr 0.00092 cosine warm-up 0.1, 11 epochs"."""
+    width = g["width"] if "width" in g else "/".join(str(g[f"width_{i}"]) for i in range(1, g["depth"] + 1))
+    words = [g["family"], f"depth {g['depth']}", f"width {width}"]
+    if g["family"] == "rnn":
+        words.append(f"{'bidirectional ' if g.get('bidirectional') else ''}{g.get('cell', 'gru')}")
+    else:
+        words.append(g.get("activation", "relu"))
+    if g["family"] == "cnn":
+        words += [f"k{g.get('kernel_size', 3)}", f"{g.get('pooling', 'max')}-pool"]
+    if g.get("norm", "none") != "none":
+        words.append(f"{g['norm']}-norm")
+    if g.get("residual"):
+        words.append("residual")
+    training = [g.get("optimizer", "adam"), f"lr {g['learning_rate']:.2g}"]
+    if g.get("schedule", "constant") != "constant":
+        training.append(g["schedule"].replace("_", "-"))
+    if g.get("warmup"):
+        training.append(f"warm-up {g['warmup']:.2g}")
+    return f"{' '.join(words)}, {' '.join(training)}, {g['epochs']} epochs"
+
+
+def format_pareto(front: list[dict], metric: str) -> list[str]:
+    """The Pareto front as a small table, best fitness first."""
+    key = "latency_us" if front and "latency_us" in front[0] else "params"
+    head = "val accuracy" if metric == "accuracy" else "val rmse"
+    cost = "params" if key == "params" else "us/sample"
+    lines = [f"pareto front ({len(front)} networks: {head} against {'parameters' if key == 'params' else 'inference latency'}):",
+             f"  {'id':>7}  {head:>12}  {cost:>10}  network"]
+    for m in front:
+        value = f"{m['fitness']:.4f}" if metric == "accuracy" else f"{-m['fitness']:.4g}"
+        c = f"{m[key]:,.0f}" if key == "params" else f"{m[key]:.4g}"
+        lines.append(f"  {'#' + str(m['id']):>7}  {value:>12}  {c:>10}  {m['network']}")
+    return lines
 
 
 def _scores_text(s: dict, metric: str) -> str:
@@ -113,13 +167,9 @@ def format_summary(s: dict) -> str:
     metric = s["metric"]
     if s["best"]:
         b = s["best"]
-        g = b["genome"]
-        kind = f"{'bidirectional ' if g['bidirectional'] else ''}{g['cell']}" if g["family"] == "rnn" else g["activation"]
-        lines.append(
-            f"best network #{b['id']}: {_scores_text(b, metric)}  "
-            f"({g['family']} depth {g['depth']} width {g['width']} {kind}, "
-            f"{g['optimizer']} lr {g['learning_rate']:.2g}, {g['epochs']} epochs)"
-        )
+        lines.append(f"best network #{b['id']}: {_scores_text(b, metric)}  ({describe(b['genome'])})")
+    if s.get("pareto"):
+        lines.extend(format_pareto(s["pareto"], metric))
     e = s["ensemble"]
     if e:
         members = ", ".join(f"#{i}" + (f" x{round(w * e['picks'])}" if round(w * e["picks"]) > 1 else "") for i, w in zip(e["members"], e["weights"]))
