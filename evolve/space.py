@@ -354,6 +354,8 @@ class SearchSpace:
 
     genes: tuple
     _plan: tuple = field(default=(), compare=False, repr=False)
+    _decoders: tuple = field(default=(), compare=False, repr=False)
+    _names: tuple = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         names = [g.name for g in self.genes]
@@ -374,11 +376,13 @@ class SearchSpace:
         plan = tuple(
             (i, tuple((position[other], frozenset(values)) for other, values in self.genes[i].conditions())) for i in order
         )
-        object.__setattr__(self, "_plan", plan)
+        object.__setattr__(self, "_plan", tuple((i, needs) for i, needs in plan if needs))  # conditional genes, in order
+        object.__setattr__(self, "_decoders", tuple(g.domain.decode for g in self.genes))
+        object.__setattr__(self, "_names", tuple(names))
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(g.name for g in self.genes)
+        return self._names
 
     def __len__(self) -> int:
         return len(self.genes)
@@ -390,12 +394,17 @@ class SearchSpace:
         raise KeyError(name)
 
     def _values(self, genome) -> tuple[list, list[bool]]:
+        """Each gene's decoded value, and whether it is active. On the master's path for every
+        child bred (the duplicate check), so kept lean: O(genes + conditions)."""
         if len(genome) != len(self.genes):
             raise ValueError(f"genome has {len(genome)} genes, the space has {len(self.genes)}")
-        values = [g.domain.decode(0.0 if u < 0.0 else 1.0 if u > 1.0 else float(u)) for g, u in zip(self.genes, genome)]
-        active = [False] * len(values)
+        values = [decode(0.0 if u < 0.0 else 1.0 if u > 1.0 else u) for decode, u in zip(self._decoders, genome)]
+        active = [True] * len(values)
         for i, needs in self._plan:
-            active[i] = all(active[j] and values[j] in allowed for j, allowed in needs)
+            for j, allowed in needs:
+                if not active[j] or values[j] not in allowed:
+                    active[i] = False
+                    break
         return values, active
 
     def active(self, genome) -> dict[str, bool]:
@@ -412,15 +421,27 @@ class SearchSpace:
         """Every gene's value, inactive genes at their defaults: two genomes with the same key train the
         same network. Cheap (no specs built), for the search's duplicate check."""
         values, active = self._values(genome)
-        return tuple(v if a else g.default for g, v, a in zip(self.genes, values, active))
+        for i, _ in self._plan:
+            if not active[i]:
+                values[i] = self.genes[i].default
+        return tuple(values)
 
     def specs(self, key: tuple) -> tuple[NetworkSpec, TrainSpec]:
-        """The network and training settings of a :meth:`key`."""
-        v = dict(zip(self.names, key))
-        widths = tuple(v[f"width_{i}"] for i in range(1, v["depth"] + 1)) if "width_1" in v else (v["width"],) * v["depth"]
-        network = NetworkSpec(width=widths[0], widths=widths, **{n: v[n] for n in _NETWORK})
+        """The network and training settings of a :meth:`key`, the network in its canonical form
+        (:meth:`NetworkSpec.canonical`, built directly: this is on the master's path for every task)."""
+        v = dict(zip(self._names, key))
+        family, depth = v["family"], v["depth"]
+        widths = tuple(v[f"width_{i}"] for i in range(1, depth + 1)) if "width_1" in v else (v["width"],) * depth
+        cnn, rnn = family == "cnn", family == "rnn"
+        uniform = rnn or widths.count(widths[0]) == depth
+        network = NetworkSpec(
+            family, depth, widths[0], "relu" if rnn else v["activation"], v["dropout"],
+            v["cell"] if rnn else "gru", v["bidirectional"] if rnn else False, () if uniform else widths,
+            v["kernel_size"] if cnn else 3, v["pooling"] if cnn else "max", "none" if rnn else v["norm"],
+            False if rnn else v["residual"],
+        )
         training = TrainSpec(**{n: v[n] for n in _TRAINING})
-        return network.canonical(), training
+        return network, training
 
     def candidate(self, genome) -> tuple[NetworkSpec, TrainSpec]:
         """The network and training settings a genome stands for."""

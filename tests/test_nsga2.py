@@ -279,3 +279,7 @@ def test_nsga2_run_end_to_end(tmp_path):
     assert front and all(m["latency_us"] > 0 and 0 <= m["fitness"] <= 1 for m in front)
     for m in front:
         assert not any(o["fitness"] >= m["fitness"] and o["latency_us"] <= m["latency_us"] and o is not m for o in front)
+    again = launch(3, evens_cmd() + ["run", "--resume", out, "--set", "search.second_objective=params", "--set", "search.evaluations=12"],
+                   timeout=60, cwd=ROOT)
+    assert again.returncode != 0 and "search.second_objective is 'params', but the run's is 'latency'" in again.stderr
+    assert "Traceback" not in again.stderr

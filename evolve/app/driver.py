@@ -86,8 +86,10 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
     stored = config_from_dict(info.config)
     if config.space != stored.space or list(info.gene_names) != list(config.space.names):
         raise ConfigError(f"{resume}: the search space differs from the run's; a resumed run keeps its space")
-    if config.search.mode != stored.search.mode:
-        raise ConfigError(f"{resume}: search.mode is {config.search.mode!r}, but the run's is {stored.search.mode!r}; a resumed run keeps its mode")
+    for key in ("mode", "second_objective"):
+        now, then = getattr(config.search, key), getattr(stored.search, key)
+        if now != then:
+            raise ConfigError(f"{resume}: search.{key} is {now!r}, but the run's is {then!r}; a resumed run keeps its {key.replace('_', ' ')}")
     return Prepared(config, resume, state, info)
 
 
