@@ -121,13 +121,13 @@ def breed_child(
             used = []
             if rng.random() < params.crossover_prob:
                 tools.cxUniform(child, other, 0.5)
-                if list(child) != list(mother):
+                if child != mother:
                     used.append("crossover")
-            before = list(child)
-            tools.mutPolynomialBounded(child, params.mutation_eta, 0.0, 1.0, params.mutation_prob)
-            if list(child) != before:
+            before = child[:]
+            tools.mutPolynomialBounded(child, params.mutation_eta, 0.0, 1.0, params.mutation_prob)  # stays in [0, 1]
+            if child != before:
                 used.append("mutation")
-            genome = [min(max(g, 0.0), 1.0) for g in child]
+            genome = child
             if is_new(genome):
                 break
     return genome, (mother.ident, father.ident), "+".join(used) or "copy"

@@ -348,6 +348,15 @@ def _check_conditions(genes: list[Gene]) -> None:
         visit(gene.name, [])
 
 
+def _decoder(domain: Choice | Range):
+    """``domain.decode`` for u in [0, 1], as a closure with no attribute lookups (a choice: one index)."""
+    if isinstance(domain, Choice):
+        options, n = domain.options, len(domain.options)
+        last = options[-1]
+        return lambda u: options[int(u * n)] if u < 1.0 else last
+    return domain.decode
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     """The genes in genome order; ``key`` turns a genome into the values that make its network."""
@@ -377,7 +386,7 @@ class SearchSpace:
             (i, tuple((position[other], frozenset(values)) for other, values in self.genes[i].conditions())) for i in order
         )
         object.__setattr__(self, "_plan", tuple((i, needs) for i, needs in plan if needs))  # conditional genes, in order
-        object.__setattr__(self, "_decoders", tuple(g.domain.decode for g in self.genes))
+        object.__setattr__(self, "_decoders", tuple(_decoder(g.domain) for g in self.genes))
         object.__setattr__(self, "_names", tuple(names))
 
     @property
