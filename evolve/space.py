@@ -95,10 +95,13 @@ DEFAULT_SPACE: dict = {
     "width": [16, 32, 64, 128],
     "activation": ["relu", "gelu", "silu", "tanh"],
     "dropout": {"low": 0.0, "high": 0.5},
-    "kernel_size": [3, 5],
-    "pooling": ["max", "avg"],
-    "norm": ["none", "batch", "layer"],
-    "residual": [False, True],
+    # The genes added with typed spaces are fixed at what the networks were before them (3x3 kernels,
+    # max pooling, batch norm in CNNs only, no residuals, a constant rate), so a config that leaves
+    # them out searches what it always did; a config opts in by declaring them.
+    "kernel_size": 3,
+    "pooling": "max",
+    "norm": {"choices": ["batch"], "default": "none", "when": {"family": ["cnn"]}},
+    "residual": False,
     "cell": ["gru", "lstm"],
     "bidirectional": [False, True],
     "learning_rate": {"low": 1e-4, "high": 3e-2, "log": True},
@@ -106,8 +109,8 @@ DEFAULT_SPACE: dict = {
     "epochs": {"low": 2, "high": 12},
     "optimizer": ["adam", "adamw", "sgd", "rmsprop"],
     "weight_decay": {"low": 1e-6, "high": 1e-2, "log": True},
-    "schedule": ["constant", "cosine", "one_cycle"],
-    "warmup": {"low": 0.0, "high": 0.2},
+    "schedule": "constant",
+    "warmup": 0.0,
 }
 assert tuple(DEFAULT_SPACE) == GENE_NAMES
 _NETWORK = ("family", "depth", "activation", "dropout", "kernel_size", "pooling", "norm", "residual", "cell", "bidirectional")

@@ -8,8 +8,10 @@ contenders interleaved seed by seed so that a noisy machine hurts them alike, an
   width for all layers, activation, dropout, learning rate, batch size, epochs, optimizer, weight
   decay), the new genes pinned to what the networks were then (3x3 kernels, max pooling, batch norm
   in CNNs only, no residuals, a constant learning rate), and no early stopping;
-* ``typed``: examples/digits.toml as shipped (per-layer widths, kernel size, pooling, norm,
-  residuals, schedules, warm-up, conditional weight decay) with early stopping on (the default).
+* ``typed``: examples/digits-typed.toml (per-layer widths, kernel size, batch or layer norm in
+  every family, weight decay only for AdamW) with early stopping on (the default);
+* ``classic+es`` and ``typed-es``: the same spaces with early stopping switched the other way, to
+  tell the space's part from early stopping's.
 
 Same number of evaluations, same seeds. Prints a table (mean and spread of the best network's
 validation and test accuracy, the ensemble's test accuracy, wall time) and one JSON line::
@@ -50,7 +52,7 @@ warmup = 0.0
 
 
 def classic_config(folder: str) -> str:
-    """examples/digits.toml with the classic space in place of its own."""
+    """examples/digits.toml's sections with the classic space spelled out (the new genes pinned)."""
     with open(os.path.join(ROOT, "examples", "digits.toml")) as f:
         text = f.read()
     path = os.path.join(folder, "classic.toml")
@@ -79,7 +81,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--evaluations", type=int, default=40)
     parser.add_argument("--ranks", type=int, default=4)
-    parser.add_argument("--typed", default=os.path.join(ROOT, "examples", "digits.toml"), help="the typed contender's config")
+    parser.add_argument("--typed", default=os.path.join(ROOT, "examples", "digits-typed.toml"), help="the typed contender's config")
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--contenders", default="classic,typed", help="from classic, typed, classic+es, typed-es")
     args = parser.parse_args()

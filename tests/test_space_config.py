@@ -40,7 +40,9 @@ def test_decode_gives_the_active_genes_and_key_every_gene():
     assert len(space.key([0.5] * len(space))) == len(space)
     network, training = space.candidate([0.99] * len(space))
     assert network.family == "rnn" and network.cell == "lstm" and network.bidirectional and training.optimizer == "rmsprop"
-    assert training.schedule == "one_cycle" and network.norm == "none" and not network.residual  # norm/residual: not for rnn
+    assert training.schedule == "constant" and network.norm == "none" and not network.residual  # the classic genes by default
+    cnn = space.candidate([0.5] * len(space))[0]
+    assert cnn.norm == "batch" and cnn.kernel_size == 3 and cnn.pooling == "max"  # ... as CNNs were before typed genes
 
 
 SHAPES = [(64,), (3, 100), (1, 8, 8)]
