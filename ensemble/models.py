@@ -80,16 +80,20 @@ def _cnn(spec: NetworkSpec, sample_shape: tuple[int, ...], outputs: int) -> nn.M
     dims = len(spatial)
     conv, adaptive = {1: (nn.Conv1d, nn.AdaptiveAvgPool1d), 2: (nn.Conv2d, nn.AdaptiveAvgPool2d)}[dims]
     pool = {"max": {1: nn.MaxPool1d, 2: nn.MaxPool2d}, "avg": {1: nn.AvgPool1d, 2: nn.AvgPool2d}}.get(spec.pooling, {}).get(dims)
-    # k // 2 on each side: an odd kernel keeps the size, an even one adds a position (the adaptive pool evens it out).
-    padding = spec.kernel_size // 2
+    # Every conv keeps the map's size: an odd kernel pads k // 2 on each side (the classic 3x3 network's exact
+    # layers); an even one pads (k - 1) // 2 before and k // 2 after, by an explicit zero-pad layer.
+    k = spec.kernel_size
+    padding = k // 2 if k % 2 else 0
+    pad_even = {1: lambda: nn.ConstantPad1d(((k - 1) // 2, k // 2), 0.0),
+                2: lambda: nn.ZeroPad2d(((k - 1) // 2, k // 2, (k - 1) // 2, k // 2))}[dims]
     layers: list[nn.Module] = [ChannelsLast()] if dims == 2 else []
     for width in spec.layer_widths:
-        block = [conv(channels, width, spec.kernel_size, padding=padding), *_norm(spec.norm, width, dims), ACTIVATIONS[spec.activation]()]
+        block = [*([] if k % 2 else [pad_even()]), conv(channels, width, k, padding=padding), *_norm(spec.norm, width, dims),
+                 ACTIVATIONS[spec.activation]()]
         if spec.residual:
             shortcut = nn.Identity() if channels == width else conv(channels, width, 1, bias=False)
             block = [Residual(nn.Sequential(*block), shortcut)]
         layers += block
-        spatial = [s + 1 - spec.kernel_size % 2 for s in spatial]
         if pool is not None and min(spatial) >= 2:  # halve while there is something to halve
             layers.append(pool(2))
             spatial = [s // 2 for s in spatial]

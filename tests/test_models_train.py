@@ -150,6 +150,8 @@ from evolve.space import parse_space  # noqa: E402
 
 SMALL_SPACE = parse_space({
     "depth": {"low": 1, "high": 3}, "width": {"choices": [3, 4, 6], "per_layer": True}, "epochs": 1, "batch_size": 16,
+    "kernel_size": [1, 2, 3, 4], "pooling": ["max", "avg", "none"], "norm": ["none", "batch", "layer"], "residual": [False, True],
+    "schedule": ["constant", "cosine", "one_cycle"], "warmup": {"low": 0.0, "high": 0.3},
 })
 
 
@@ -178,7 +180,12 @@ def test_architecture_genes_shape_the_network():
     mlp = build_network(NetworkSpec("mlp", 2, 16, norm="batch", residual=True), (12,), 3)
     assert sum(isinstance(m, torch.nn.BatchNorm1d) for m in mlp.modules()) == 2 and sum(type(m).__name__ == "Residual" for m in mlp.modules()) == 2
     none = build_network(NetworkSpec("cnn", 3, 4, pooling="none", kernel_size=4), (1, 8, 8), 3)
-    assert none(torch.randn(2, 1, 8, 8)).shape == (2, 3)  # an even kernel grows the map by one per layer; no pooling
+    assert none(torch.randn(2, 1, 8, 8)).shape == (2, 3)
+    maps = none[:-3](torch.randn(2, 1, 8, 8))  # before the head: an even kernel keeps the map's size, as an odd one does
+    assert maps.shape == (2, 4, 8, 8)
+    for k, shape in ((2, (1, 8, 8)), (4, (2, 9))):
+        net = build_network(NetworkSpec("cnn", 2, 4, kernel_size=k, residual=True, pooling="none"), shape, 3)
+        assert net(torch.randn(3, *shape)).shape == (3, 3)
 
 
 def test_old_specs_build_the_same_layers():
