@@ -312,7 +312,7 @@ def _parse_gene(name: str, spec) -> list[Gene]:
 
 def _expand(genes: list[Gene], depth: Gene) -> list[Gene]:
     """Per-layer genes become one gene per layer (``width_1`` ... ``width_<max depth>``)."""
-    deepest = max(depth.domain.values()) if depth.domain.values() is not None else int(depth.domain.high)
+    deepest = max(depth.domain.values())  # depth is an int gene: its values are finite
     out = []
     for gene in genes:
         if not gene.per_layer:

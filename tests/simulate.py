@@ -10,6 +10,7 @@ from ensemble.hall_of_fame import clears
 from ensemble.problem import Classification
 from ensemble.results import Evaluation
 from evolve.protocol import Result, Task, delivered, evaluate_safely, want_all
+from evolve.simulate import VirtualClock
 
 VAL_SHAPE, TEST_SHAPE = (4, 2), (6, 2)
 PROBLEM = Classification(2)
@@ -40,14 +41,6 @@ def landscape(task: Task) -> Evaluation:
         ev.test_pred = rng.dirichlet(np.ones(2), TEST_SHAPE[0]).astype(np.float32)
         ev.weights = {"0.weight": rng.normal(size=(3, 2)).astype(np.float32), "1.num_batches_tracked": np.array(task.id, dtype=np.int64)}
     return ev
-
-
-class VirtualClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class SimulatedTransport:
