@@ -10,6 +10,7 @@ which) comes back whole: predictions and weights.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -26,6 +27,26 @@ from .specs import NetworkSpec, TrainSpec
 
 EVAL_BATCH = 4096
 SPLITS = ("train", "val", "test")
+# How a worker does its float arithmetic (the config's ``train.precision``):
+#   fp32: IEEE float32 everywhere (matrix units' TF32 off, convolutions included);
+#   tf32: float32 tensors, with matrix products and convolutions on a GPU's TF32 units (Ampere
+#         and newer; 10 mantissa bits in the products, float32 sums); the same as fp32 on a CPU;
+#   bf16: float32 weights and optimizer, forward passes under bfloat16 autocast (no loss
+#         scaling needed: bfloat16 has float32's range). Softmax, losses and scores stay float32.
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+def set_precision(precision: str) -> None:
+    """Set this process's float32 matrix arithmetic for ``precision`` (torch keeps it process-wide)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r} (known: {', '.join(PRECISIONS)})")
+    mode = "tf32" if precision == "tf32" else "ieee"
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9
+        torch.backends.cuda.matmul.fp32_precision = mode
+        torch.backends.cudnn.conv.fp32_precision = mode
+    else:  # pragma: no cover - older torch
+        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
+        torch.backends.cudnn.allow_tf32 = mode == "tf32"
 
 
 class Head:
@@ -74,19 +95,29 @@ class DeviceData:
     x: dict[str, torch.Tensor]
     y: dict[str, np.ndarray]
     fit_target: torch.Tensor
+    precision: str = "fp32"
+
+    def autocast(self):
+        """The context forward passes run in: bfloat16 autocast for ``bf16``, else nothing."""
+        if self.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
         return tuple(self.x["train"].shape[1:])
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], problem: Problem, device: torch.device | str = "cpu") -> DeviceData:
-        """Wrap ``{"train/x": ..., "train/y": ..., "val/x": ...}`` for ``problem`` on ``device``."""
+    def from_arrays(cls, arrays: dict[str, np.ndarray], problem: Problem, device: torch.device | str = "cpu",
+                    precision: str = "fp32") -> DeviceData:
+        """Wrap ``{"train/x": ..., "train/y": ..., "val/x": ...}`` for ``problem`` on ``device``,
+        and set the process's arithmetic for ``precision`` (:data:`PRECISIONS`)."""
+        set_precision(precision)
         device = torch.device(device)
         head = Head(problem, device)
         x = {s: torch.from_numpy(arrays[f"{s}/x"]).to(device) for s in SPLITS}
         y = {s: arrays[f"{s}/y"] for s in SPLITS}
-        return cls(problem, head, device, x, y, head.fit_target(y["train"]).to(device))
+        return cls(problem, head, device, x, y, head.fit_target(y["train"]).to(device), precision)
 
 
 def as_float(x: torch.Tensor) -> torch.Tensor:
@@ -174,7 +205,9 @@ def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: 
             if deadline is not None and time.monotonic() > deadline:
                 return "timeout", epoch
             index = order[start : start + spec.batch_size]
-            loss = data.head.loss(model(as_float(x[index])), target[index])
+            with data.autocast():
+                out = model(as_float(x[index]))
+            loss = data.head.loss(out.float(), target[index])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -188,10 +221,18 @@ def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: 
 
 
 @torch.no_grad()
-def predict(model: torch.nn.Module, head: Head, x: torch.Tensor, batch_size: int = EVAL_BATCH) -> torch.Tensor:
-    """Predictions (probabilities or target values), float32 (N, outputs), in batches, in eval mode."""
+def predict(model: torch.nn.Module, head: Head, x: torch.Tensor, batch_size: int = EVAL_BATCH,
+            autocast=contextlib.nullcontext) -> torch.Tensor:
+    """Predictions (probabilities or target values), float32 (N, outputs), in batches, in eval mode.
+
+    ``autocast`` makes the context each forward pass runs in (``DeviceData.autocast``)."""
     model.eval()
-    return torch.cat([head.predictions(model(as_float(x[i : i + batch_size]))) for i in range(0, x.shape[0], batch_size)])
+    out = []
+    for i in range(0, x.shape[0], batch_size):
+        with autocast():
+            raw = model(as_float(x[i : i + batch_size]))
+        out.append(head.predictions(raw))
+    return torch.cat(out)
 
 
 def state_arrays(model: torch.nn.Module) -> dict[str, np.ndarray]:
@@ -227,7 +268,7 @@ def train_and_evaluate(
 
     def on_epoch(epochs_done: int) -> bool:
         """The median stopping rule: carry on unless below the bar, past the warm-up."""
-        pred = predict(model, data.head, data.x["val"]).cpu().numpy()
+        pred = predict(model, data.head, data.x["val"], autocast=data.autocast).cpu().numpy()
         last_val.clear()
         last_val.update(data.problem.scores(pred, data.y["val"]) if np.isfinite(pred).all() else {})
         fitness = data.problem.fitness(last_val) if last_val else -math.inf
@@ -246,7 +287,7 @@ def train_and_evaluate(
         return Evaluation("timeout", -math.inf, {}, time.perf_counter() - start, epochs, message, curve=curve)
     preds = {}
     if status == "ok":
-        preds = {s: predict(model, data.head, data.x[s]).cpu().numpy() for s in ("val", "test")}
+        preds = {s: predict(model, data.head, data.x[s], autocast=data.autocast).cpu().numpy() for s in ("val", "test")}
         if not all(np.isfinite(p).all() for p in preds.values()):
             status = "diverged"
     if data.device.type == "cuda":
@@ -267,7 +308,8 @@ def train_and_evaluate(
                 if data.device.type == "cuda":
                     torch.cuda.synchronize(data.device)
                 began = time.perf_counter()
-                model(batch)
+                with data.autocast():
+                    model(batch)
                 if data.device.type == "cuda":
                     torch.cuda.synchronize(data.device)
                 if repeat:

@@ -65,6 +65,7 @@ class EnsembleConfig:
 class TrainConfig:
     device: str = "auto"  # "auto", "cpu" or "cuda"
     threads: int = 0  # torch CPU threads per worker; 0 divides the node's cores among its ranks
+    precision: str = "fp32"  # "fp32", "tf32" (GPU matrix units) or "bf16" (autocast); see docs/gpu.md
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ _BOUNDS = {
     "ensemble.candidates": (1, 1024),
     "train.threads": (0, None),
 }
-_CHOICES = {"train.device": ("auto", "cpu", "cuda"), "ensemble.method": ("greedy", "top_k"), "search.mode": ("async", "generational", "nsga2"),
+_CHOICES = {"train.device": ("auto", "cpu", "cuda"), "train.precision": ("fp32", "tf32", "bf16"), "ensemble.method": ("greedy", "top_k"), "search.mode": ("async", "generational", "nsga2"),
             "search.second_objective": ("params", "latency")}
 
 

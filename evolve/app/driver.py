@@ -125,7 +125,7 @@ def check_same_data(info: RunInfo, data: SharedDataset, problem: Problem) -> Non
 def setup_trainer(config: Config, data: SharedDataset, problem: Problem, local_index: int, ranks_here: int) -> DeviceData:
     """Pick this rank's device and threads and put the data there (a GPU copy, or the shared host copy)."""
     device = take_device(config.train.device, local_index, ranks_here, config.train.threads)
-    return DeviceData.from_arrays(data.arrays, problem, device)
+    return DeviceData.from_arrays(data.arrays, problem, device, config.train.precision)
 
 
 class StopFlag:

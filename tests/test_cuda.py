@@ -1,0 +1,71 @@
+"""The CUDA paths: device choice, data resident on the GPU, mixed precision, predicting with a stored
+ensemble. Skipped where no GPU is visible (CI has none); run on a GPU machine with
+``python -m pytest tests/test_cuda.py``."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import blob_splits
+from ensemble.device import choose_device
+from ensemble.predict import load_ensemble
+from ensemble.problem import Classification
+from ensemble.specs import NetworkSpec, TrainSpec
+from ensemble.train import DeviceData, set_precision, train_and_evaluate
+from test_store_predict import FAMILIES, stored_run
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")
+
+
+def arrays_for(shape):
+    splits = blob_splits(shape, (400, 100, 100))
+    return {f"{s}/{k}": v for s, xy in splits.items() for k, v in zip("xy", xy)}
+
+
+def test_choose_device_binds_node_local_ranks_round_robin():
+    count = torch.cuda.device_count()
+    for local in range(2 * count):
+        device = choose_device(local, "auto")
+        assert device == torch.device("cuda", local % count) and torch.cuda.current_device() == local % count
+    assert choose_device(0, "cpu") == torch.device("cpu")
+    torch.cuda.set_device(0)
+
+
+def test_data_lives_on_the_gpu_and_the_labels_stay_on_the_host():
+    data = DeviceData.from_arrays(arrays_for((1, 8, 8)), Classification(3), "cuda")
+    assert all(t.is_cuda for t in data.x.values()) and data.fit_target.is_cuda
+    assert all(isinstance(y, np.ndarray) for y in data.y.values())
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])
+@pytest.mark.parametrize("shape,spec", [((12,), NetworkSpec("mlp", 2, 32)), ((1, 8, 8), NetworkSpec("cnn", 2, 16, residual=True)),
+                                        ((2, 16), NetworkSpec("rnn", 2, 16, cell="lstm"))])
+def test_gpu_training_learns_like_the_cpu_in_every_precision(precision, shape, spec):
+    arrays = arrays_for(shape)
+    training = TrainSpec(1e-2, 32, 6)
+    cpu = train_and_evaluate(spec, training, DeviceData.from_arrays(arrays, Classification(3), "cpu"), seed=1)
+    gpu = train_and_evaluate(spec, training, DeviceData.from_arrays(arrays, Classification(3), "cuda", precision), seed=1)
+    set_precision("fp32")
+    assert cpu.status == gpu.status == "ok"
+    assert gpu.metrics["val_accuracy"] > 0.9 and abs(gpu.metrics["val_accuracy"] - cpu.metrics["val_accuracy"]) < 0.05
+    assert gpu.val_pred.dtype == np.float32 and np.allclose(gpu.val_pred.sum(axis=1), 1, atol=1e-5)
+    assert all(w.dtype == np.float32 for w in gpu.weights.values() if w.dtype.kind == "f")
+
+
+def test_gpu_latency_is_measured():
+    data = DeviceData.from_arrays(arrays_for((12,)), Classification(3), "cuda")
+    from ensemble.train import Watch
+    ev = train_and_evaluate(NetworkSpec("mlp", 1, 16), TrainSpec(1e-2, 32, 1), data, seed=0, watch=Watch(measure_latency=True))
+    assert ev.status == "ok" and 0 < ev.metrics["latency_us"] < 1e4
+
+
+@pytest.mark.parametrize("shape", list(FAMILIES))
+def test_a_stored_ensemble_predicts_the_same_on_the_gpu_as_on_the_cpu(tmp_path, shape):
+    set_precision("fp32")
+    path, stored, arrays = stored_run(tmp_path, shape, FAMILIES[shape])
+    on_cpu = load_ensemble(path, device="cpu").predict(arrays["test/x"])
+    gpu = load_ensemble(path, device="cuda")
+    assert gpu.device.type == "cuda"
+    on_gpu = gpu.predict(arrays["test/x"])
+    assert on_gpu.keys() == on_cpu.keys()
+    np.testing.assert_array_equal(on_gpu["label"], on_cpu["label"])
+    np.testing.assert_allclose(on_gpu["probabilities"], on_cpu["probabilities"], atol=1e-4)
