@@ -1,4 +1,4 @@
-"""A steady-state genetic algorithm built from DEAP's operators.
+"""A steady-state genetic algorithm with DEAP's operators.
 
 Asynchronous search needs no generations: whenever a worker is free, a child is
 bred from the current population (tournament selection, uniform crossover,
@@ -6,10 +6,17 @@ bounded polynomial mutation), and whenever a result arrives it may replace the
 population's worst member. Replacing only the worst, and only by something
 better, is elitist: the best individual found so far is never lost.
 
-DEAP's operators draw from the global :mod:`random` module. So that the search
-is reproducible and its state can be checkpointed, every call here runs them
-inside :func:`drawing_from`, which points them at the search's own
-``random.Random`` and leaves the global state alone.
+Breeding is on the master's path for every evaluation, so :func:`breed_child`
+runs DEAP's ``selTournament``, ``cxUniform`` and ``mutPolynomialBounded`` as
+lean inline copies: the same arithmetic and the same draws, in the same order,
+from the search's own ``random.Random`` (the tests hold them to DEAP's results,
+bit for bit), without DEAP's per-call overhead or its fitness objects. An
+:class:`Individual` keeps its fitness as a plain float and builds DEAP's
+fitness object only when DEAP's own code asks for it (NSGA-II's sorting).
+
+DEAP's operators draw from the global :mod:`random` module. Wherever DEAP's
+own code is called, it runs inside :func:`drawing_from`, which points it at
+the search's ``random.Random`` and leaves the global state alone.
 """
 from __future__ import annotations
 
@@ -38,18 +45,35 @@ class ParetoFitness(base.Fitness):
 
 
 class Individual(list):
-    """A genome (floats in [0, 1]) with a DEAP fitness and the id of its evaluation record."""
+    """A genome (floats in [0, 1]) with its fitness and the id of its evaluation record.
+
+    ``value`` is the fitness as a float (None: not evaluated). ``fitness``, DEAP's view of it
+    (a :class:`Fitness`, or a :class:`ParetoFitness` set by :func:`pareto_individual`), is
+    built the first time it is asked for: the single-objective search never needs it.
+    """
+
+    __slots__ = ("value", "ident", "_fitness")
 
     def __init__(self, genes=(), value: float | None = None, ident: int = -1):
-        super().__init__(float(g) for g in genes)
-        self.fitness = Fitness()
-        if value is not None:
-            self.fitness.values = (float(value),)
+        super().__init__(map(float, genes))
+        self.value = None if value is None else float(value)
         self.ident = ident
+        self._fitness = None
+
+    @property
+    def fitness(self) -> base.Fitness:
+        if self._fitness is None:
+            self._fitness = Fitness() if self.value is None else Fitness((self.value,))
+        return self._fitness
+
+    @fitness.setter
+    def fitness(self, fitness: base.Fitness) -> None:
+        self._fitness = fitness
+        self.value = fitness.values[0] if fitness.valid else None
 
 
 def pareto_individual(genes, fitness: float, cost: float, ident: int) -> Individual:
-    """An individual with two objectives (see :class:`ParetoFitness`)."""
+    """An individual with two objectives (see :class:`ParetoFitness`); ``value`` is the first."""
     ind = Individual(genes, None, ident)
     ind.fitness = ParetoFitness((float(fitness), float(cost)))
     return ind
@@ -92,6 +116,50 @@ def random_genome(rng: random.Random, length: int) -> list[float]:
     return [rng.random() for _ in range(length)]
 
 
+def tournament(population: list[Individual], rng: random.Random, size: int) -> Individual:
+    """DEAP's ``selTournament`` for one winner: ``size`` aspirants drawn with replacement
+    (``rng.choice``), the first of the fittest wins."""
+    choice = rng.choice
+    best = choice(population)
+    for _ in range(size - 1):
+        aspirant = choice(population)
+        if aspirant.value > best.value:
+            best = aspirant
+    return best
+
+
+def uniform_crossover(mother, father, rng: random.Random, swap: float = 0.5) -> list[float]:
+    """The first child of DEAP's ``cxUniform(mother, father, swap)``: each gene from the father with
+    probability ``swap`` (one draw per gene, in order)."""
+    r = rng.random
+    return [f if r() < swap else m for m, f in zip(mother, father)]
+
+
+def polynomial_mutation(genome: list[float], rng: random.Random, eta: float, indpb: float) -> bool:
+    """DEAP's ``mutPolynomialBounded(genome, eta, 0.0, 1.0, indpb)`` in place, the same arithmetic and
+    the same draws; True if any gene changed."""
+    r = rng.random
+    power, mut_pow = eta + 1, 1.0 / (eta + 1.0)
+    changed = False
+    for i, x in enumerate(genome):
+        if r() <= indpb:
+            rand = r()
+            if rand < 0.5:
+                xy = 1.0 - x  # 1 - delta_1, with delta_1 = (x - 0) / (1 - 0) = x exactly
+                val = 2.0 * rand + (1.0 - 2.0 * rand) * xy ** power
+                delta_q = val ** mut_pow - 1.0
+            else:
+                xy = 1.0 - (1.0 - x)  # 1 - delta_2, with delta_2 = (1 - x) / (1 - 0)
+                val = 2.0 * (1.0 - rand) + 2.0 * (rand - 0.5) * xy ** power
+                delta_q = 1.0 - val ** mut_pow
+            y = x + delta_q  # x + delta_q * (1 - 0)
+            y = 0.0 if y < 0.0 else 1.0 if y > 1.0 else y  # min(max(y, 0), 1)
+            if y != x:
+                genome[i] = y
+                changed = True
+    return changed
+
+
 def breed_child(
     population: list[Individual],
     rng: random.Random,
@@ -105,49 +173,47 @@ def breed_child(
     The operators are "crossover", "mutation", both ("crossover+mutation"), or "copy" when
     neither changed the mother's genome. Tries up to ``attempts`` times for a child that
     ``is_new`` accepts (one that decodes to a network not trained before), then settles for
-    the last one. ``select(population, rng)`` picks the two parents (default: DEAP's
-    ``selTournament`` of ``params.tournament`` on the single fitness).
+    the last one. ``select(population, rng)`` picks the two parents (default: two tournaments
+    of ``params.tournament`` on the single fitness, as DEAP's ``selTournament(population, 2, size)``).
     """
     if len(population) < 2:
         raise ValueError("breeding needs a population of at least two")
-    tournament = min(params.tournament, len(population))
-    with drawing_from(rng):
-        for _ in range(attempts):
-            if select is None:
-                mother, father = tools.selTournament(population, 2, tournament)
-            else:
-                mother, father = select(population, rng)
-            child, other = list(mother), list(father)  # the operators work on any list; no fitness needed
-            used = []
-            if rng.random() < params.crossover_prob:
-                tools.cxUniform(child, other, 0.5)
-                if child != mother:
-                    used.append("crossover")
-            before = child[:]
-            tools.mutPolynomialBounded(child, params.mutation_eta, 0.0, 1.0, params.mutation_prob)  # stays in [0, 1]
-            if child != before:
-                used.append("mutation")
-            genome = child
-            if is_new(genome):
-                break
-    return genome, (mother.ident, father.ident), "+".join(used) or "copy"
+    size = min(params.tournament, len(population))
+    crossover_prob, eta, indpb = params.crossover_prob, params.mutation_eta, params.mutation_prob
+    r = rng.random
+    for _ in range(attempts):
+        if select is None:
+            mother = tournament(population, rng, size)
+            father = tournament(population, rng, size)
+        else:
+            mother, father = select(population, rng)
+        crossed = r() < crossover_prob
+        child = uniform_crossover(mother, father, rng) if crossed else list(mother)
+        crossed = crossed and child != mother
+        mutated = polynomial_mutation(child, rng, eta, indpb)
+        if is_new(child):
+            break
+    operators = "crossover+mutation" if crossed and mutated else "crossover" if crossed else "mutation" if mutated else "copy"
+    return child, (mother.ident, father.ident), operators
 
 
 def admit(population: list[Individual], newcomer: Individual, capacity: int) -> Individual | None:
     """Steady-state replacement: fill up to ``capacity``, then replace the worst if the newcomer is better.
 
-    Returns the individual that left (the replaced one, or the newcomer itself if it was
-    not good enough), or None if the population simply grew.
+    The worst is the lowest fitness, the latest id among equals. Returns the individual that left
+    (the replaced one, or the newcomer itself if it was not good enough), or None if the population
+    simply grew.
     """
     if len(population) < capacity:
         population.append(newcomer)
         return None
-    worst = min(range(len(population)), key=lambda i: (population[i].fitness, -population[i].ident))
-    if newcomer.fitness > population[worst].fitness:
-        leaving = population[worst]
-        population[worst] = newcomer
-        return leaving
-    return newcomer
+    lowest = min(ind.value for ind in population)
+    if not newcomer.value > lowest:
+        return newcomer
+    worst = max((i for i, ind in enumerate(population) if ind.value == lowest), key=lambda i: population[i].ident)
+    leaving = population[worst]
+    population[worst] = newcomer
+    return leaving
 
 
 def nsga2_survivors(pool: list[Individual], k: int) -> list[Individual]:

@@ -172,7 +172,7 @@ class Generational(_Breeder):
 
     def _survivors(self, pool: list[Individual]) -> list[Individual]:
         """The next population: the best ``population`` of parents and children, ties to the earlier id."""
-        return sorted(pool, key=lambda ind: (-ind.fitness.values[0], ind.ident))[: self.params.population]
+        return sorted(pool, key=lambda ind: (-ind.value, ind.ident))[: self.params.population]
 
     def _breed(self) -> list[Proposal]:
         return [self.child(self.population) for _ in range(self.params.population)]

@@ -75,3 +75,28 @@ def test_operators_name_what_changed_the_child():
     only_crossover = {breed_child(pop, rng, GAParams(crossover_prob=1.0, mutation_prob=0.0), attempts=1)[2] for _ in range(20)}
     assert only_crossover <= {"crossover", "copy"} and "crossover" in only_crossover
     assert {breed_child(pop, rng, GAParams(crossover_prob=0.0, mutation_prob=0.0), attempts=1)[2] for _ in range(5)} == {"copy"}
+
+
+@settings(max_examples=60)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 24), st.integers(2, 12), st.sampled_from([0.0, 0.3, 1.0]), st.sampled_from([1.5, 8.0, 20]))
+def test_the_inline_operators_draw_and_compute_exactly_what_deaps_do(seed, genes, size, indpb, eta):
+    """breed_child's tournament, uniform crossover and bounded polynomial mutation against DEAP's own, bit for bit."""
+    from deap import tools
+
+    from evolve.ga import polynomial_mutation, tournament, uniform_crossover
+
+    values = [0.5, 0.5] + [random.Random(seed + i).choice([0.1, 0.5, 0.9, random.Random(i).random()]) for i in range(size - 2)]
+    pop = population(values, genes=genes, seed=seed)
+    mine, deaps = random.Random(seed), random.Random(seed)
+    with drawing_from(deaps):
+        for t in (1, 2, 3, size):
+            assert [tournament(pop, mine, t).ident for _ in range(2)] == [ind.ident for ind in tools.selTournament(pop, 2, t)]
+        child = uniform_crossover(pop[0], pop[1], mine)
+        a, b = list(pop[0]), list(pop[1])
+        tools.cxUniform(a, b, 0.5)
+        assert child == a
+        changed = polynomial_mutation(child, mine, eta, indpb)
+        before = a[:]
+        tools.mutPolynomialBounded(a, eta, 0.0, 1.0, indpb)
+        assert child == a and changed == (a != before)
+    assert mine.getstate() == deaps.getstate()  # the same number of draws
