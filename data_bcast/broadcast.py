@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from .h5file import DataError, DataPlan, inspect_file, read_into
+from .h5file import DataError, DataPlan, first_line, inspect_file, read_into
 from .layout import array_views, chunk_ranges, plan_layout
 
 DEFAULT_CHUNK_BYTES = 64 << 20
@@ -84,6 +84,7 @@ def broadcast_dataset(
     root: int = 0,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     shared: bool = True,
+    allow_external: bool = False,
 ) -> SharedDataset:
     """Collective: the root reads ``path``; every rank returns the same arrays.
 
@@ -96,11 +97,9 @@ def broadcast_dataset(
     plan_dict, error = None, None
     if comm.rank == root:
         try:
-            plan_dict = inspect_file(path, val_fraction, test_fraction, seed).to_dict()
+            plan_dict = inspect_file(path, val_fraction, test_fraction, seed, allow_external).to_dict()
         except DataError as exc:
             error = str(exc)
-        except OSError as exc:  # a damaged file can fail past its header
-            error = f"{path}: read failed ({exc})"
     plan_dict, error = comm.bcast((plan_dict, error), root=root)
     if error is not None:
         raise DataError(error)
@@ -132,7 +131,9 @@ def broadcast_dataset(
         except DataError as exc:
             error = str(exc)
         except OSError as exc:
-            error = f"{plan.path}: read failed ({exc})"
+            error = f"{plan.path}: read failed ({first_line(exc)})"
+        except MemoryError:
+            error = f"{plan.path}: out of memory while reading it ({layout.total_bytes / 2**30:.2f} GiB of splits)"
         stats["read_seconds"] = time.perf_counter() - t0
     try:
         _agree(comm, root, error)

@@ -16,6 +16,7 @@ a small, picklable :class:`DataPlan`; ``read_into`` fills preallocated arrays
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 
 import h5py
@@ -24,6 +25,9 @@ import numpy as np
 from .layout import ArraySpec
 
 SPLITS = ("train", "val", "test")
+# What h5py raises on a damaged file, past a header that opened: checksums, filters and addresses
+# that fail (OSError), corrupted object headers (RuntimeError, KeyError, ValueError, ...).
+DAMAGE = (OSError, RuntimeError, KeyError, ValueError, TypeError, IndexError)
 ROW_BLOCK_BYTES = 64 << 20  # read x in blocks of about this size
 MAX_CLASSES = 100_000  # beyond this, y is surely not class indices
 _KIND_WORDS = {"classification": "integer class labels", "regression": "float regression targets"}
@@ -113,29 +117,109 @@ def _read_targets(path: str, group: h5py.Group, split: str, n: int) -> tuple[str
     raise DataError(f"{path}: {split}/y must hold integer class labels or float regression targets, found {y.dtype}")
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's message on one line (h5py's and MPI's run to several)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def open_hdf5(path: str, what: str = "data file") -> h5py.File:
-    """``path`` opened read-only, or a one-line :class:`DataError` saying why it cannot be."""
-    if not os.path.exists(path):
-        raise DataError(f"{path}: no such {what}")
-    if os.path.isdir(path):
+    """``path`` opened read-only, or a one-line :class:`DataError` saying why it cannot be.
+
+    Only regular files are opened: a FIFO or a device would block the reader (and with it the job).
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such {what}") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read the {what} ({exc.strerror or first_line(exc)})") from None
+    if stat.S_ISDIR(mode):
         raise DataError(f"{path}: is a directory, not an HDF5 {what}")
+    if not stat.S_ISREG(mode):
+        kind = "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "special file"
+        raise DataError(f"{path}: is a {kind}, not a regular HDF5 {what}")
+    if not os.access(path, os.R_OK):
+        raise DataError(f"{path}: cannot read the {what} (permission denied)")
     try:
         return h5py.File(path, "r")
     except OSError as exc:
-        raise DataError(f"{path}: not a readable HDF5 file ({str(exc).splitlines()[0]})") from None
+        raise DataError(f"{path}: not a readable HDF5 file ({first_line(exc)})") from None
 
 
-def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0) -> DataPlan:
-    """Validate ``path`` and plan the arrays to read. Raises :class:`DataError` with a one-line message."""
+def _check_local(f: h5py.File, path: str, name: str, allow_external: bool) -> None:
+    """Refuse ``name`` (a group or dataset path) if reading it would read another file."""
+    parts = name.split("/")
+    for depth in range(1, len(parts) + 1):
+        link = f.get("/".join(parts[:depth]), getlink=True)
+        if isinstance(link, h5py.ExternalLink) and not allow_external:
+            raise DataError(f"{path}: {'/'.join(parts[:depth])} is an external link to {link.filename}; "
+                            "set data.allow_external = true to read other files")
+    obj = f[name]
+    if isinstance(obj, h5py.Dataset) and not allow_external:
+        if obj.is_virtual:
+            sources = sorted({m.file_name for m in obj.virtual_sources()})
+            raise DataError(f"{path}: {name} is a virtual dataset over {', '.join(sources)}; "
+                            "set data.allow_external = true to read other files")
+        if obj.external:
+            raise DataError(f"{path}: {name} keeps its data in external file {obj.external[0][0]!s}; "
+                            "set data.allow_external = true to read other files")
+
+
+def _check_labels(path: str, labels: dict[str, np.ndarray], train: np.ndarray) -> int:
+    """The number of classes C, after checking that labels are 0..C-1 with every class in ``train``."""
+    num_classes = max(int(y.max()) for y in labels.values() if y.size) + 1
+    if num_classes > MAX_CLASSES:
+        raise DataError(f"{path}: a label of {num_classes - 1} means more than {MAX_CLASSES} classes; y must hold class indices 0..C-1")
+    counts = np.bincount(train, minlength=num_classes)
+    present = int(np.count_nonzero(counts))
+    if present < 2:
+        raise DataError(f"{path}: train/y holds {present} class{'es' if present != 1 else ''}; classification needs at least two")
+    missing = np.flatnonzero(counts == 0)
+    if missing.size:
+        shown = ", ".join(str(c) for c in missing[:5]) + (f" and {missing.size - 5} more" if missing.size > 5 else "")
+        raise DataError(f"{path}: labels run to {num_classes - 1} but train has no samples of class {shown}; "
+                        "y must hold class indices 0..C-1 with every class in train")
+    return num_classes
+
+
+def physical_memory() -> int:
+    """This machine's memory in bytes (0 if unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover
+        return 0
+
+
+def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0,
+                 allow_external: bool = False) -> DataPlan:
+    """Validate ``path`` and plan the arrays to read. Raises :class:`DataError` with a one-line message.
+
+    Datasets that would make the reader open other files (external links, virtual datasets,
+    external raw storage) are refused unless ``allow_external``.
+    """
+    try:
+        return _inspect(path, val_fraction, test_fraction, seed, allow_external)
+    except DataError:
+        raise
+    except DAMAGE as exc:  # a damaged file can fail past its header
+        raise DataError(f"{path}: read failed, the file looks damaged ({type(exc).__name__}: {first_line(exc)})") from None
+
+
+def _inspect(path: str, val_fraction: float, test_fraction: float, seed: int, allow_external: bool) -> DataPlan:
     with open_hdf5(path) as f:
         if "train" not in f:
             raise DataError(f"{path}: no group 'train' (found: {', '.join(f.keys()) or 'nothing'})")
         present = [s for s in SPLITS if s in f]
-        shapes, dtypes, kinds, target_shapes, max_label = {}, {}, {}, {}, -1
+        shapes, dtypes, kinds, target_shapes, labels = {}, {}, {}, {}, {}
         for split in present:
+            _check_local(f, path, split, allow_external)
             group = f[split]
             if not isinstance(group, h5py.Group) or "x" not in group:
                 raise DataError(f"{path}: '{split}' must be a group holding datasets 'x' and 'y'")
+            _check_local(f, path, f"{split}/x", allow_external)
+            if "y" in group:
+                _check_local(f, path, f"{split}/y", allow_external)
             x = group["x"]
             if not isinstance(x, h5py.Dataset):
                 raise DataError(f"{path}: {split}/x must be a dataset, found a {type(x).__name__}")
@@ -143,10 +227,12 @@ def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0
                 raise DataError(f"{path}: {split}/x has shape {x.shape}; expected (N, F), (N, C, L) or (N, C, H, W)")
             if x.shape[0] == 0:
                 raise DataError(f"{path}: {split}/x has no samples")
+            if 0 in x.shape[1:]:
+                raise DataError(f"{path}: {split}/x has samples of shape {x.shape[1:]}, with no values in them")
             kinds[split], y = _read_targets(path, group, split, x.shape[0])
             target_shapes[split] = tuple(y.shape[1:])
             if kinds[split] == "classification":
-                max_label = max(max_label, int(y.max()))
+                labels[split] = y
             shapes[split], dtypes[split] = tuple(x.shape), _x_dtype(x.dtype, f"{path}: {split}/x")
         sample = shapes["train"][1:]
         for split in present:
@@ -159,11 +245,6 @@ def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0
             if target_shapes[split] != target_shapes["train"]:
                 raise DataError(f"{path}: {split}/y targets have shape {target_shapes[split]}, train/y has {target_shapes['train']}")
     kind = kinds["train"]
-    if kind == "classification":
-        if max_label < 1:
-            raise DataError(f"{path}: labels need at least two classes")
-        if max_label >= MAX_CLASSES:
-            raise DataError(f"{path}: a label of {max_label} means more than {MAX_CLASSES} classes; y must hold class indices 0..C-1")
 
     n_file = shapes["train"][0]
     sources = {s: ("file" if s in present else "holdout") for s in SPLITS}
@@ -174,8 +255,9 @@ def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0
                 raise DataError(f"{path}: no '{split}' group, and its holdout fraction {fraction} is not in (0, 1)")
             holdout[split] = max(1, int(round(fraction * n_file)))
     n_train = n_file - sum(holdout.values())
-    if n_train < 1:
-        raise DataError(f"{path}: train has {n_file} samples, too few to hold out val/test from")
+    if n_train < 2:
+        held = f" after holding out {sum(holdout.values())} for {' and '.join(sorted(holdout))}" if holdout else ""
+        raise DataError(f"{path}: train has {n_file} sample{'s' if n_file != 1 else ''}{held}; training needs at least 2")
     rows = {"train": n_train}
     for split in ("val", "test"):
         rows[split] = shapes[split][0] if split in present else holdout[split]
@@ -186,7 +268,17 @@ def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0
     for split in SPLITS:
         specs.append(ArraySpec(f"{split}/x", (rows[split],) + sample, dtype))
         specs.append(ArraySpec(f"{split}/y", (rows[split],) + target_shape, y_dtype))
-    num_classes = max_label + 1 if kind == "classification" else 0
+    num_classes = 0
+    if kind == "classification":  # the classes that training will see, after any holdout
+        train_labels = labels["train"]
+        if holdout:
+            train_labels = train_labels[np.sort(holdout_permutation(n_file, seed)[sum(holdout.values()):])]
+        num_classes = _check_labels(path, labels, train_labels)
+    total = sum(int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype).itemsize for s in specs)
+    memory = physical_memory()
+    if memory and total > memory:
+        raise DataError(f"{path}: the splits take {total / 2**30:.1f} GiB in memory, more than this node's "
+                        f"{memory / 2**30:.1f} GiB")
     return DataPlan(os.path.abspath(path), tuple(specs), sources, holdout, num_classes, seed, kind, target_shape)
 
 
@@ -197,7 +289,11 @@ def _copy_rows(src: h5py.Dataset, dst: np.ndarray, where: str) -> None:
     for start in range(0, dst.shape[0], step):
         part = dst[start : start + step]
         with np.errstate(over="ignore"):  # overflow becomes inf, reported just below
-            part[...] = src[start : start + step]
+            try:
+                part[...] = src[start : start + step]
+            except DAMAGE as exc:  # damaged bytes past the header: a filter or a read that fails
+                raise DataError(f"{where}: read failed at rows {start}..{start + len(part) - 1}, the file looks damaged "
+                                f"({type(exc).__name__}: {first_line(exc)})") from None
         # Checked after the cast, so that float64 values beyond float32's range count as infinite.
         if np.issubdtype(part.dtype, np.floating) and not np.isfinite(part).all():
             raise DataError(f"{where} holds NaN or infinite values (as float32)")
@@ -209,6 +305,15 @@ def holdout_permutation(n: int, seed: int) -> np.ndarray:
 
 def read_into(plan: DataPlan, arrays: dict[str, np.ndarray]) -> None:
     """Fill ``arrays`` (named as ``plan.specs``) from the file. Raises :class:`DataError`."""
+    try:
+        _read_into(plan, arrays)
+    except DataError:
+        raise
+    except DAMAGE as exc:
+        raise DataError(f"{plan.path}: read failed, the file looks damaged ({type(exc).__name__}: {first_line(exc)})") from None
+
+
+def _read_into(plan: DataPlan, arrays: dict[str, np.ndarray]) -> None:
     with h5py.File(plan.path, "r") as f:
         for split in ("val", "test"):
             if plan.sources[split] == "file":

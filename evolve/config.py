@@ -35,6 +35,7 @@ class DataConfig:
     split_seed: int = 0
     chunk_mb: int = 64  # broadcast chunk size
     shared_memory: bool = True  # one host copy per node (MPI-3 shared window)
+    allow_external: bool = False  # read datasets whose data lives in other files (external links, virtual, external storage)
 
 
 @dataclass(frozen=True)

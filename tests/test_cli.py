@@ -146,7 +146,23 @@ BAD = {
     "no checkpoint": (["run", "--resume", "{tmp}/used"], "no checkpoint.h5 here"),
     "no gpu": (["run", "{cfg}", "--set", "train.device=cuda"], "no CUDA device"),
     "bad flag": (["run", "{cfg}", "--frobnicate"], "unrecognized arguments"),
+    "fifo data": (["run", "{cfg}", "--set", "data.path={tmp}/fifo.h5"], "is a FIFO, not a regular HDF5 data file"),
+    "one class": (["run", "{cfg}", "--set", "data.path={tmp}/one-class.h5"], "train/y holds 1 class"),
+    "external link": (["run", "{cfg}", "--set", "data.path={tmp}/linked.h5"], "train/x is an external link to"),
 }
+
+
+def _bad_files(tmp_path):
+    """The data files BAD's cases name: each would once hang the job or train on nonsense."""
+    os.mkfifo(tmp_path / "fifo.h5")
+    write_blobs(tmp_path / "one-class.h5")
+    with h5py.File(tmp_path / "one-class.h5", "a") as f:
+        f["train/y"][...] = 1
+    write_blobs(tmp_path / "linked.h5")
+    write_blobs(tmp_path / "elsewhere.h5")
+    with h5py.File(tmp_path / "linked.h5", "a") as f:
+        del f["train/x"]
+        f["train/x"] = h5py.ExternalLink(str(tmp_path / "elsewhere.h5"), "train/x")
 
 
 @pytest.mark.parametrize("case", list(BAD))
@@ -158,6 +174,7 @@ def test_bad_input_ends_every_rank_fast_with_one_line(tmp_path, small_config, ca
             pytest.skip("this machine has a GPU")
     (tmp_path / "used").mkdir()
     (tmp_path / "used" / "notes.txt").write_text("the user's notes")
+    _bad_files(tmp_path)
     args, expected = BAD[case]
     args = [a.format(cfg=small_config, tmp=tmp_path) for a in args]
     start = time.monotonic()

@@ -1,3 +1,5 @@
+import os
+
 import h5py
 import numpy as np
 import pytest
@@ -189,3 +191,117 @@ def test_a_directory_is_a_one_line_error(tmp_path):
 def test_writing_into_a_missing_folder_is_a_one_line_error(tmp_path):
     with pytest.raises(DataError, match="does not exist"):
         write_dataset(str(tmp_path / "nowhere" / "d.h5"), {"train": blobs(10, (4,))})
+
+
+def _replace(f, name, data):
+    del f[name]
+    f[name] = data
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda f: _replace(f, "train/x", np.zeros((120, 0), np.float32)), "train/x has samples of shape (0,), with no values"),
+        (lambda f: (_replace(f, "train/x", np.zeros((1, 1, 8, 8), np.float32)), _replace(f, "train/y", np.zeros(1, np.int64))),
+         "train has 1 sample; training needs at least 2"),
+        (lambda f: _replace(f, "train/y", np.ones(120, np.int64)), "train/y holds 1 class; classification needs at least two"),
+        (lambda f: f["val/y"].__setitem__(0, 99_999), "labels run to 99999 but train has no samples of class 3, 4, 5, 6, 7 and 99992 more"),
+        (lambda f: f["test/y"].__setitem__(0, 3), "train has no samples of class 3;"),
+        (lambda f: _replace(f, "train/y", np.where(f["train/y"][()] == 1, 2, f["train/y"][()])), "train has no samples of class 1;"),
+    ],
+    ids=["zero-size samples", "one training sample", "one class", "label 99999", "class only in test", "class missing from train"],
+)
+def test_data_that_cannot_train_is_refused_in_one_line(image_file, mutate, message):
+    with h5py.File(image_file, "a") as f:
+        mutate(f)
+    with pytest.raises(DataError) as info:
+        inspect_file(image_file)
+    assert message in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def test_a_class_held_out_of_train_entirely_is_refused(tmp_path):
+    x, y = blobs(100, (4,))
+    y[:] = np.arange(100) % 2
+    y[7] = 2  # one sample of class 2: it goes to val or test or train, depending on the seed
+    path = str(tmp_path / "d.h5")
+    write_dataset(path, {"train": (x, y)})
+    outcomes = set()
+    for seed in range(20):
+        try:
+            inspect_file(path, 0.2, 0.2, seed)
+            outcomes.add("ok")
+        except DataError as exc:
+            assert "train has no samples of class 2" in str(exc)
+            outcomes.add("refused")
+    assert outcomes == {"ok", "refused"}  # the check looks at train after the holdout, not the file's train
+
+
+def other_file(tmp_path, n=120):
+    x, y = blobs(n, (1, 8, 8))
+    path = tmp_path / "other.h5"
+    with h5py.File(path, "w") as f:
+        f["x"], f["y"] = x, y
+    return str(path), x
+
+
+def test_external_links_virtual_datasets_and_external_storage_are_refused_unless_allowed(tmp_path, image_file):
+    other, x = other_file(tmp_path)
+    with h5py.File(image_file, "a") as f:
+        del f["train/x"]
+        f["train/x"] = h5py.ExternalLink(other, "x")
+    with pytest.raises(DataError, match=r"train/x is an external link to .*other.h5; set data.allow_external = true"):
+        inspect_file(image_file)
+    assert inspect_file(image_file, allow_external=True).spec("train/x").shape[0] == 120
+
+    with h5py.File(image_file, "a") as f:  # a virtual dataset whose source is missing reads as zeros: refused
+        del f["train/x"]
+        layout = h5py.VirtualLayout(shape=(120, 1, 8, 8), dtype=np.float32)
+        layout[:] = h5py.VirtualSource(str(tmp_path / "gone.h5"), "x", shape=(120, 1, 8, 8))
+        f.create_virtual_dataset("train/x", layout)
+    with pytest.raises(DataError, match=r"train/x is a virtual dataset over .*gone.h5"):
+        inspect_file(image_file)
+
+    raw = tmp_path / "raw.bin"
+    raw.write_bytes(x.astype(np.float32).tobytes())
+    with h5py.File(image_file, "a") as f:  # raw storage in another file: that file's bytes become data
+        del f["train/x"]
+        f.create_dataset("train/x", shape=(120, 1, 8, 8), dtype=np.float32, external=[(str(raw), 0, h5py.h5f.UNLIMITED)])
+    with pytest.raises(DataError, match=r"train/x keeps its data in external file .*raw.bin"):
+        inspect_file(image_file)
+
+
+def test_a_fifo_is_refused_without_opening_it(tmp_path):
+    fifo = tmp_path / "data.h5"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match="is a FIFO, not a regular HDF5 data file"):
+        inspect_file(str(fifo))  # opening it would block forever
+
+
+def test_an_absurd_declared_shape_is_refused_before_allocating(tmp_path):
+    path = str(tmp_path / "huge.h5")
+    with h5py.File(path, "w") as f:  # declared, never written: the file stays small
+        f.create_dataset("train/x", shape=(10**8, 1, 64, 64), dtype=np.float32, chunks=(1, 1, 64, 64))
+        f.create_dataset("train/y", shape=(10**8,), dtype=np.int64, chunks=(1 << 20,))
+        f["train/y"][:2] = [0, 1]
+    with pytest.raises(DataError, match=r"GiB in memory, more than this node's"):
+        inspect_file(path)
+
+
+def test_damaged_bytes_give_a_one_line_error_or_the_file_still_loads(tmp_path):
+    """Flip 4 bytes at many places: loading either works or fails with one line, never a traceback."""
+    path = write_blobs(tmp_path / "d.h5")
+    good = open(path, "rb").read()
+    rng = np.random.default_rng(0)
+    outcomes = {"loaded": 0, "refused": 0}
+    for offset in rng.integers(0, len(good) - 4, size=60):
+        bad = bytearray(good)
+        bad[offset : offset + 4] = rng.integers(0, 256, size=4, dtype=np.uint8).tobytes()
+        damaged = tmp_path / "damaged.h5"
+        damaged.write_bytes(bytes(bad))
+        try:
+            load_dataset(str(damaged))
+            outcomes["loaded"] += 1
+        except DataError as exc:
+            assert "\n" not in str(exc) and str(damaged) in str(exc)
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 0, outcomes

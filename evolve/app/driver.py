@@ -179,6 +179,7 @@ def _run_prepared(comm, config_dict: dict, prepared: Prepared | None, started: f
             root=MASTER,
             chunk_bytes=config.data.chunk_mb << 20,
             shared=config.data.shared_memory,
+            allow_external=config.data.allow_external,
         )
     except DataError as exc:
         return _fail(is_master, str(exc))
