@@ -1,5 +1,8 @@
+import errno
 import json
 import os
+import socket
+import time
 
 import h5py
 import numpy as np
@@ -9,7 +12,8 @@ from simulate import PROBLEM, TEST_Y, VAL_Y, landscape
 from ensemble.combine import combine, ensemble_prediction
 from evolve import checkpoint
 from evolve.app.report import format_summary, summarize
-from evolve.app.rundir import check_new_run_dir, claim_default_run_dir, claim_run_dir, release_run_dir
+from evolve.app.rundir import check_new_run_dir, claim_default_run_dir, claim_run_dir
+from evolve.app.runlock import RunLock
 from evolve.app.selection import select_for_run
 from evolve.checkpoint import RunInfo
 from evolve.config import config_from_dict
@@ -181,16 +185,63 @@ def test_summary_uses_the_configured_ensemble():
 
 def test_claiming_run_directories(tmp_path):
     target = str(tmp_path / "runs" / "a")
-    claim_run_dir(target)
-    with pytest.raises(RunDirError, match="another run has just taken|not empty"):
-        claim_run_dir(target)  # a second run racing for the same --out loses, with a clear message
-    names = {claim_default_run_dir("cfg.toml", root=str(tmp_path / "runs")) for _ in range(3)}
-    assert len(names) == 3 and all(os.path.basename(n).startswith("cfg-") for n in names)
+    claim = claim_run_dir(target)
+    with pytest.raises(RunDirError, match=rf"another job is using this run \(host {socket.gethostname()}, process {os.getpid()}"):
+        claim_run_dir(target)  # a second run racing for the same --out loses, and is told who holds it
+    claims = [claim_default_run_dir("cfg.toml", root=str(tmp_path / "runs")) for _ in range(3)]
+    assert len({c.path for c in claims}) == 3 and all(os.path.basename(c.path).startswith("cfg-") for c in claims)
     (tmp_path / "afile").write_text("x")
     with pytest.raises(RunDirError, match="cannot create the run directory"):
         claim_run_dir(str(tmp_path / "afile" / "run"))
-    release_run_dir(target)
-    assert not os.path.exists(target)
+    claim.release()
+    assert not os.path.exists(target)  # it made the directory, and never wrote a checkpoint
+
+
+def test_a_failed_start_leaves_the_users_empty_directory_and_a_dead_start_can_be_reused(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    claim_run_dir(str(mine)).release()
+    assert mine.is_dir() and os.listdir(mine) == []  # the user made it: it stays, empty
+    dead = claim_run_dir(str(mine))  # a job killed before its first checkpoint leaves its claim and lock ...
+    dead.lock._fd, fd = -1, dead.lock._fd
+    os.close(fd)  # ... and the kernel drops its lock when it dies
+    assert sorted(os.listdir(mine)) == [".evens-lock", ".evens-run"]
+    again = claim_run_dir(str(mine))  # neither blocks a new run there
+    again.release()
+    assert os.listdir(mine) == []
+
+
+def test_a_symlink_planted_as_the_lock_is_refused(tmp_path):
+    (tmp_path / "run").mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    os.symlink(victim, tmp_path / "run" / ".evens-lock")
+    with pytest.raises(RunDirError, match="is a symbolic link"):
+        RunLock.acquire(str(tmp_path / "run"))
+    assert victim.read_text() == "precious"
+
+
+def test_without_flock_the_named_holder_counts(tmp_path, monkeypatch):
+    import fcntl
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    lock_file = tmp_path / ".evens-lock"
+    lock_file.write_text(f"host={socket.gethostname()} pid={os.getppid()} started=earlier\n")  # alive, on this host
+    with pytest.raises(RunDirError, match=f"process {os.getppid()}.*if it is dead, delete"):
+        RunLock.acquire(str(tmp_path))
+    lock_file.write_text(f"host={socket.gethostname()} pid=999999999 started=earlier\n")  # no such process
+    RunLock.acquire(str(tmp_path)).release()
+    lock_file.write_text("host=elsewhere pid=1 started=earlier\n")  # another host, fresh heartbeat
+    with pytest.raises(RunDirError, match="host elsewhere"):
+        RunLock.acquire(str(tmp_path))
+    os.utime(lock_file, (time.time() - 3600, time.time() - 3600))  # no heartbeat for an hour
+    lock = RunLock.acquire(str(tmp_path), stale_seconds=900)
+    assert not lock.flocked and f"pid={os.getpid()}" in lock_file.read_text()
+    lock.release()
+    assert lock_file.read_text() == ""
 
 
 def test_new_run_dir_never_takes_a_used_directory(tmp_path):

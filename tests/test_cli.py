@@ -247,3 +247,28 @@ def test_resume_refuses_other_data_or_another_search_space(tmp_path, small_confi
         errors = [line for line in proc.stderr.splitlines() if line.startswith("evens: error:")]
         assert proc.returncode == 2 and len(errors) == 1 and expected in errors[0], proc.stderr
     assert report(out)["evaluations"] == 1  # the run is untouched
+
+
+def test_one_job_per_run_directory(tmp_path, small_config):
+    """A second job on a run that a job is writing gets one line and exit 2; the first finishes intact."""
+    out = str(tmp_path / "run")
+    first = _start(["run", small_config, "--out", out, "--set", "search.evaluations=60", *SMALL])
+    deadline = time.monotonic() + 120
+    while checkpoint_evaluations(out) < 2:
+        assert first.poll() is None, first.communicate()
+        assert time.monotonic() < deadline, "no progress"
+        time.sleep(0.2)
+    for args in (["run", "--resume", out], ["run", small_config, "--out", out], ["select", out, "--method", "top_k"]):
+        start = time.monotonic()
+        proc = launch(3 if args[0] == "run" else 1, evens_cmd() + args, timeout=90, cwd=ROOT)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("evens: error:")]
+        assert proc.returncode == 2 and len(errors) == 1, proc.stderr
+        assert "another job is using this run (host" in errors[0] or "already holds a run" in errors[0], errors[0]
+        assert time.monotonic() - start < 60
+    _, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr
+    summary = report(out)
+    assert summary["evaluations"] == 60 and summary["sessions"] == 1 and summary["ensemble"]["method"] == "greedy"
+    # the lock went with the job: a resume now works
+    again = launch(3, evens_cmd() + ["run", "--resume", out, "--set", "search.evaluations=62"], timeout=180, cwd=ROOT)
+    assert again.returncode == 0, again.stderr

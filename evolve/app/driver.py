@@ -35,7 +35,8 @@ from ..worker import serve, trainer_for
 from .local import take_device
 from .progress import Progress
 from .report import format_summary, summarize
-from .rundir import SUMMARY_NAME, checkpoint_path, claim_default_run_dir, claim_run_dir, release_run_dir, write_json
+from .rundir import SUMMARY_NAME, Claim, checkpoint_path, claim_default_run_dir, claim_run_dir, write_json
+from .runlock import RunLock
 from .selection import SelectionCache
 
 MASTER = 0
@@ -47,8 +48,17 @@ class Prepared:
 
     config: Config
     run_dir: str
+    lock: RunLock  # held until the job ends: one job per run directory
+    claim: Claim | None = None  # a new run's claim on its directory
     state: SearchState | None = None  # None for a new run
     info: RunInfo | None = None
+
+    def release(self) -> None:
+        """Let the run directory go; a new run that never wrote a checkpoint leaves it as it was."""
+        if self.claim is not None:
+            self.claim.release()
+        else:
+            self.lock.release()
 
 
 def say(message: str) -> None:
@@ -58,8 +68,9 @@ def say(message: str) -> None:
 def prepare(config_path: str | None, overrides: list[str], out: str | None, resume: str | None) -> Prepared:
     """Validate the command line's config and run directory (master only).
 
-    A new run claims its directory here (see :func:`claim_run_dir`); :func:`run` releases it
-    if the run fails before it starts.
+    A new run claims its directory here (see :func:`claim_run_dir`), a resumed run locks its
+    own; :func:`run` releases either when the job ends (a new run that never wrote a checkpoint
+    leaves the directory as it found it).
     """
     if resume is None:
         if config_path is None:
@@ -67,15 +78,21 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
         config = load_config(config_path, overrides)
         # An absolute data path, so that a resume from another directory finds the same file.
         config = replace(config, data=replace(config.data, path=os.path.abspath(config.data.path)))
-        if out is None:
-            run_dir = claim_default_run_dir(config_path)
-        else:
-            claim_run_dir(out)
-            run_dir = out
-        return Prepared(config, run_dir)
+        claim = claim_default_run_dir(config_path) if out is None else claim_run_dir(out)
+        return Prepared(config, claim.path, claim.lock, claim)
     if out is not None and os.path.abspath(out) != os.path.abspath(resume):
         raise RunDirError("--out and --resume name different directories; a resumed run stays in its own")
-    state, info = checkpoint.load(checkpoint_path(resume))
+    path = checkpoint_path(resume)
+    lock = RunLock.acquire(resume)
+    try:
+        return _prepare_resume(config_path, overrides, resume, path, lock)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _prepare_resume(config_path: str | None, overrides: list[str], resume: str, path: str, lock: RunLock) -> Prepared:
+    state, info = checkpoint.load(path)
     if config_path is not None:
         config = load_config(config_path, overrides)
     else:
@@ -90,7 +107,7 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
         now, then = getattr(config.search, key), getattr(stored.search, key)
         if now != then:
             raise ConfigError(f"{resume}: search.{key} is {now!r}, but the run's is {then!r}; a resumed run keeps its {key.replace('_', ' ')}")
-    return Prepared(config, resume, state, info)
+    return Prepared(config, resume, lock, None, state, info)
 
 
 def data_problem(data: SharedDataset) -> Problem:
@@ -161,9 +178,8 @@ def run(config_path: str | None, overrides: list[str], out: str | None = None, r
     try:
         return _run_prepared(comm, config_dict, prepared, started, quiet)
     finally:
-        # A new run that failed before its first checkpoint leaves no directory behind.
-        if is_master and prepared.state is None and not os.path.exists(os.path.join(prepared.run_dir, CHECKPOINT_NAME)):
-            release_run_dir(prepared.run_dir)
+        if is_master:
+            prepared.release()
 
 
 def _run_prepared(comm, config_dict: dict, prepared: Prepared | None, started: float, quiet: bool) -> int:
@@ -252,6 +268,7 @@ def _master(
         info.wall_seconds = wall_before + (time.time() - started)
         s.selection = choose(s.hall_of_fame)  # the ensemble in every checkpoint is ready to use
         checkpoint.save(path, s, info)
+        prepared.lock.heartbeat()
 
     save(state)
     if comm.size == 1:

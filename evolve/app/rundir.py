@@ -8,70 +8,101 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 
 from ..checkpoint import CHECKPOINT_NAME
 from ..errors import RunDirError
+from .runlock import LOCK_NAME, RunLock
 
 SUMMARY_NAME = "summary.json"
 
 
-CLAIM_NAME = ".evens-run"  # created exclusively: of two runs racing for a directory, one wins
+CLAIM_NAME = ".evens-run"  # a new run's mark; it says whether the run created the directory
+OWN_FILES = {CLAIM_NAME, LOCK_NAME}  # what a start that died before its first checkpoint leaves
 
 
 def check_new_run_dir(path: str) -> None:
-    """A new run may use ``path`` only if it does not exist or is an empty directory."""
+    """A new run may use ``path`` only if it does not exist, is empty, or holds only what a start that
+    died before its first checkpoint left (its claim and lock: such a directory is taken over)."""
     if not os.path.exists(path):
         return
     if not os.path.isdir(path):
         raise RunDirError(f"{path}: exists and is not a directory")
     if os.path.exists(os.path.join(path, CHECKPOINT_NAME)):
         raise RunDirError(f"{path}: already holds a run; continue it with --resume {path}, or choose another --out")
-    if os.listdir(path):
+    if set(os.listdir(path)) - OWN_FILES:
         raise RunDirError(f"{path}: directory is not empty; choose an empty or new --out")
 
 
-def claim_run_dir(path: str) -> None:
-    """Make ``path`` this run's: create it if needed, check it is empty, and take it exclusively.
+@dataclass
+class Claim:
+    """A new run's hold on its directory: the lock, and whether this run created the directory."""
 
-    Raises :class:`RunDirError` if it cannot be created, is in use, or another run took it first.
+    path: str
+    lock: RunLock
+    created: bool
+
+    def release(self) -> None:
+        """Undo the claim of a run that never wrote a checkpoint: the directory is left as the user had
+        it (removed if this run created it, else emptied of the run's own files)."""
+        self.lock.release()
+        if os.path.exists(os.path.join(self.path, CHECKPOINT_NAME)):
+            return
+        for name in OWN_FILES:
+            try:
+                os.remove(os.path.join(self.path, name))
+            except OSError:
+                pass
+        if self.created:
+            try:
+                os.rmdir(self.path)
+            except OSError:
+                pass
+
+
+def claim_run_dir(path: str) -> Claim:
+    """Make ``path`` this run's: create it if needed, check it is empty, and lock it.
+
+    Raises :class:`RunDirError` if it cannot be created, is not empty, or another job holds it.
     """
     check_new_run_dir(path)
+    created = not os.path.exists(path)
     try:
         os.makedirs(path, exist_ok=True)
-        fd = os.open(os.path.join(path, CLAIM_NAME), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-        raise RunDirError(f"{path}: another run has just taken this directory; choose another --out") from None
     except OSError as exc:
         raise RunDirError(f"{path}: cannot create the run directory ({exc.strerror or exc})") from None
-    with os.fdopen(fd, "w") as f:
-        f.write(f"{os.uname().nodename} {os.getpid()} {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
-    if sorted(os.listdir(path)) != [CLAIM_NAME]:  # something else arrived between the check and the claim
-        release_run_dir(path)
+    had_lock = os.path.lexists(os.path.join(path, LOCK_NAME))
+    lock = RunLock.acquire(path)  # a job holding it: RunDirError, naming that job
+    claim = Claim(path, lock, created)
+    if set(os.listdir(path)) - OWN_FILES:  # something arrived between the check and the lock
+        lock.release()
+        if not had_lock:
+            os.remove(os.path.join(path, LOCK_NAME))
         raise RunDirError(f"{path}: directory is not empty; choose an empty or new --out")
+    try:
+        fd = os.open(os.path.join(path, CLAIM_NAME), os.O_CREAT | os.O_TRUNC | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"created={int(created)}\n")
+    except OSError as exc:
+        claim.release()
+        raise RunDirError(f"{path}: cannot write in the run directory ({exc.strerror or exc})") from None
+    return claim
 
 
-def claim_default_run_dir(config_path: str | None, root: str = "runs") -> str:
+def claim_default_run_dir(config_path: str | None, root: str = "runs") -> Claim:
     """Claim ``runs/<config stem>-<time>``, adding -2, -3, ... while a name is taken."""
     stem = os.path.splitext(os.path.basename(config_path))[0] if config_path else "run"
     base = os.path.join(root, f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}")
     for n in range(1, 1000):
         candidate = base if n == 1 else f"{base}-{n}"
+        if os.path.exists(candidate):
+            continue
         try:
-            claim_run_dir(candidate)
-            return candidate
+            return claim_run_dir(candidate)
         except RunDirError:
             if not os.path.exists(candidate):  # not a name clash: a real problem
                 raise
     raise RunDirError(f"{base}: too many runs started in the same second")
-
-
-def release_run_dir(path: str) -> None:
-    """Undo :func:`claim_run_dir` for a run that never started: drop the claim, and the directory if empty."""
-    try:
-        os.remove(os.path.join(path, CLAIM_NAME))
-        os.rmdir(path)
-    except OSError:
-        pass
 
 
 def checkpoint_path(run_dir: str) -> str:

@@ -13,6 +13,7 @@ from ..config import config_from_dict
 from ..errors import ConfigError
 from .report import summarize
 from .rundir import SUMMARY_NAME, checkpoint_path, write_json
+from .runlock import RunLock
 
 
 def select_for_run(hall: HallOfFame, info: RunInfo, method: str | None = None, size: int | None = None) -> Selection | None:
@@ -49,7 +50,13 @@ def reselect(run_dir: str, method: str | None = None, size: int | None = None) -
     Stores the new choice (and ``ensemble.method``/``ensemble.size`` in the run's config, so a
     resume keeps it), rewrites ``summary.json``, and returns the new summary.
     """
-    state, info = checkpoint.load(checkpoint_path(run_dir))
+    path = checkpoint_path(run_dir)
+    with RunLock.acquire(run_dir):  # never while a job writes the run: it would overwrite this choice
+        return _reselect(run_dir, path, method, size)
+
+
+def _reselect(run_dir: str, path: str, method: str | None, size: int | None) -> dict:
+    state, info = checkpoint.load(path)
     ens = dict(info.config["ensemble"])
     ens.update({k: v for k, v in (("method", method), ("size", size)) if v is not None})
     try:
@@ -58,7 +65,7 @@ def reselect(run_dir: str, method: str | None = None, size: int | None = None) -
         raise ConfigError(f"{run_dir}: {exc}") from None
     info.config["ensemble"] = ens
     state.selection = select_for_run(state.hall_of_fame, info)
-    checkpoint.save(checkpoint_path(run_dir), state, info)
+    checkpoint.save(path, state, info)
     summary = summarize(state, info, run_dir)
     write_json(os.path.join(run_dir, SUMMARY_NAME), summary)
     return summary
