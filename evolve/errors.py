@@ -1,4 +1,16 @@
-"""Errors that mean "the user's input is wrong": printed as one line, never as a traceback."""
+"""Errors that mean "the user's input is wrong": printed as one line, never as a traceback
+(unless ``--debug``, which also shows where it was raised)."""
+import sys
+import traceback
+
+DEBUG = False  # set by the command line's --debug
+
+
+def debug_traceback() -> None:
+    """With ``--debug``, print the traceback of the exception being handled (a user error's origin)."""
+    if DEBUG:
+        sys.stderr.write(traceback.format_exc())
+        sys.stderr.flush()
 
 
 class EvensError(Exception):

@@ -221,7 +221,7 @@ def test_interrupted_run_resumes(tmp_path, small_config, sig):
 
 @pytest.mark.parametrize(
     "where, message",
-    [("master", "No space left on device"), ("interrupt", "interrupted on rank 0"), ("worker", "injected worker fault")],
+    [("interrupt", "interrupted on rank 0"), ("worker", "injected worker fault")],
 )
 def test_an_internal_failure_on_one_rank_ends_the_whole_job(tmp_path, small_config, where, message):
     out = str(tmp_path / "run")
@@ -230,6 +230,20 @@ def test_an_internal_failure_on_one_rank_ends_the_whole_job(tmp_path, small_conf
     assert proc.returncode != 0
     assert message in proc.stderr and ("Traceback" in proc.stderr or where == "interrupt")
     assert time.monotonic() - start < 90
+
+
+def test_a_full_disk_ends_the_job_in_one_line_and_keeps_the_last_checkpoint(tmp_path, small_config):
+    out = str(tmp_path / "run")
+    start = time.monotonic()
+    proc = launch_python(3, "prog_fault.py", "master", "run", small_config, "--out", out, "--set", "search.evaluations=30", *SMALL, timeout=120)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("evens: error:")]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(errors) == 1 and "cannot write the checkpoint (No space left on device)" in errors[0] and f"--resume {out}" in errors[0]
+    assert time.monotonic() - start < 90
+    done = checkpoint_evaluations(out)  # the second write's: it loads, and the run resumes from it
+    resumed = launch(3, evens_cmd() + ["run", "--resume", out, "--set", f"search.evaluations={done + 2}"], timeout=180, cwd=ROOT)
+    assert resumed.returncode == 0, resumed.stderr
+    assert report(out)["evaluations"] == done + 2
 
 
 def test_resume_refuses_other_data_or_another_search_space(tmp_path, small_config):
@@ -272,3 +286,23 @@ def test_one_job_per_run_directory(tmp_path, small_config):
     # the lock went with the job: a resume now works
     again = launch(3, evens_cmd() + ["run", "--resume", out, "--set", "search.evaluations=62"], timeout=180, cwd=ROOT)
     assert again.returncode == 0, again.stderr
+
+
+def test_a_resume_given_a_config_keeps_an_absolute_data_path(tmp_path, small_config):
+    """Relative paths in a config are read from where the job starts; the run stores them absolute."""
+    here = tmp_path / "here"
+    here.mkdir()
+    os.replace(tmp_path / "data.h5", here / "data.h5")
+    cfg = here / "rel.toml"
+    cfg.write_text(open(small_config).read().replace(str(tmp_path / "data.h5"), "data.h5"))
+    run = [*evens_cmd(), "run"]
+    first = subprocess.run([*run, "rel.toml", "--out", "../run", "--set", "search.evaluations=1", *SMALL],
+                           capture_output=True, text=True, timeout=120, cwd=here, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert first.returncode == 0, first.stderr
+    second = subprocess.run([*run, "rel.toml", "--resume", "../run", "--set", "search.evaluations=2", *SMALL],
+                            capture_output=True, text=True, timeout=120, cwd=here, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert second.returncode == 0, second.stderr
+    third = subprocess.run([*run, "--resume", str(tmp_path / "run"), "--set", "search.evaluations=3"],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert third.returncode == 0, third.stderr
+    assert report(str(tmp_path / "run"))["data"]["path"] == str(here / "data.h5")

@@ -21,7 +21,8 @@ import time
 import traceback
 
 from .. import __version__
-from ..errors import EvensError
+from .. import errors
+from ..errors import EvensError, debug_traceback
 
 ABORT_GRACE_SECONDS = 0.5  # between writing why a rank fails and aborting the job
 
@@ -98,6 +99,8 @@ def build_parser() -> Parser:
         demo.add_argument("dst")
         demo.add_argument("--seed", type=int, default=0)
         demo.add_argument("--force", action="store_true", help="replace DST if it exists")
+    for command in sub.choices.values():
+        command.add_argument("--debug", action="store_true", help="show the traceback behind an error message")
     return parser
 
 
@@ -142,6 +145,7 @@ def _predict(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    errors.DEBUG = args.debug
     if args.command == "run":
         return _collective(lambda: _run(args))
     if args.command == "predict":
@@ -181,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             counts = write(args.dst, seed=args.seed, overwrite=args.force)
             print(f"wrote {args.dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     except (EvensError, DataError, EnsembleError) as exc:
+        debug_traceback()
         print(f"evens: error: {exc}", file=sys.stderr)
         return 2
     return 0

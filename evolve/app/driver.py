@@ -18,14 +18,14 @@ import numpy as np
 import torch
 
 from data_bcast.broadcast import SharedDataset, broadcast_dataset
-from data_bcast.h5file import DataError
+from data_bcast.h5file import DataError, first_line
 from ensemble.problem import Problem, problem_for
 from ensemble.train import DeviceData
 
 from .. import __version__, checkpoint
 from ..checkpoint import CHECKPOINT_NAME, RunInfo
 from ..config import Config, apply_overrides, config_from_dict, load_config
-from ..errors import ConfigError, EvensError, RunDirError
+from ..errors import ConfigError, EvensError, RunDirError, debug_traceback
 from ..ga import GAParams
 from ..master import SearchSettings, SearchState, run_search
 from ..mpi_transport import MPIMasterTransport, MPIWorkerChannel, abort, first_error, world
@@ -75,9 +75,7 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
     if resume is None:
         if config_path is None:
             raise ConfigError("evens run needs a CONFIG file, or --resume RUN_DIR")
-        config = load_config(config_path, overrides)
-        # An absolute data path, so that a resume from another directory finds the same file.
-        config = replace(config, data=replace(config.data, path=os.path.abspath(config.data.path)))
+        config = _absolute_data_path(load_config(config_path, overrides))
         claim = claim_default_run_dir(config_path) if out is None else claim_run_dir(out)
         return Prepared(config, claim.path, claim.lock, claim)
     if out is not None and os.path.abspath(out) != os.path.abspath(resume):
@@ -91,10 +89,15 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
         raise
 
 
+def _absolute_data_path(config: Config) -> Config:
+    """The config with an absolute data path, so that a resume from another directory finds the same file."""
+    return replace(config, data=replace(config.data, path=os.path.abspath(config.data.path)))
+
+
 def _prepare_resume(config_path: str | None, overrides: list[str], resume: str, path: str, lock: RunLock) -> Prepared:
     state, info = checkpoint.load(path)
     if config_path is not None:
-        config = load_config(config_path, overrides)
+        config = _absolute_data_path(load_config(config_path, overrides))
     else:
         try:
             config = config_from_dict(apply_overrides(info.config, overrides))
@@ -171,6 +174,7 @@ def run(config_path: str | None, overrides: list[str], out: str | None = None, r
         try:
             prepared = prepare(config_path, overrides, out, resume)
         except EvensError as exc:
+            debug_traceback()
             error = str(exc)
     config_dict, error = comm.bcast((prepared.config.to_dict() if prepared else None, error), root=MASTER)
     if error:
@@ -198,6 +202,7 @@ def _run_prepared(comm, config_dict: dict, prepared: Prepared | None, started: f
             allow_external=config.data.allow_external,
         )
     except DataError as exc:
+        debug_traceback()
         return _fail(is_master, str(exc))
     code = _run_roles(comm, config, data, prepared, started, quiet)
     # Freeing the shared window is collective: only on a normal return. After an exception the
@@ -223,6 +228,7 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
         elif is_master:
             torch.set_num_threads(1)
     except (EvensError, DataError) as exc:
+        debug_traceback()
         error = str(exc)
     except Exception as exc:  # a device that fails to start, say
         error = f"rank {comm.rank}: {type(exc).__name__}: {exc}"
@@ -267,10 +273,13 @@ def _master(
     def save(s: SearchState) -> None:
         info.wall_seconds = wall_before + (time.time() - started)
         s.selection = choose(s.hall_of_fame)  # the ensemble in every checkpoint is ready to use
-        checkpoint.save(path, s, info)
+        try:
+            checkpoint.save(path, s, info)
+        except OSError as exc:  # a full disk, a quota, a file system gone read-only
+            raise RunDirError(f"{path}: cannot write the checkpoint ({exc.strerror or first_line(exc)}); "
+                              f"the run keeps its previous checkpoint; continue with: evens run --resume {run_dir}") from None
         prepared.lock.heartbeat()
 
-    save(state)
     if comm.size == 1:
         transport = InProcessTransport(trainer_for(trainer_data), 1)
     else:
@@ -296,9 +305,17 @@ def _master(
     say(f"searching with {len(transport.workers)} worker(s), budget {settings.budget} evaluations; run directory {run_dir}")
     stop = StopFlag()
     progress = Progress(settings.budget, len(state.records), problem.metric, quiet=quiet)
-    finished = run_search(state, transport, space, settings, checkpoint=save, on_result=progress, should_stop=stop)
-    progress.close()
-    save(state)
+    try:
+        save(state)
+        finished = run_search(state, transport, space, settings, checkpoint=save, on_result=progress, should_stop=stop)
+        progress.close()
+        save(state)
+    except RunDirError as exc:
+        progress.close()
+        say(f"error: {exc}")
+        if comm.size > 1:
+            abort(comm, 2)  # the workers may be mid-training: nothing more can be recorded
+        return 2
     if not finished:
         say(f"stopped by signal {stop.signum}; checkpoint saved with {len(state.records)} evaluations; continue with: evens run --resume {run_dir}")
         code = 128 + stop.signum

@@ -32,7 +32,7 @@ from ensemble.problem import problem_from_dict
 from ensemble.store import EnsembleError, StoredEnsemble, run_file
 from ensemble.train import EVAL_BATCH
 
-from ..errors import EvensError
+from ..errors import EvensError, debug_traceback
 from ..mpi_transport import first_error, node_rank, recv_arrays, send_arrays, sum_over_ranks, world
 from .local import take_device
 
@@ -144,6 +144,7 @@ def run_predict(run_dir: str, input_path: str, out: str, split: str | None = Non
             job, stored, chosen, x_name, y_name = plan_job(run_dir, input_path, out, split, batch_size, force, comm.size)
             writer = Writer(out, job, keep_exact=y_name is not None)  # here, so that a folder we cannot write is an agreed error
         except (EvensError, EnsembleError, DataError) as exc:
+            debug_traceback()
             error = str(exc)
     error = first_error(comm, error, ROOT)
     if error:
@@ -164,6 +165,7 @@ def _predict(comm, job, stored, chosen, x_name, y_name, writer, run_dir, input_p
         local, here = node_rank(comm)
         ensemble = build_ensemble(problem, job.sample_shape, job.x_dtype, mine, take_device(device, local, here))
     except (EnsembleError, ValueError, RuntimeError) as exc:
+        debug_traceback()
         error = f"rank {comm.rank}: {exc}".splitlines()[0]
     error = first_error(comm, error, ROOT)
     if error:
@@ -204,6 +206,7 @@ def stream(comm, job: Job, ensemble, source: h5py.File | None, x_name: str, writ
             try:
                 xb = as_input(source[x_name][start : start + rows], job.x_dtype, where=where)
             except (EnsembleError, OSError) as exc:
+                debug_traceback()
                 error = str(exc)
         error = comm.bcast(error, root=ROOT)
         if error:
@@ -214,6 +217,7 @@ def stream(comm, job: Job, ensemble, source: h5py.File | None, x_name: str, writ
         try:  # this rank's members, locally: a failure here must not leave peers in the reduction
             preds, error = ensemble.member_predictions(xb), None
         except (EnsembleError, RuntimeError, MemoryError, ValueError) as exc:  # damaged weights, out of memory
+            debug_traceback()
             preds, error = None, f"rank {comm.rank}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         error = first_error(comm, error, ROOT)
         if error:

@@ -5,7 +5,8 @@ Usage: prog_fault.py master|interrupt|worker EVENS-RUN-ARGS...
   interrupt: a KeyboardInterrupt reaches the master during its first checkpoint write,
              before its signal handlers are in place;
   worker: rank 1 raises while sending its second result.
-Either way the job must end, non-zero, with the traceback shown: no rank may wait forever.
+Either way the job must end, non-zero, and no rank may wait forever; a full disk is the user's to
+fix, so it ends in one line, the others (a bug) with the traceback shown.
 """
 import sys
 
