@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+import numpy as np
 from deap import base, tools
 from deap.tools import crossover as deap_crossover
 from deap.tools import emo as deap_emo
@@ -195,6 +196,55 @@ def breed_child(
             break
     operators = "crossover+mutation" if crossed and mutated else "crossover" if crossed else "mutation" if mutated else "copy"
     return child, (mother.ident, father.ident), operators
+
+
+@dataclass
+class Brood:
+    """Children bred at once (:func:`breed_batch`): row ``i`` of ``genomes`` is a child of population
+    members ``mothers[i]`` and ``fathers[i]`` (indices), made by the operators ``crossed[i]`` and ``mutated[i]`` say."""
+
+    genomes: np.ndarray  # (count, genes) float64 in [0, 1]
+    mothers: np.ndarray  # (count,) indices into the population
+    fathers: np.ndarray
+    crossed: np.ndarray  # (count,) bool: the uniform crossover changed the mother's genome
+    mutated: np.ndarray  # (count,) bool: the mutation changed a gene
+
+    def operators(self, i: int) -> str:
+        crossed, mutated = bool(self.crossed[i]), bool(self.mutated[i])
+        return "crossover+mutation" if crossed and mutated else "crossover" if crossed else "mutation" if mutated else "copy"
+
+
+def breed_batch(genomes: np.ndarray, fitness: np.ndarray, gen: np.random.Generator, params: GAParams, count: int) -> Brood:
+    """``count`` children of one population at once, each as :func:`breed_child` makes one (two tournaments
+    of ``params.tournament`` with replacement, the first of the fittest winning; uniform crossover with
+    probability ``crossover_prob``; DEAP's bounded polynomial mutation of each gene with probability
+    ``mutation_prob``), as whole-array operations drawing from ``gen``.
+
+    ``genomes`` is the population as a (members, genes) array and ``fitness`` its fitness values.
+    """
+    members, genes = genomes.shape
+    if members < 2:
+        raise ValueError("breeding needs a population of at least two")
+    size = min(params.tournament, members)
+    aspirants = gen.integers(0, members, size=(count, 2, size))
+    winners = np.take_along_axis(aspirants, fitness[aspirants].argmax(axis=2)[..., None], axis=2)[..., 0]  # argmax: the first
+    mothers, fathers = winners[:, 0], winners[:, 1]
+    mother = genomes[mothers]
+    swap = (gen.random(count) < params.crossover_prob)[:, None] & (gen.random((count, genes)) < 0.5)
+    child = np.where(swap, genomes[fathers], mother)
+    crossed = (child != mother).any(axis=1)
+    # DEAP's mutPolynomialBounded with bounds 0 and 1, gene by gene where ``hit``
+    hit = gen.random((count, genes)) <= params.mutation_prob
+    rand = gen.random((count, genes))
+    eta = params.mutation_eta
+    power, mut_pow = eta + 1, 1.0 / (eta + 1.0)
+    below = rand < 0.5
+    xy = np.where(below, 1.0 - child, 1.0 - (1.0 - child))
+    val = np.where(below, 2.0 * rand + (1.0 - 2.0 * rand) * xy**power, 2.0 * (1.0 - rand) + 2.0 * (rand - 0.5) * xy**power)
+    delta_q = np.where(below, val**mut_pow - 1.0, 1.0 - val**mut_pow)
+    mutant = np.where(hit, np.clip(child + delta_q, 0.0, 1.0), child)
+    mutated = (mutant != child).any(axis=1)
+    return Brood(mutant, mothers, fathers, crossed, mutated)
 
 
 def admit(population: list[Individual], newcomer: Individual, capacity: int) -> Individual | None:

@@ -113,7 +113,7 @@ def run_search(
                              objective=settings.objective)
     # Early stopping follows results in the order they arrive, so a generational search (whose
     # results must not depend on that order) never uses it.
-    rule = MedianRule(state.records) if settings.early_stopping and settings.mode == "async" else None
+    rule = _Bars(MedianRule(state.records), len(state.records)) if settings.early_stopping and settings.mode == "async" else None
     # Workers time inference only when the search needs it (ensemble.train.Watch.measure_latency).
     measure_latency = settings.mode == "nsga2" and settings.objective == "latency"
     redo = deque(_redone(p) for p in state.pending)
@@ -133,20 +133,26 @@ def run_search(
         return [p for p, _, _, _ in inflight.values()] + list(redo)
 
     def propose() -> tuple[Pending, tuple] | None:
+        """The next individual and its key (what it decodes to: see SearchSpace.key)."""
         if redo:
             individual = redo.popleft()
-            return individual, space.candidate(individual.genome)
+            return individual, space.key(individual.genome)
         proposal = strategy.ask()
         if proposal is None:
             return None  # the strategy waits for results (a generation's barrier)
         state.next_id += 1
-        return Pending(state.next_id - 1, proposal.genome, proposal.parents, proposal.operators), proposal.candidate
+        return Pending(state.next_id - 1, proposal.genome, proposal.parents, proposal.operators), proposal.key
 
     def save_point() -> None:
         account()
         state.pending = outstanding()
         state.strategy = strategy.to_state()
 
+    # The settings go out as the genome's key (Task.from_key): the master never builds them, except
+    # for a network that enters the hall of fame. Epochs is a gene the key holds like any other.
+    epochs_at = space.names.index("epochs")
+    time_limit, warmup, seed = settings.eval_timeout, settings.warmup, settings.seed
+    wants = lambda ident, fitness: hall.qualifies(fitness, ident)  # noqa: E731
     stopped, unsaved = False, False
     while True:
         stopped = stopped or should_stop()
@@ -154,14 +160,15 @@ def run_search(
             proposed = propose()
             if proposed is None:
                 break
-            individual, (network, training) = proposed
+            individual, key = proposed
             worker = idle.popleft()
-            watch = {"time_limit": settings.eval_timeout}
             if rule is not None:
-                watch.update(stop_below=rule.bars(training.epochs), warmup=settings.warmup)
+                watch = {"time_limit": time_limit, "stop_below": rule.bars(key[epochs_at]), "warmup": warmup}
+            else:
+                watch = {"time_limit": time_limit}
             if measure_latency:
                 watch["measure_latency"] = True
-            task = Task.build(individual.id, network, training, task_seed(settings.seed, individual.id), hall.entry_bar(), watch)
+            task = Task.from_key(individual.id, space, key, task_seed(seed, individual.id), hall.entry_bar(), watch)
             transport.send(worker, task)
             inflight[worker] = (individual, task, clock(), wall_clock())
         if not inflight or stopped:
@@ -172,7 +179,7 @@ def run_search(
             checkpoint(state)
             state.pending = []
             last_checkpoint, unsaved = clock(), False
-        got = transport.receive(timeout=poll_seconds, wants=lambda ident, fitness: hall.qualifies(fitness, ident))
+        got = transport.receive(timeout=poll_seconds, wants=wants)
         if got is None:
             continue
         worker, result = got
@@ -195,6 +202,35 @@ def run_search(
     state.busy_seconds += sum(now - dispatched for _, _, dispatched, _ in inflight.values())
     save_point()
     return not stopped
+
+
+class _Bars:
+    """The early-stopping bars tasks carry (:meth:`MedianRule.bars`), rebuilt only as often as they can move.
+
+    A bar is the median of thousands of values late in a search; one more result moves it by half a
+    rank at most. So the bars are rebuilt after every result while fewer than 64 are known, and then
+    once per ``n // 64`` new results: a task's bars always reflect all but at most 1/64 of the results
+    told so far (a bar that the trainings still running will move anyway). Each length is built once
+    per rebuild, not once per task.
+    """
+
+    def __init__(self, rule: MedianRule, told: int):
+        self.rule, self.told = rule, told
+        self.built_at = -1
+        self.cache: dict[int, tuple[float, ...]] = {}
+
+    def tell(self, record: Record) -> None:
+        self.rule.tell(record)
+        self.told += 1
+
+    def bars(self, epochs: int) -> tuple[float, ...]:
+        if self.told - self.built_at > self.told >> 6:
+            self.cache.clear()
+            self.built_at = self.told
+        bars = self.cache.get(epochs)
+        if bars is None:
+            bars = self.cache[epochs] = self.rule.bars(epochs)
+        return bars
 
 
 def _redone(individual: Pending) -> Pending:

@@ -1,19 +1,26 @@
 """The master/worker protocol over MPI.
 
-A task is a small pickled dict sent with ``send``. A result is a small pickled
-header (status, fitness, metrics, times: a few hundred bytes). A worker whose
-network cleared the task's entry bar offers its payload in the header (the
-arrays' names, shapes and dtypes); the master answers ``TAG_WANT`` only if the
-network enters the hall of fame now, and the worker then sends predictions and
-weights packed into one aligned byte buffer with a single buffer-based ``Send``
-(never pickled). An unwanted offer is simply never answered: the worker learns
-it from the next message, which is its next task or the stop. The master learns that a result is waiting with
-``Iprobe`` and a short, growing sleep, so it stays responsive to signals and uses
-almost no CPU; each worker simply blocks on its next message.
+A task goes out as a small pickled tuple: its id, seed, entry bar and watch, and
+the genome's key (:meth:`~evolve.space.SearchSpace.key`); each worker is sent the
+search space once (its config, ``TAG_SPACE``) and builds the network and
+training settings from the key itself, so the master never builds them (a
+space whose config does not parse back to it is sent as settings, a pickled
+dict). A result is a small pickled header (status, fitness, metrics, times: a
+few hundred bytes). A worker whose network cleared the task's entry bar offers
+its payload in the header (the arrays' names, shapes and dtypes); the master
+answers ``TAG_WANT`` only if the network enters the hall of fame now, and the
+worker then sends predictions and weights packed into one aligned byte buffer
+with a single buffer-based ``Send`` (never pickled). An unwanted offer is simply
+never answered: the worker learns it from the next message, which is its next
+task or the stop. Both ends learn that a message is waiting with ``Iprobe``,
+yielding the CPU between probes and then sleeping (see :func:`_wait_for`), so
+the master stays responsive to signals and a waiting rank uses almost no CPU.
 """
 from __future__ import annotations
 
+import os
 import time
+
 import numpy as np
 from mpi4py import MPI
 
@@ -21,8 +28,9 @@ from data_bcast.layout import array_specs, pack_arrays, packed_size, unpack_arra
 from ensemble.results import Evaluation
 
 from .protocol import Result, Task, Wants, want_all
+from .space import parse_space
 
-TAG_TASK, TAG_STOP, TAG_RESULT, TAG_PAYLOAD, TAG_WANT = 11, 12, 13, 14, 15
+TAG_TASK, TAG_STOP, TAG_RESULT, TAG_PAYLOAD, TAG_WANT, TAG_SPACE, TAG_KEYED = 11, 12, 13, 14, 15, 16, 17
 
 
 def send_arrays(comm: MPI.Comm, header: dict, arrays: dict[str, np.ndarray], dest: int, tag: int, payload_tag: int) -> None:
@@ -44,25 +52,69 @@ def recv_arrays(comm: MPI.Comm, source: int, tag: int, payload_tag: int) -> tupl
     return header, unpack_arrays(specs, buffer)
 
 
+# Waiting for a message: first up to ``spins`` ``sched_yield``s (a microsecond or so of CPU each, and a
+# process sharing the core runs meanwhile), then naps that double from 0.1 ms to 10 ms. A nap costs far
+# more CPU than a yield (a timer and two context switches: 10 to 30 us on a loaded VM), so a message
+# that comes within a few yields is taken without one, and a long wait still costs almost nothing.
+# A blocking receive would spin in the MPI library instead (MPICH polls without yielding), taking a
+# core from whatever shares it. The master yields briefly (its results come from many workers); a
+# worker, which waits only for the master's answer, for longer (some milliseconds) before napping.
+SPINS, WORKER_SPINS = 64, 10_000
+
+
+def _wait_for(comm: MPI.Comm, source: int, tag: int, status: MPI.Status, timeout: float | None, spins: int = SPINS) -> bool:
+    """Wait until a message from ``source`` with ``tag`` is waiting (True; ``status`` describes it) or
+    ``timeout`` seconds pass (False)."""
+    iprobe = comm.Iprobe
+    for _ in range(spins):
+        os.sched_yield()
+        if iprobe(source=source, tag=tag, status=status):
+            return True
+    deadline = None if timeout is None else time.monotonic() + timeout
+    nap = 1e-4
+    while not iprobe(source=source, tag=tag, status=status):
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(nap)
+        nap = min(nap * 2, 0.01)
+    return True
+
+
 class MPIMasterTransport:
     """Rank ``master`` of ``comm`` talks to every other rank as a worker."""
 
     def __init__(self, comm: MPI.Comm, master: int = 0):
         self.comm = comm
         self.workers = [r for r in range(comm.size) if r != master]
+        self._status = MPI.Status()
+        self._space = None  # the search space of the last keyed task ...
+        self._space_travels = False  # ... whether it survives its config's round trip (then workers decode keys)
+        self._told: set[int] = set()  # the workers that have that space
 
     def send(self, worker: int, task: Task) -> None:
-        self.comm.send(vars(task), dest=worker, tag=TAG_TASK)  # plain values already: no deep copy (asdict) needed
+        if task.key is not None and self._decodes(worker, task.space):
+            # id, seed, bar, watch and the key: the worker builds the settings (specs) from the key itself
+            self.comm.send((task.id, task.seed, task.entry_bar, task.watch, task.key), dest=worker, tag=TAG_KEYED)
+        else:
+            self.comm.send(task.plain(), dest=worker, tag=TAG_TASK)
+
+    def _decodes(self, worker: int, space) -> bool:
+        """Can ``worker`` decode keys of ``space``? The first time, it is sent the space's config."""
+        if space is not self._space:
+            self._space, self._told = space, set()
+            self._space_travels = parse_space(space.to_config()) == space
+        if not self._space_travels:
+            return False
+        if worker not in self._told:
+            self.comm.send(space.to_config(), dest=worker, tag=TAG_SPACE)
+            self._told.add(worker)
+        return True
 
     def receive(self, timeout: float | None = None, wants: Wants = want_all) -> tuple[int, Result] | None:
-        status = MPI.Status()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        nap = 1e-4
-        while not self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_RESULT, status=status):
-            if deadline is not None and time.monotonic() >= deadline:
-                return None
-            time.sleep(nap)
-            nap = min(nap * 2, 0.01)
+        status = self._status
+        if not self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_RESULT, status=status) and not _wait_for(
+                self.comm, MPI.ANY_SOURCE, TAG_RESULT, status, timeout):
+            return None
         worker = status.Get_source()
         header = self.comm.recv(source=worker, tag=TAG_RESULT)
         task_id, offer = header.pop("task_id"), header.pop("offer")
@@ -87,19 +139,29 @@ class MPIWorkerChannel:
         self.master = master
         self.offers = self.sent = 0  # payloads offered, and sent because the master wanted them
         self._early: tuple[int, object] | None = None  # a message that arrived while an offer was open
+        self._space = None  # the search space the master sent, to decode keyed tasks with
+        self._status = MPI.Status()
 
     def _next_message(self) -> tuple[int, object]:
         if self._early is not None:
             message, self._early = self._early, None
             return message
-        status = MPI.Status()
-        message = self.comm.recv(source=self.master, tag=MPI.ANY_TAG, status=status)
+        status = self._status
+        if not self.comm.Iprobe(source=self.master, tag=MPI.ANY_TAG, status=status):
+            _wait_for(self.comm, self.master, MPI.ANY_TAG, status, None, WORKER_SPINS)
+        message = self.comm.recv(source=self.master, tag=status.Get_tag())
         return status.Get_tag(), message
 
     def next_task(self) -> Task | None:
         tag, message = self._next_message()
+        while tag == TAG_SPACE:
+            self._space = parse_space(message)
+            tag, message = self._next_message()
         if tag == TAG_STOP:
             return None
+        if tag == TAG_KEYED:
+            ident, seed, entry_bar, watch, key = message
+            return Task.from_key(ident, self._space, key, seed, entry_bar, watch)
         return Task(**message)
 
     def send_result(self, result: Result) -> None:

@@ -13,7 +13,7 @@ task carried may be stale by then.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 Wants = Callable[[int, float], bool]  # (task id, fitness) -> does the master want this result's payload?
@@ -27,31 +27,74 @@ from ensemble.results import Evaluation, failed_evaluation
 from ensemble.specs import NetworkSpec, TrainSpec
 
 
-@dataclass(frozen=True)
 class Task:
     """One network to train: its settings as plain values, the seed for its weights and batches,
     and the hall of fame's entry bar (see :func:`ensemble.hall_of_fame.clears`): a result that does
-    not clear it comes back without its payload."""
+    not clear it comes back without its payload.
 
-    id: int
-    network: dict
-    training: dict
-    seed: int
-    entry_bar: tuple[float, int] = OPEN
-    watch: dict = field(default_factory=dict)  # ensemble.train.Watch fields: early-stopping bars, time limit
+    ``network`` and ``training`` are the settings as dicts of plain values (NetworkSpec and
+    TrainSpec fields). The master makes its tasks from a genome's :meth:`~evolve.space.SearchSpace.key`
+    (:meth:`from_key`) and those dicts are built only when first asked for: over MPI the worker
+    builds them from the key (see :mod:`evolve.mpi_transport`), so the master never does.
+    """
+
+    __slots__ = ("id", "seed", "entry_bar", "watch", "key", "space", "_network", "_training")
+
+    def __init__(self, id: int, network: dict | None = None, training: dict | None = None, seed: int = 0,  # noqa: A002
+                 entry_bar: tuple[float, int] = OPEN, watch: dict | None = None, *, key: tuple | None = None, space=None):
+        if (network is None or training is None) and (key is None or space is None):
+            raise ValueError("a task needs its network and training settings, or a key and the space that decodes it")
+        self.id, self.seed, self.entry_bar = id, seed, tuple(entry_bar)
+        self.watch = {} if watch is None else watch  # ensemble.train.Watch fields: early-stopping bars, time limit
+        self._network, self._training = network, training
+        self.key, self.space = key, space  # the genome's SearchSpace.key, and that SearchSpace
 
     @classmethod
     def build(cls, ident: int, network: NetworkSpec, training: TrainSpec, seed: int, entry_bar: tuple[float, int] = OPEN,
               watch: dict | None = None) -> Task:
-        # vars(), not dataclasses.asdict: the specs hold only plain values, and asdict deep-copies them;
-        # tuples (per-layer widths) as lists, as JSON stores and gives them back
-        return cls(ident, _plain(network), _plain(training), seed, tuple(entry_bar), dict(watch or {}))
+        return cls(ident, _plain(network), _plain(training), seed, entry_bar, dict(watch or {}))
+
+    @classmethod
+    def from_key(cls, ident: int, space, key: tuple, seed: int, entry_bar: tuple[float, int] = OPEN, watch: dict | None = None) -> Task:
+        """The task of the genome whose ``space.key`` is ``key``; its settings are decoded when first asked for."""
+        return cls(ident, None, None, seed, entry_bar, watch, key=key, space=space)
+
+    @property
+    def network(self) -> dict:
+        if self._network is None:
+            self._decode()
+        return self._network
+
+    @property
+    def training(self) -> dict:
+        if self._training is None:
+            self._decode()
+        return self._training
+
+    def _decode(self) -> None:
+        network, training = self.space.specs(self.key)
+        self._network, self._training = _plain(network), _plain(training)
 
     def specs(self) -> tuple[NetworkSpec, TrainSpec]:
         return NetworkSpec(**self.network), TrainSpec(**self.training)
 
+    def plain(self) -> dict:
+        """Every field as plain values: what ``Task(**plain)`` builds back (settings decoded)."""
+        return {"id": self.id, "network": self.network, "training": self.training, "seed": self.seed,
+                "entry_bar": self.entry_bar, "watch": self.watch}
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Task) and self.plain() == other.plain()
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Task(id={self.id}, seed={self.seed}, entry_bar={self.entry_bar}, watch={self.watch}, network={self.network}, training={self.training})"
+
 
 def _plain(spec) -> dict:
+    # vars(), not dataclasses.asdict: the specs hold only plain values, and asdict deep-copies them;
+    # tuples (per-layer widths) as lists, as JSON stores and gives them back
     return {k: list(v) if isinstance(v, tuple) else v for k, v in vars(spec).items()}
 
 

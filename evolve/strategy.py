@@ -35,24 +35,24 @@ import random
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
-from ensemble.specs import NetworkSpec, TrainSpec
+import numpy as np
 
-from .ga import (GAParams, Individual, admit, breed_child, crowded_tournament, nsga2_survivors, pareto_individual, pareto_ranks,
+from .ga import (GAParams, Individual, admit, breed_batch, breed_child, crowded_tournament, nsga2_survivors, pareto_individual, pareto_ranks,
                  random_genome)
 from .records import Pending, Record
-from .space import SearchSpace
+from .space import Choice, SearchSpace
 
 MODES = ("async", "generational", "nsga2")
 # NSGA-II's second objective (minimised) -> the evaluation metric that holds it (ensemble.train.train_and_evaluate).
 OBJECTIVES = {"params": "params", "latency": "latency_us"}
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Proposal:
     genome: list[float]
     parents: tuple[int, int]
     operators: str  # "random", "crossover", "mutation", "crossover+mutation" or "copy"
-    candidate: tuple[NetworkSpec, TrainSpec]  # what the genome decodes to (decoded once, when proposed)
+    key: tuple  # what the genome decodes to (SearchSpace.key, computed once, when proposed)
 
     def to_json(self) -> list:
         return [list(self.genome), list(self.parents), self.operators]
@@ -61,7 +61,7 @@ class Proposal:
     def from_json(cls, item: list, space: SearchSpace) -> Proposal:
         genome, parents, operators = item
         genome = [float(g) for g in genome]
-        return cls(genome, (int(parents[0]), int(parents[1])), str(operators), space.candidate(genome))
+        return cls(genome, (int(parents[0]), int(parents[1])), str(operators), candidate_key(space, genome))
 
 
 class Strategy(Protocol):
@@ -82,6 +82,112 @@ def candidate_key(space: SearchSpace, genome) -> tuple:
     return space.key(genome)
 
 
+class BatchKeys:
+    """:meth:`SearchSpace.key` of many genomes at once: ``keys(matrix)[i] == space.key(matrix[i])``,
+    value for value (a test holds it to that on several spaces).
+
+    Each gene is decoded as a whole column: a choice is one index (``min(int(u * n), n - 1)``) into its
+    options, an integer range an offset from its low end, a float range the same arithmetic as
+    :class:`~evolve.space.Range` (log-uniform values through ``math.exp`` itself, as the space does),
+    and a conditional gene is active where every gene it depends on is active and holds an allowed
+    value; an inactive gene takes its default.
+    """
+
+    def __init__(self, space: SearchSpace):
+        self.space = space
+        genes = space.genes
+        position = {g.name: i for i, g in enumerate(genes)}
+        width = len(genes)
+        # Every column in one pass: code = min(int(u * n), n - 1) for choices and integer ranges (n: how
+        # many values), value = low + u * span for float ranges (the exponent, for log ranges).
+        self.n = np.ones(width)
+        self.low, self.span = np.zeros(width), np.ones(width)
+        self.kinds = []  # per gene: ("choice", options) | ("int", low) | ("float",) | ("log", Range)
+        for i, g in enumerate(genes):
+            domain = g.domain
+            if isinstance(domain, Choice):
+                self.n[i] = len(domain.options)
+                self.kinds.append(("choice", domain.options))
+            elif domain.integer and not domain.log:
+                self.n[i] = int(domain.high) - int(domain.low) + 1
+                self.kinds.append(("int", int(domain.low)))
+            elif domain.log:
+                self.low[i] = math.log(domain.low)
+                self.span[i] = math.log(domain.high) - self.low[i]
+                self.kinds.append(("log", domain))
+            else:
+                self.low[i], self.span[i] = domain.low, domain.high - domain.low
+                self.kinds.append(("float",))
+        self.counted = np.array([k[0] in ("choice", "int") for k in self.kinds])
+        order, seen = [], set()
+
+        def visit(i: int) -> None:  # conditions first (a space's conditions never form a cycle)
+            if i not in seen:
+                seen.add(i)
+                for other, _ in genes[i].conditions():
+                    visit(position[other])
+                order.append(i)
+
+        for i in range(width):
+            visit(i)
+        # per conditional gene, in order: [(gene j, table: is the value with code c allowed?)]
+        self.plan = []
+        for i in order:
+            needs = genes[i].conditions()
+            if needs:
+                self.plan.append((i, [(position[other], self._allowed(genes[position[other]], frozenset(values))) for other, values in needs]))
+
+    @staticmethod
+    def _allowed(gene, allowed: frozenset) -> np.ndarray:
+        """A table: is the value with code c in ``allowed`` (a choice's option index, an integer's offset)?"""
+        domain = gene.domain
+        values = domain.options if isinstance(domain, Choice) else domain.values()
+        return np.array([v in allowed for v in values], dtype=bool)
+
+    def keys(self, genomes: np.ndarray) -> list[tuple]:
+        u = np.clip(np.asarray(genomes, dtype=np.float64), 0.0, 1.0)
+        count, width = u.shape
+        if width != len(self.kinds):
+            raise ValueError(f"genomes have {width} genes, the space has {len(self.kinds)}")
+        codes = np.minimum((u * self.n).astype(np.int64), (self.n - 1).astype(np.int64))  # (count, genes)
+        numbers = self.low + u * self.span
+        code_columns, number_columns = codes.T.tolist(), numbers.T.tolist()
+        columns = []
+        for i, kind in enumerate(self.kinds):
+            tag = kind[0]
+            if tag == "choice":
+                options = kind[1]
+                columns.append([options[c] for c in code_columns[i]])
+            elif tag == "int":
+                low = kind[1]
+                columns.append([low + c for c in code_columns[i]])
+            elif tag == "float":
+                columns.append(number_columns[i])
+            else:
+                domain, exp = kind[1], math.exp
+                values = [exp(x) for x in number_columns[i]]
+                if domain.integer:
+                    lo, hi = int(domain.low), int(domain.high)
+                    values = [min(max(int(round(v)), lo), hi) for v in values]
+                    codes[:, i] = values
+                    codes[:, i] -= lo
+                columns.append(values)
+        active: list[np.ndarray | None] = [None] * width  # None: active everywhere
+        for i, needs in self.plan:
+            here = None
+            for j, table in needs:
+                ok = table[codes[:, j]]
+                if active[j] is not None:
+                    ok &= active[j]
+                here = ok if here is None else here & ok
+            active[i] = here
+            if not here.all():
+                default, column = self.space.genes[i].default, columns[i]
+                for row in np.flatnonzero(~here).tolist():
+                    column[row] = default
+        return list(zip(*columns))
+
+
 class _Breeder:
     """What both strategies share: the search's rng, the space, and the networks already proposed."""
 
@@ -91,7 +197,7 @@ class _Breeder:
 
     def _proposal(self, genome: list[float], parents: tuple[int, int], operators: str, key: tuple) -> Proposal:
         self.seen.add(key)
-        return Proposal(genome, parents, operators, self.space.specs(key))
+        return Proposal(genome, parents, operators, key)
 
     def random(self) -> Proposal:
         genome = random_genome(self.rng, len(self.space))
@@ -113,25 +219,78 @@ def _individual(record: Record) -> Individual:
 
 
 class SteadyState(_Breeder):
-    """``async``: breed from the population as it stands; each result may replace the worst member."""
+    """``async``: breed from the population as it stands; each result may replace the worst member.
+
+    Children are bred ahead in broods (:func:`~evolve.ga.breed_batch`, whole-array operations, their
+    keys decoded together by :class:`BatchKeys`) from the population as it stands, and a brood is
+    dropped the moment the population changes: every child is still bred from the population at the
+    time it is asked for. A brood's size doubles (up to :attr:`MAX_BROOD`) each time one is used up
+    and starts again at :attr:`MIN_BROOD` after a change, so little is bred in vain while the
+    population moves and most work is shared once it settles. Each brood draws from a numpy
+    generator seeded from the search's rng, so a search is still fixed by its seed. Children that
+    decode to a network already proposed are skipped, up to ``ATTEMPTS`` in a row (as
+    :func:`~evolve.ga.breed_child` retries).
+    """
 
     mode = "async"
+    MIN_BROOD, MAX_BROOD, ATTEMPTS = 8, 256, 20
 
     def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict):
         super().__init__(space, params, rng, known)
         self.population = [_individual(records[i]) for i in state.get("population", [])]
+        self._keys = BatchKeys(space)
+        self._bits = np.random.PCG64(0)
+        self._gen = np.random.Generator(self._bits)
+        self._brood_size = self.MIN_BROOD
+        self._drop_brood()
+        self._lowest = min((ind.value for ind in self.population), default=-math.inf)  # the worst member's fitness
+
+    def _drop_brood(self) -> None:
+        self._brood, self._brood_keys, self._genomes, self._next = None, [], [], 0
+
+    def _breed_brood(self) -> None:
+        if self._brood is not None:
+            self._brood_size = min(2 * self._brood_size, self.MAX_BROOD)  # the last one was used up
+        # a fresh stream for each brood, from the search's rng (checkpointed with the search)
+        self._bits.state = {"bit_generator": "PCG64", "state": {"state": self.rng.getrandbits(128), "inc": _PCG_INC},
+                            "has_uint32": 0, "uinteger": 0}
+        genomes = np.array(self.population, dtype=np.float64)
+        fitness = np.array([ind.value for ind in self.population], dtype=np.float64)
+        self._brood = breed_batch(genomes, fitness, self._gen, self.params, self._brood_size)
+        self._brood_keys = self._keys.keys(self._brood.genomes)
+        self._genomes = self._brood.genomes.tolist()
+        self._next = 0
 
     def ask(self) -> Proposal:
         if len(self.population) < self.params.population:
             return self.random()
-        return self.child(self.population)
+        for attempt in range(self.ATTEMPTS):
+            if self._next >= len(self._genomes):
+                self._breed_brood()
+            i = self._next
+            self._next += 1
+            key = self._brood_keys[i]
+            if key not in self.seen or attempt == self.ATTEMPTS - 1:
+                brood = self._brood
+                parents = (self.population[brood.mothers[i]].ident, self.population[brood.fathers[i]].ident)
+                return self._proposal(self._genomes[i], parents, brood.operators(i), key)
 
     def tell(self, record: Record) -> None:
-        if record.status == "ok":
-            admit(self.population, _individual(record), self.params.population)
+        if record.status != "ok":
+            return
+        if len(self.population) >= self.params.population and not record.fitness > self._lowest:
+            return  # not better than the worst member: admit() would turn it away
+        newcomer = _individual(record)
+        if admit(self.population, newcomer, self.params.population) is not newcomer:  # the population changed
+            self._drop_brood()
+            self._brood_size = self.MIN_BROOD
+            self._lowest = min(ind.value for ind in self.population)
 
     def to_state(self) -> dict:
         return {"mode": self.mode, "population": [ind.ident for ind in self.population]}
+
+
+_PCG_INC = 0xDA3E39CB94B95BDB  # any odd constant: PCG64's stream; its state comes from the search's rng
 
 
 class Generational(_Breeder):
@@ -144,7 +303,7 @@ class Generational(_Breeder):
         self.population = [self._member(records[i]) for i in state.get("population", [])]
         self.generation = int(state.get("generation", 0))
         self.queue = [Proposal.from_json(item, space) for item in state.get("queue", [])]
-        self.seen.update(candidate_key(space, p.genome) for p in self.queue)  # proposed, as before the stop
+        self.seen.update(p.key for p in self.queue)  # proposed, as before the stop
         self.outstanding = int(state.get("outstanding", 0))  # handed out, not yet told
         self.told = [self._member(records[i]) for i in state.get("told", []) if self._eligible(records[i])]
         if not state:  # a new search: generation 0 is random

@@ -200,3 +200,19 @@ def test_more_workers_than_budget_is_fine(workers):
     state = SearchState.fresh(0)
     run_search(state, in_process(workers, landscape), SPACE, settings(3))
     assert len(state.records) == 3
+
+
+def test_a_task_made_from_a_key_carries_the_settings_the_genome_decodes_to():
+    import random
+
+    from evolve.protocol import Task
+
+    rng = random.Random(0)
+    for _ in range(50):
+        genome = [rng.random() for _ in range(len(SPACE))]
+        keyed = Task.from_key(7, SPACE, SPACE.key(genome), 11, (0.5, 3), {"time_limit": 1.0})
+        built = Task.build(7, *SPACE.candidate(genome), 11, (0.5, 3), {"time_limit": 1.0})
+        assert keyed == built and keyed.specs() == SPACE.candidate(genome)
+        assert Task(**built.plain()) == built
+    # the space a worker is sent (its config) decodes every key as the master's does
+    assert parse_space(SPACE.to_config()) == SPACE

@@ -118,3 +118,67 @@ def test_a_strategy_refuses_another_modes_state():
         make_strategy("generational", SPACE, GAParams(), np.random.default_rng(0), [], [], {"mode": "async", "population": []})
     with pytest.raises(ValueError, match="unknown search mode"):
         make_strategy("bayes", SPACE, GAParams(), np.random.default_rng(0), [], [], {})
+
+
+def _spaces():
+    import glob
+    import os
+    import tomllib
+
+    from conftest import ROOT
+
+    raws = [{}] + [tomllib.load(open(p, "rb")).get("space", {}) for p in sorted(glob.glob(os.path.join(ROOT, "examples", "*.toml")))]
+    raws.append({"depth": {"low": 1, "high": 4}, "width": {"type": "int", "low": 8, "high": 300, "log": True, "per_layer": True},
+                 "dropout": {"low": 0.0, "high": 0.5, "when": {"optimizer": ["sgd"]}}, "batch_size": {"low": 16, "high": 256, "log": True},
+                 "optimizer": ["adam", "sgd"], "residual": [False, True], "norm": ["none", "batch", "layer"]})
+    return [parse_space(raw).for_sample_shape(shape) for raw in raws for shape in ((1, 8, 8), (10,), (20, 3))]
+
+
+def test_batch_keys_are_the_spaces_keys_value_for_value():
+    from evolve.strategy import BatchKeys
+
+    rng = np.random.default_rng(0)
+    for space in _spaces():
+        genomes = rng.random((500, len(space)))
+        genomes[::7, ::3], genomes[::5, ::4], genomes[::11, ::2] = 1.0, 0.0, np.nextafter(1.0, 0.0)
+        keys = BatchKeys(space).keys(genomes)
+        expected = [space.key(g) for g in genomes.tolist()]
+        assert keys == expected
+        assert [tuple(map(type, k)) for k in keys] == [tuple(map(type, k)) for k in expected]  # 1 is not 1.0 is not True
+
+
+def test_async_breeds_from_the_population_as_it_stands():
+    """Children come in broods, but a brood never outlives the population it was bred from."""
+    from evolve.strategy import SteadyState
+
+    state = SearchState.fresh(0, candidates=3)
+    changes, asked = [], []
+    real_tell, real_ask = SteadyState.tell, SteadyState.ask
+
+    def tell(self, record):
+        before = [ind.ident for ind in self.population]
+        real_tell(self, record)
+        changes.append(before != [ind.ident for ind in self.population])
+
+    def ask(self):
+        proposal = real_ask(self)
+        asked.append((len(changes), [ind.ident for ind in self.population], proposal))
+        return proposal
+
+    SteadyState.tell, SteadyState.ask = tell, ask
+    try:
+        run_search(state, InProcessTransport(landscape, 3), SPACE, settings(300, mode="async"))
+    finally:
+        SteadyState.tell, SteadyState.ask = real_tell, real_ask
+    assert sum(changes) >= 5 and not all(changes)  # the population moved, then settled
+    bred = [(told, pop, p) for told, pop, p in asked if p.operators != "random"]
+    assert len(bred) > 250
+    assert all(set(p.parents) <= set(pop) for _, pop, p in bred)  # parents from the population at the time of asking
+    keys = [p.key for _, _, p in asked]
+    assert len(set(keys)) >= 0.95 * len(keys)  # duplicates skipped
+    assert all(p.key == SPACE.key(p.genome) for _, _, p in asked)
+
+
+def test_async_search_is_fixed_by_its_seed():
+    runs = [search(3, 120, "async", seed=s) for s in (4, 4, 5)]
+    assert trace(runs[0][0]) == trace(runs[1][0]) != trace(runs[2][0])
