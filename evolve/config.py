@@ -67,6 +67,7 @@ class TrainConfig:
     device: str = "auto"  # "auto", "cpu" or "cuda"
     threads: int = 0  # torch CPU threads per worker; 0 divides the node's cores among its ranks
     precision: str = "fp32"  # "fp32", "tf32" (GPU matrix units) or "bf16" (autocast); see docs/gpu.md
+    workers_per_gpu: int = 0  # 0: a node's workers share its GPUs round robin; k: k per GPU, more on one GPU is an error
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ _BOUNDS = {
     "ensemble.size": (1, 1024),  # the ensemble's exact sums hold up to 1,024 members (ensemble.combine)
     "ensemble.candidates": (1, 1024),
     "train.threads": (0, None),
+    "train.workers_per_gpu": (0, None),
 }
 _CHOICES = {"train.device": ("auto", "cpu", "cuda"), "train.precision": ("fp32", "tf32", "bf16"), "ensemble.method": ("greedy", "top_k"), "search.mode": ("async", "generational", "nsga2"),
             "search.second_objective": ("params", "latency")}

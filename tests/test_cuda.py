@@ -1,12 +1,17 @@
 """The CUDA paths: device choice, data resident on the GPU, mixed precision, predicting with a stored
 ensemble. Skipped where no GPU is visible (CI has none); run on a GPU machine with
 ``python -m pytest tests/test_cuda.py``."""
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
 
-from conftest import blob_splits
-from ensemble.device import choose_device
+from conftest import ROOT, blob_splits, launch, tiny_search, write_blobs
+from ensemble.device import choose_device, describe_device
 from ensemble.predict import load_ensemble
 from ensemble.problem import Classification
 from ensemble.specs import NetworkSpec, TrainSpec
@@ -69,3 +74,36 @@ def test_a_stored_ensemble_predicts_the_same_on_the_gpu_as_on_the_cpu(tmp_path, 
     assert on_gpu.keys() == on_cpu.keys()
     np.testing.assert_array_equal(on_gpu["label"], on_cpu["label"])
     np.testing.assert_allclose(on_gpu["probabilities"], on_cpu["probabilities"], atol=1e-4)
+
+
+def test_describe_device_names_the_gpu_by_uuid():
+    d = describe_device(choose_device(0, "cuda"))
+    assert d["device"] == "cuda:0" and d["uuid"].startswith("GPU-") and len(d["uuid"]) > 10 and d["name"]
+
+
+def test_cuda_visible_devices_empty_means_the_cpu():
+    code = ("from ensemble.device import choose_device; print(choose_device(0, 'auto'));\n"
+            "try:\n    choose_device(0, 'cuda')\nexcept RuntimeError as e:\n    print('refused:', e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=ROOT))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["cpu", "refused: the device 'cuda' was asked for, but no CUDA device is visible on this node"]
+
+
+@pytest.mark.parametrize("workers_per_gpu, ok", [(0, True), (2, True), (1, False)])
+def test_two_workers_on_the_one_gpu_are_refused_when_one_per_gpu_was_asked(tmp_path, workers_per_gpu, ok):
+    data = write_blobs(tmp_path / "d.h5", sample_shape=(1, 6, 6), n=(90, 30, 30))
+    proc = launch(3, [sys.executable, "-m", "evolve", "run", "--out", str(tmp_path / "run"), "--set", f"data.path={data}",
+                      "--set", "search.evaluations=2", "--set", "train.device=cuda", "--set", f"train.workers_per_gpu={workers_per_gpu}",
+                      *tiny_search(), os.path.join(ROOT, "examples", "digits.toml")], timeout=180, cwd=ROOT)
+    if ok:
+        assert proc.returncode == 0, proc.stderr
+        assert "devices: 2 worker(s) on 1 GPU(s)" in proc.stderr and "up to 2 worker(s) per GPU" in proc.stderr
+        with open(tmp_path / "run" / "devices.json") as f:
+            workers = json.load(f)["workers"]
+        assert [w["rank"] for w in workers] == [1, 2] and len({w["uuid"] for w in workers}) == 1
+    else:
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("evens: error:")]
+        assert proc.returncode == 2 and len(errors) == 1, proc.stderr
+        assert "ranks 1, 2 are all bound to GPU GPU-" in errors[0] and "train.workers_per_gpu is 1" in errors[0]
+        assert not (tmp_path / "run").exists()  # refused before any training, nothing left behind

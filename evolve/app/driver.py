@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -19,6 +20,7 @@ import torch
 
 from data_bcast.broadcast import SharedDataset, broadcast_dataset
 from data_bcast.h5file import DataError, first_line
+from ensemble.device import check_bindings, describe_device
 from ensemble.problem import Problem, problem_for
 from ensemble.train import DeviceData
 
@@ -32,7 +34,7 @@ from ..mpi_transport import MPIMasterTransport, MPIWorkerChannel, abort, first_e
 from ..protocol import InProcessTransport
 from ..space import SearchSpace
 from ..worker import serve, trainer_for
-from .local import take_device
+from .local import take_device, usable_cores
 from .progress import Progress
 from .report import format_summary, summarize
 from .rundir import SUMMARY_NAME, Claim, checkpoint_path, claim_default_run_dir, claim_run_dir, write_json
@@ -40,6 +42,7 @@ from .runlock import RunLock
 from .selection import SelectionCache
 
 MASTER = 0
+DEVICES_NAME = "devices.json"  # each worker's rank, host, device and GPU UUID, for the latest session
 
 
 @dataclass
@@ -52,6 +55,7 @@ class Prepared:
     claim: Claim | None = None  # a new run's claim on its directory
     state: SearchState | None = None  # None for a new run
     info: RunInfo | None = None
+    devices: list[dict] | None = None  # each worker's rank, host, device, name and UUID
 
     def release(self) -> None:
         """Let the run directory go; a new run that never wrote a checkpoint leaves it as it was."""
@@ -144,7 +148,7 @@ def check_same_data(info: RunInfo, data: SharedDataset, problem: Problem) -> Non
 
 def setup_trainer(config: Config, data: SharedDataset, problem: Problem, local_index: int, ranks_here: int) -> DeviceData:
     """Pick this rank's device and threads and put the data there (a GPU copy, or the shared host copy)."""
-    device = take_device(config.train.device, local_index, ranks_here, config.train.threads)
+    device = take_device(config.train.device, local_index, ranks_here, config.train.threads, config.train.workers_per_gpu)
     return DeviceData.from_arrays(data.arrays, problem, device, config.train.precision)
 
 
@@ -231,11 +235,22 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
         debug_traceback()
         error = str(exc)
     except Exception as exc:  # a device that fails to start, say
-        error = f"rank {comm.rank}: {type(exc).__name__}: {exc}"
+        error = f"rank {comm.rank} on {socket.gethostname()}: {type(exc).__name__}: {exc}"
+    binding = None
+    if trainer_data is not None:
+        binding = dict(describe_device(trainer_data.device), rank=comm.rank, host=socket.gethostname(), cores=usable_cores())
+    bindings = comm.gather(binding, root=MASTER)
+    device_lines: list[str] = []
+    if is_master and error is None:
+        found = [b for b in bindings if b is not None]
+        error, device_lines = check_bindings(found, config.train.workers_per_gpu, {b["host"]: b["cores"] for b in found})
+        prepared.devices = found
     error = first_error(comm, error, root=MASTER)
     if error:
         return _fail(is_master, error)
     if is_master:
+        for line in device_lines:
+            say(line)
         return _master(comm, config, data, problem, prepared, space, trainer_data, started, quiet)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)  # the master decides when to stop
@@ -303,6 +318,7 @@ def _master(
         eval_timeout=config.search.eval_timeout_seconds,
     )
     say(f"searching with {len(transport.workers)} worker(s), budget {settings.budget} evaluations; run directory {run_dir}")
+    write_json(os.path.join(run_dir, DEVICES_NAME), {"session": info.sessions, "workers": prepared.devices or []})
     stop = StopFlag()
     progress = Progress(settings.budget, len(state.records), problem.metric, quiet=quiet)
     try:

@@ -21,7 +21,7 @@ def slurm_cpus_per_task() -> int:
     return int(value) if value.isdigit() else 0
 
 
-def take_device(prefer: str, local_index: int, ranks_here: int, threads: int = 0) -> torch.device:
+def take_device(prefer: str, local_index: int, ranks_here: int, threads: int = 0, workers_per_gpu: int = 0) -> torch.device:
     """Set this rank's torch threads so the node's ranks do not oversubscribe its cores, and pick its device."""
     torch.set_num_threads(cpu_threads(usable_cores(), ranks_here, threads, slurm_cpus_per_task()))
-    return choose_device(local_index, prefer)
+    return choose_device(local_index, prefer, workers_per_gpu)

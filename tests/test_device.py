@@ -1,0 +1,77 @@
+"""Which device each worker takes, and the start-up check over all ranks' bindings (mocked GPUs)."""
+import pytest
+import torch
+
+from ensemble import device as dev
+from ensemble.device import check_bindings, choose_device, gpu_index
+
+
+@pytest.mark.parametrize("workers_per_gpu, expected", [
+    (0, [0, 1, 2, 3, 0, 1, 2, 3]),  # round robin
+    (1, [0, 1, 2, 3, 0, 1, 2, 3]),  # one each; the fifth wraps (and the UUID check refuses it)
+    (2, [0, 0, 1, 1, 2, 2, 3, 3]),  # two each, in blocks
+    (3, [0, 0, 0, 1, 1, 1, 2, 2]),
+])
+def test_gpu_index_for_eight_workers_on_four_gpus(workers_per_gpu, expected):
+    assert [gpu_index(i, 4, workers_per_gpu) for i in range(8)] == expected
+
+
+def test_a_task_that_sees_one_gpu_takes_it_whatever_its_node_index():
+    assert [gpu_index(i, 1, 1) for i in range(4)] == [0, 0, 0, 0]  # srun --gpus-per-task=1
+
+
+@pytest.fixture
+def four_gpus(monkeypatch):
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: chosen.append(d))
+    return chosen
+
+
+def test_choose_device_takes_its_gpu_and_makes_it_current(four_gpus):
+    assert choose_device(5, "auto") == torch.device("cuda", 1)
+    assert choose_device(5, "cuda", workers_per_gpu=2) == torch.device("cuda", 2)
+    assert four_gpus == [torch.device("cuda", 1), torch.device("cuda", 2)]
+    assert choose_device(5, "cpu") == torch.device("cpu")
+
+
+def test_no_gpu_means_the_cpu_unless_cuda_was_asked_for(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)  # e.g. CUDA_VISIBLE_DEVICES=""
+    assert choose_device(0, "auto") == torch.device("cpu")
+    with pytest.raises(RuntimeError, match="no CUDA device is visible"):
+        choose_device(0, "cuda")
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        choose_device(0, "tpu")
+
+
+def gpu(rank, host, uuid):
+    return {"rank": rank, "host": host, "device": "cuda:0", "name": "NVIDIA H100", "uuid": uuid, "threads": 1}
+
+
+def cpu(rank, host, threads):
+    return {"rank": rank, "host": host, "device": "cpu", "name": "cpu", "uuid": "", "threads": threads}
+
+
+def test_two_workers_on_one_gpu_by_accident_are_refused_before_training():
+    # every task saw "GPU 0" and it was the same card: a launch without per-task GPU binding
+    bindings = [gpu(1, "n1", "GPU-a"), gpu(2, "n1", "GPU-a"), gpu(3, "n2", "GPU-b"), gpu(4, "n2", "GPU-c")]
+    error, lines = check_bindings(bindings, workers_per_gpu=1, cores={})
+    assert error == ("ranks 1, 2 are all bound to GPU GPU-a on n1, but train.workers_per_gpu is 1; "
+                     "check the launch's GPU binding (each task seeing the same GPU?) or raise it")
+    assert lines == ["devices: 4 worker(s) on 3 GPU(s) (NVIDIA H100) of 2 host(s), up to 2 worker(s) per GPU"]
+    assert check_bindings(bindings, workers_per_gpu=2, cores={})[0] is None
+    assert check_bindings(bindings, workers_per_gpu=0, cores={})[0] is None  # sharing allowed, and reported
+    # the same UUID on two hosts is two cards (UUIDs are per host as far as this check goes)
+    assert check_bindings([gpu(1, "n1", "GPU-a"), gpu(2, "n2", "GPU-a")], 1, {})[0] is None
+
+
+def test_cpu_threads_that_oversubscribe_a_host_are_reported():
+    error, lines = check_bindings([cpu(1, "n1", 4), cpu(2, "n1", 4), cpu(3, "n2", 1)], 0, {"n1": 2, "n2": 2})
+    assert error is None
+    assert lines == ["devices: 3 worker(s) on the CPUs of 2 host(s)",
+                     "warning: the workers on n1 run 8 torch threads on 2 cores; set train.threads lower, or leave it 0 to divide the cores"]
+
+
+def test_describe_the_cpu():
+    d = dev.describe_device(torch.device("cpu"))
+    assert d["device"] == "cpu" and d["uuid"] == "" and d["threads"] == torch.get_num_threads()
