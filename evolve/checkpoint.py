@@ -88,10 +88,44 @@ def _listed(path: str) -> tuple[list[Segment], int]:
         return [], -1
 
 
+# The ensemble group of the state file this process last wrote, by path: if the hall of fame and the
+# rest of the group are unchanged, the next checkpoint copies the group from that file with HDF5's own
+# object copy (C, a few ms) instead of writing every member again (some 50 ms for 32 small members).
+_written: dict[str, tuple] = {}  # path -> (file identity, signature, val labels, test labels)
+
+
+def _identity(path: str) -> tuple:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _signature(stored: StoredEnsemble) -> tuple:
+    """Everything of the ensemble group but the labels (compared apart) and the members' contents (a
+    member, once in the hall, never changes: the same id is the same trained network)."""
+    hall = stored.hall_of_fame
+    return (tuple(m.id for m in hall), hall.capacity, json.dumps(stored.selection.to_dict()) if stored.selection else "",
+            json.dumps(stored.problem.to_dict(), sort_keys=True), tuple(stored.sample_shape), stored.x_dtype)
+
+
+def _unchanged_group(path: str, stored: StoredEnsemble) -> bool:
+    """Does the state file at ``path`` hold, as written by this process, exactly the ensemble group ``stored`` makes?"""
+    last = _written.get(os.path.abspath(path))
+    if last is None or any(m.weights is None for m in stored.hall_of_fame):
+        return False  # (write_ensemble refuses members read without their weights: let it say so)
+    identity, signature, val_y, test_y = last
+    try:
+        same_file = _identity(path) == identity
+    except OSError:
+        return False
+    return (same_file and signature == _signature(stored) and all(
+        a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b) for a, b in ((val_y, stored.val_y), (test_y, stored.test_y))))
+
+
 def save(path: str, state: SearchState, info: RunInfo) -> None:
     """Checkpoint ``state``: append the records since the last checkpoint as a segment, then replace the
     state file atomically (temporary file, fsync, rename). Costs O(new records), O(log n) amortized with
-    merges, and O(hall of fame) for the ensemble group; a crash at any moment leaves the previous checkpoint.
+    merges, and O(hall of fame) for the ensemble group (copied from the previous state file, in C, when it
+    has not changed since this process wrote it); a crash at any moment leaves the previous checkpoint.
     """
     folder = segments_folder(path)
     os.makedirs(folder, exist_ok=True)
@@ -103,6 +137,9 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
     if len(state.records) > committed:
         segments.append(write_segment(folder, state.records[committed:], n_genes))
     segments = merged(folder, segments, n_genes)
+    stored = stored_ensemble(state, info)
+    copy = _unchanged_group(path, stored)
+    _written.pop(os.path.abspath(path), None)  # until this write is complete
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with h5py.File(tmp, "w") as f:
@@ -135,12 +172,17 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
             pend["genome"] = np.asarray([p.genome for p in state.pending], dtype=np.float64).reshape(len(state.pending), n_genes)
             pend["parents"] = np.asarray([p.parents for p in state.pending], dtype=np.int64).reshape(len(state.pending), 2)
             pend.create_dataset("operators", data=np.asarray([p.operators for p in state.pending], dtype=object), dtype=_STR)
-            write_ensemble(f.create_group(GROUP), stored_ensemble(state, info))
+            if copy:
+                with h5py.File(path, "r") as previous:
+                    previous.copy(previous[GROUP], f, GROUP)
+            else:
+                write_ensemble(f.create_group(GROUP), stored)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         _sync_directory(folder)  # the segments are in place before the file that lists them
         os.replace(tmp, path)
         _sync_directory(os.path.dirname(os.path.abspath(path)))  # make the rename itself durable
+        _written[os.path.abspath(path)] = (_identity(path), _signature(stored), stored.val_y.copy(), stored.test_y.copy())
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)

@@ -209,10 +209,6 @@ class Brood:
     crossed: np.ndarray  # (count,) bool: the uniform crossover changed the mother's genome
     mutated: np.ndarray  # (count,) bool: the mutation changed a gene
 
-    def operators(self, i: int) -> str:
-        crossed, mutated = bool(self.crossed[i]), bool(self.mutated[i])
-        return "crossover+mutation" if crossed and mutated else "crossover" if crossed else "mutation" if mutated else "copy"
-
 
 def breed_batch(genomes: np.ndarray, fitness: np.ndarray, gen: np.random.Generator, params: GAParams, count: int) -> Brood:
     """``count`` children of one population at once, each as :func:`breed_child` makes one (two tournaments

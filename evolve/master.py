@@ -153,10 +153,11 @@ def run_search(
     epochs_at = space.names.index("epochs")
     time_limit, warmup, seed = settings.eval_timeout, settings.warmup, settings.seed
     wants = lambda ident, fitness: hall.qualifies(fitness, ident)  # noqa: E731
+    records, budget, send, receive, tell = state.records, settings.budget, transport.send, transport.receive, strategy.tell
     stopped, unsaved = False, False
     while True:
         stopped = stopped or should_stop()
-        while idle and not stopped and len(state.records) + len(inflight) < settings.budget:
+        while idle and not stopped and len(records) + len(inflight) < budget:
             proposed = propose()
             if proposed is None:
                 break
@@ -169,7 +170,7 @@ def run_search(
             if measure_latency:
                 watch["measure_latency"] = True
             task = Task.from_key(individual.id, space, key, task_seed(seed, individual.id), hall.entry_bar(), watch)
-            transport.send(worker, task)
+            send(worker, task)
             inflight[worker] = (individual, task, clock(), wall_clock())
         if not inflight or stopped:
             break  # the caller writes the final checkpoint
@@ -179,7 +180,7 @@ def run_search(
             checkpoint(state)
             state.pending = []
             last_checkpoint, unsaved = clock(), False
-        got = transport.receive(timeout=poll_seconds, wants=wants)
+        got = receive(timeout=poll_seconds, wants=wants)
         if got is None:
             continue
         worker, result = got
@@ -187,9 +188,9 @@ def run_search(
         idle.append(worker)
         state.busy_seconds += clock() - dispatched
         record = _record(individual, result, worker, started, wall_clock())
-        state.records.append(record)
+        records.append(record)
         ev = result.evaluation
-        strategy.tell(record)
+        tell(record)
         if rule is not None:
             rule.tell(record)
         if record.status == "ok" and ev.has_payload:

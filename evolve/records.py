@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(slots=True)
 class Record:
     """One finished evaluation."""
 
@@ -24,7 +24,7 @@ class Record:
     curve: list[float] = field(default_factory=list)  # validation fitness after each epoch, when watched
 
 
-@dataclass
+@dataclass(slots=True)
 class Pending:
     """An individual that was sent out but whose result never came back (the run stopped)."""
 

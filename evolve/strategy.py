@@ -256,24 +256,27 @@ class SteadyState(_Breeder):
                             "has_uint32": 0, "uinteger": 0}
         genomes = np.array(self.population, dtype=np.float64)
         fitness = np.array([ind.value for ind in self.population], dtype=np.float64)
-        self._brood = breed_batch(genomes, fitness, self._gen, self.params, self._brood_size)
-        self._brood_keys = self._keys.keys(self._brood.genomes)
-        self._genomes = self._brood.genomes.tolist()
+        brood = self._brood = breed_batch(genomes, fitness, self._gen, self.params, self._brood_size)
+        self._brood_keys = self._keys.keys(brood.genomes)
+        self._genomes = brood.genomes.tolist()
+        ids = [ind.ident for ind in self.population]
+        self._parents = [(ids[m], ids[f]) for m, f in zip(brood.mothers.tolist(), brood.fathers.tolist())]
+        self._operators = [_OPERATORS[c, m] for c, m in zip(brood.crossed.tolist(), brood.mutated.tolist())]
         self._next = 0
 
     def ask(self) -> Proposal:
         if len(self.population) < self.params.population:
             return self.random()
+        seen = self.seen
         for attempt in range(self.ATTEMPTS):
             if self._next >= len(self._genomes):
                 self._breed_brood()
             i = self._next
             self._next += 1
             key = self._brood_keys[i]
-            if key not in self.seen or attempt == self.ATTEMPTS - 1:
-                brood = self._brood
-                parents = (self.population[brood.mothers[i]].ident, self.population[brood.fathers[i]].ident)
-                return self._proposal(self._genomes[i], parents, brood.operators(i), key)
+            if key not in seen or attempt == self.ATTEMPTS - 1:
+                seen.add(key)
+                return Proposal(self._genomes[i], self._parents[i], self._operators[i], key)
 
     def tell(self, record: Record) -> None:
         if record.status != "ok":
@@ -290,6 +293,8 @@ class SteadyState(_Breeder):
         return {"mode": self.mode, "population": [ind.ident for ind in self.population]}
 
 
+_OPERATORS = {(c, m): "crossover+mutation" if c and m else "crossover" if c else "mutation" if m else "copy"
+              for c in (False, True) for m in (False, True)}  # (crossed, mutated) -> what made the child
 _PCG_INC = 0xDA3E39CB94B95BDB  # any odd constant: PCG64's stream; its state comes from the search's rng
 
 

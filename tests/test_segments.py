@@ -96,3 +96,49 @@ def check_after_crash(path, stdout, whole):
     assert records == whole[: len(records)] and len(records) >= last  # a prefix, at least what was confirmed
     following = STEPS[STEPS.index(last) + 1] if last in STEPS[:-1] else (STEPS[0] if last == 0 else last)
     assert len(records) in (last, following)  # the last confirmed checkpoint, or the one in flight if it committed
+
+
+def test_an_unchanged_ensemble_group_is_copied_and_loads_the_same(tmp_path, monkeypatch):
+    """A checkpoint whose hall of fame has not changed copies the ensemble group from the previous state
+    file (HDF5's object copy) instead of writing it again; what loads is the same either way."""
+    import numpy as np
+
+    from ensemble.hall_of_fame import Member
+
+    written = []
+    real = checkpoint.write_ensemble
+    monkeypatch.setattr(checkpoint, "write_ensemble", lambda group, stored: written.append(1) or real(group, stored))
+    state = full_state()
+    path = str(tmp_path / "c.h5")
+    checkpoint.save(path, state, info())
+    checkpoint.save(path, state, info())  # nothing changed: copied
+    assert written == [1]
+    copied, _ = checkpoint.load(path)
+    fresh = str(tmp_path / "fresh.h5")
+    checkpoint.save(fresh, state, info())
+    assert len(written) == 2
+    whole, _ = checkpoint.load(fresh)
+
+    def ensemble(s):
+        return [(m.id, m.fitness, m.network, m.training, m.val_pred.tobytes(), m.test_pred.tobytes(),
+                 {k: (w.dtype.str, w.shape, w.tobytes()) for k, w in m.weights.items()}) for m in s.hall_of_fame]
+
+    assert ensemble(copied) == ensemble(whole) and copied.hall_of_fame.capacity == whole.hall_of_fame.capacity
+    # a change to the hall, the capacity, or the file itself (not the one this process wrote) writes it again
+    best = state.hall_of_fame.members[0]
+    state.hall_of_fame.offer(Member(10_000, best.fitness + 1, best.network, best.training, best.val_pred, best.test_pred, best.weights))
+    checkpoint.save(path, state, info())
+    assert len(written) == 3 and checkpoint.load(path)[0].hall_of_fame.ids[0] == 10_000
+    state.hall_of_fame.grow(7)
+    checkpoint.save(path, state, info())
+    assert len(written) == 4 and checkpoint.load(path)[0].hall_of_fame.capacity == 7
+    checkpoint.save(path, state, info())
+    assert len(written) == 4
+    os.utime(path, ns=(1, 1))
+    checkpoint.save(path, state, info())
+    assert len(written) == 5
+    labels = info()
+    labels.val_y = np.asarray(labels.val_y).copy()
+    labels.val_y[0] = (labels.val_y[0] + 1) % 3
+    checkpoint.save(path, state, labels)
+    assert len(written) == 6
