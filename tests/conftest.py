@@ -66,7 +66,8 @@ def mpiexec() -> str:
 
 def launch(n: int, args: list[str], timeout: float = 120, cwd: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``mpiexec -n N args...``; a hang fails the test instead of blocking the suite."""
-    full_env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT, **(env or {}))
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)  # ROOT first, the rest kept
+    full_env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path, **(env or {}))
     return subprocess.run(
         [mpiexec(), "-n", str(n), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full_env
     )
