@@ -279,6 +279,8 @@ def test_one_job_per_run_directory(tmp_path, small_config):
         assert proc.returncode == 2 and len(errors) == 1, proc.stderr
         assert "another job is using this run (host" in errors[0] or "already holds a run" in errors[0], errors[0]
         assert time.monotonic() - start < 60
+    watching = subprocess.run(evens_cmd() + ["status", out], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert watching.returncode == 0 and "a job holds the run (host" in watching.stdout, watching.stdout + watching.stderr
     _, stderr = first.communicate(timeout=300)
     assert first.returncode == 0, stderr
     summary = report(out)

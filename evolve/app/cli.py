@@ -60,9 +60,17 @@ def build_parser() -> Parser:
     run.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its checkpoint")
     run.add_argument("--quiet", action="store_true", help="no progress output")
 
-    rep = sub.add_parser("report", help="summarise a run directory")
+    rep = sub.add_parser("report", help="summarise a run directory: top networks, failures, the ensemble; CSV and figures")
     rep.add_argument("run_dir")
     rep.add_argument("--json", action="store_true", help="print one JSON object")
+    rep.add_argument("--top", type=int, default=10, help="networks in the table of the best (default 10)")
+    rep.add_argument("--csv", metavar="FILE", help="also write one row per evaluation to FILE ('-' for standard output)")
+    rep.add_argument("--plot", metavar="DIR", help="also write PNG figures into DIR (needs matplotlib: evens[plot])")
+    rep.add_argument("--force", action="store_true", help="replace an existing --csv FILE or figures")
+
+    st = sub.add_parser("status", help="what a running or finished search is doing (safe while a job writes it)")
+    st.add_argument("run_dir")
+    st.add_argument("--json", action="store_true", help="print one JSON object")
 
     sel = sub.add_parser("select", help="choose a run's ensemble again from its hall of fame, without training")
     sel.add_argument("run_dir")
@@ -157,7 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "report":
             from .report import report
 
-            print(report(args.run_dir, as_json=args.json))
+            print(report(args.run_dir, as_json=args.json, top=args.top, csv_path=args.csv, plot_dir=args.plot, force=args.force))
+        elif args.command == "status":
+            from .status import status_command
+
+            print(status_command(args.run_dir, as_json=args.json))
         elif args.command == "select":
             from .report import format_summary
             from .selection import reselect

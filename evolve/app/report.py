@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
 
 from ensemble.combine import combine, ensemble_prediction, mean_uncertainty
 from ensemble.problem import Problem, problem_from_dict
 
 from .. import checkpoint
 from ..checkpoint import RunInfo
+from ..errors import RunDirError
 from ..early_stop import epochs_saved
 from ..master import SearchState
 from ..space import parse_space
@@ -191,7 +193,85 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
-def report(run_dir: str, as_json: bool = False) -> str:
+def top_networks(state: SearchState, space, k: int) -> list[dict]:
+    """The ``k`` best successful networks: id, metrics, parameters, training seconds, and decoded genes."""
+    ok = sorted((r for r in state.records if r.status == "ok"), key=lambda r: (-r.fitness, r.id))[:k]
+    members = set(state.selection.ids) if state.selection is not None else set()
+    out = []
+    for r in ok:
+        genome = space.decode(r.genome)
+        out.append({"id": r.id, "fitness": r.fitness, **r.metrics, "seconds": r.seconds, "epochs": r.epochs_done,
+                    "worker": r.worker, "in_ensemble": r.id in members, "network": describe(genome), "genome": genome})
+    return out
+
+
+def failures_by_kind(state: SearchState) -> dict[str, dict]:
+    """For each status other than ok: how many, and the message of the first (a sample of what went wrong)."""
+    kinds: dict[str, dict] = {}
+    for r in state.records:
+        if r.status != "ok":
+            entry = kinds.setdefault(r.status, {"count": 0, "example": f"#{r.id}: {r.message}" if r.message else f"#{r.id}"})
+            entry["count"] += 1
+    return kinds
+
+
+def format_top(top: list[dict], metric: str) -> list[str]:
+    if not top:
+        return []
+    key = "accuracy" if metric == "accuracy" else "rmse"
+    lines = [f"top {len(top)} networks (* = in the ensemble):",
+             f"  {'id':>6}  {'val ' + key:>12}  {'test ' + key:>13}  {'params':>9}  {'train s':>8}  network"]
+    for t in top:
+        params = f"{t['params']:,.0f}" if "params" in t else "?"
+        lines.append(f"  {('*' if t['in_ensemble'] else ' ') + '#' + str(t['id']):>6}  {t['val_' + key]:>12.4g}  {t['test_' + key]:>13.4g}  "
+                     f"{params:>9}  {t['seconds']:>8.1f}  {t['network']}")
+    return lines
+
+
+def format_failures(failures: dict[str, dict]) -> list[str]:
+    if not failures:
+        return ["not ok: none"]
+    return ["not ok, by kind:"] + [f"  {kind}: {f['count']}  (e.g. {f['example']})" for kind, f in sorted(failures.items())]
+
+
+def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | None = None, plot_dir: str | None = None,
+           force: bool = False) -> str:
+    """``evens report``: the summary, the top networks and the failures; optionally a CSV and figures."""
     state, info = checkpoint.load(checkpoint_path(run_dir), weights=False)
     summary = summarize(state, info, run_dir)
-    return json.dumps(summary, indent=2, sort_keys=True) if as_json else format_summary(summary)
+    space = parse_space(info.config["space"]).for_sample_shape(tuple(info.data["sample_shape"]))
+    summary["top"] = top_networks(state, space, top)
+    summary["failures"] = failures_by_kind(state)
+    notes = []
+    if csv_path:
+        from .export import to_csv
+
+        text = to_csv(state, space)
+        if csv_path == "-":
+            return text.rstrip("\n")
+        _refuse_to_replace(csv_path, force)
+        try:
+            with open(csv_path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as exc:
+            raise RunDirError(f"{csv_path}: cannot write it ({exc.strerror or exc})") from None
+        notes.append(f"wrote {csv_path}: {len(state.records)} evaluations")
+    if plot_dir:
+        from .plots import write_plots
+
+        for name in ("search.png", "ensemble.png", "workers.png", "pareto.png", "hyperparameters.png"):
+            _refuse_to_replace(os.path.join(plot_dir, name), force)
+        search = info.config.get("search", {})
+        objective = OBJECTIVES[search.get("second_objective", "params")] if search.get("mode") == "nsga2" else None
+        written = write_plots(state, summary, space, plot_dir, objective)
+        notes.append(f"wrote {len(written)} figures: {', '.join(written)}")
+    if as_json:
+        return json.dumps(summary, indent=2, sort_keys=True)
+    text = format_summary(summary)
+    extra = format_top(summary["top"], summary["metric"]) + format_failures(summary["failures"])
+    return "\n".join([text, *extra, *notes])
+
+
+def _refuse_to_replace(path: str, force: bool) -> None:
+    if os.path.exists(path) and not force:
+        raise RunDirError(f"{path}: already exists; refusing to replace it (use --force)")

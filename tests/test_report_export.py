@@ -1,0 +1,87 @@
+"""evens report's CSV and figures, and evens status, from a run directory alone."""
+import csv
+import io
+import math
+import os
+import time
+
+import pytest
+
+from test_checkpoint_report import finished_run
+from evolve import checkpoint
+from evolve.app.report import report
+from evolve.app.runlock import LOCK_NAME, RunLock
+from evolve.app.status import format_status, status
+from evolve.errors import RunDirError
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    state, info = finished_run(budget=20, k=3, fail_every=7)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    checkpoint.save(str(folder / "checkpoint.h5"), state, info)
+    return str(folder), state
+
+
+def test_csv_has_one_row_per_evaluation_with_metrics_genes_and_ensemble_weights(run_dir):
+    folder, state = run_dir
+    text = report(folder, csv_path="-")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [int(r["id"]) for r in rows] == sorted(r.id for r in state.records)
+    by_id = {r.id: r for r in state.records}
+    for row in rows:
+        r = by_id[int(row["id"])]
+        assert row["status"] == r.status and int(row["worker"]) == r.worker
+        assert float(row["fitness"]) == r.fitness or (row["fitness"] == "-inf" and r.fitness == -math.inf)
+        assert float(row["started"]) == r.started and row["operators"] == r.operators
+        if r.status == "ok":
+            assert float(row["val_accuracy"]) == r.metrics["val_accuracy"]  # full precision
+        else:
+            assert row["val_accuracy"] == "" and "boom" in row["message"]
+        assert row["gene_family"] in ("mlp", "cnn") and int(row["gene_depth"]) >= 1
+    weights = {int(r["id"]): float(r["in_ensemble"]) for r in rows}
+    assert math.isclose(sum(weights.values()), 1.0) and {i for i, w in weights.items() if w} == set(state.selection.ids)
+
+
+def test_csv_and_figures_are_written_and_never_replace_a_file_unless_forced(run_dir, tmp_path):
+    folder, state = run_dir
+    out = tmp_path / "runs.csv"
+    text = report(folder, csv_path=str(out), plot_dir=str(tmp_path / "figs"))
+    assert f"wrote {out}: 20 evaluations" in text and "wrote 4 figures" in text
+    assert "top 10 networks" in text and "not ok, by kind:" in text and "error: 3  (e.g. #0: ValueError: boom" in text
+    for name in ("search.png", "ensemble.png", "workers.png", "hyperparameters.png"):
+        with open(tmp_path / "figs" / name, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    before = out.read_text()
+    with pytest.raises(RunDirError, match="already exists; refusing to replace it"):
+        report(folder, csv_path=str(out))
+    with pytest.raises(RunDirError, match="search.png: already exists"):
+        report(folder, plot_dir=str(tmp_path / "figs"))
+    assert out.read_text() == before
+    report(folder, csv_path=str(out), plot_dir=str(tmp_path / "figs"), force=True)
+
+
+def test_status_of_a_finished_run_and_of_one_a_job_holds(run_dir):
+    folder, state = run_dir
+    s = status(folder)
+    assert s["job"] is None and s["evaluations"] == 20 and s["budget"] == 20 and s["failures"] == {"error": 3}
+    assert s["best"]["id"] == max((r for r in state.records if r.status == "ok"), key=lambda r: (r.fitness, -r.id)).id
+    text = format_status(s)
+    assert "no job holds the run" in text and "evaluations: 20 of 20 (100 %)" in text and "not ok: 3 error" in text
+    with RunLock.acquire(folder):
+        held = status(folder)
+        assert held["job"]["pid"] == str(os.getpid())
+        assert f"a job holds the run (host {held['job']['host']}, process {os.getpid()}" in format_status(held)
+        # status never takes the lock: a job can start while someone watches
+    assert os.path.exists(os.path.join(folder, LOCK_NAME))
+
+
+def test_status_rate_and_eta_come_from_finish_times(run_dir):
+    folder, state = run_dir
+    last = max(r.finished for r in state.records)
+    s = status(folder, now=last + 1)
+    assert s["per_minute_recent"] == pytest.approx(20 / 10)  # all 20 inside the last ten minutes
+    assert s["eta_seconds"] == 0.0
+    with pytest.raises(RunDirError, match="no such run directory"):
+        status(folder + "-absent")
