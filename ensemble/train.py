@@ -169,11 +169,11 @@ def make_schedule(spec: TrainSpec, optimizer: torch.optim.Optimizer, steps_per_e
 class Watch:
     """What a training is held to while it runs (the master sends it with the task).
 
-    ``stop_below[e]`` is the bar for the fitness after epoch ``e + 1`` (the median of earlier
-    networks at that epoch; NaN for no bar); a training below it, past ``warmup`` epochs, stops
-    there (``"stopped"``). ``time_limit`` (seconds, 0 for none) stops a training at the next batch
-    (``"timeout"``). ``measure_latency`` times the trained network's inference (the metric
-    ``latency_us``, for a search that minimises it).
+    ``stop_below[e]`` is the bar after epoch ``e + 1`` (evolve.early_stop.MedianRule: the median
+    of earlier networks' running averages there; NaN for no bar); a training whose best fitness so
+    far is below it, past ``warmup`` epochs, stops there (``"stopped"``). ``time_limit`` (seconds,
+    0 for none) stops a training at the next batch (``"timeout"``). ``measure_latency`` times the
+    trained network's inference (the metric ``latency_us``, for a search that minimises it).
     """
 
     stop_below: tuple[float, ...] = ()
@@ -267,14 +267,14 @@ def train_and_evaluate(
     last_val: dict[str, float] = {}
 
     def on_epoch(epochs_done: int) -> bool:
-        """The median stopping rule: carry on unless below the bar, past the warm-up."""
+        """The median stopping rule: carry on unless the best fitness so far is below the bar, past the warm-up."""
         pred = predict(model, data.head, data.x["val"], autocast=data.autocast).cpu().numpy()
         last_val.clear()
         last_val.update(data.problem.scores(pred, data.y["val"]) if np.isfinite(pred).all() else {})
         fitness = data.problem.fitness(last_val) if last_val else -math.inf
         curve.append(fitness)
         bar = watch.stop_below[epochs_done - 1] if epochs_done <= len(watch.stop_below) else math.nan
-        return not (epochs_done >= watch.warmup and math.isfinite(bar) and fitness < bar)
+        return not (epochs_done >= watch.warmup and math.isfinite(bar) and max(curve) < bar)
 
     status, epochs = train(model, data, training, generator, on_epoch if watch.stop_below else None, deadline)
     if status == "stopped":

@@ -1,14 +1,31 @@
 """The median stopping rule, kept on the master at O(log n) per epoch reported.
 
-A training whose validation fitness after epoch e is below the median of the
-networks that reached epoch e before it is unlikely to end among the best, so it
-stops there (after a warm-up; Golovin et al., "Google Vizier", KDD 2017). The
-master keeps one running median per epoch (two heaps: O(log n) per value, O(1)
-to read) and sends each task the medians for its epochs; the worker applies the
-rule itself, so no training ever waits on a message. Results bring their curves
-(the fitness after each epoch) back in their header.
+The rule is Google Vizier's (Golovin et al., "Google Vizier", KDD 2017, section 3.2.2): a training
+stops after epoch e if its best validation fitness so far is below the median, over the earlier
+networks that reached epoch e, of their running averages (the mean of their fitness after epochs
+1..e). The running average of a rising curve lies below its last value, and the best so far above a
+noisy curve's last value, so the rule stops only networks clearly worse than a typical one: it was
+shown to stop few of the networks that end among the best, where a bar made of the earlier
+networks' fitness after epoch e itself (the rule before this one) stopped about 2 of the 5 best of a
+40-network digits search (docs/search-space.md, "Early stopping").
 
-Only finite values count: a diverged network's NaN never moves a median.
+Two guards:
+
+* a network is never judged before ``warmup`` epochs (``search.early_stopping_warmup``, applied by
+  the worker), nor in the first third of its own planned epochs (:data:`PLANNED_FRACTION`; the bars
+  sent are NaN there): a network planned for 12 epochs at a large batch size has had few optimiser
+  steps after 2 epochs, and its batch-norm statistics have not settled, so its early validation
+  scores say little of its end;
+* an epoch's median is a bar only once :data:`MIN_PEERS` networks have reached that epoch.
+
+Every network that reached epoch e counts, a stopped one too (up to where it stopped), so the peers
+of an early epoch do not depend on what the rule stopped. The master keeps one running median per
+epoch (two heaps: O(log n) per value, O(1) to read) and sends each task the bars for its epochs;
+the worker applies the rule itself, so no training ever waits on a message. Results bring their
+curves (the fitness after each epoch) back in their header.
+
+Only finite values count: a curve's running averages end at its first NaN or infinite value, so a
+diverged network never moves a median.
 """
 from __future__ import annotations
 
@@ -18,6 +35,7 @@ import math
 from .records import Record
 
 MIN_PEERS = 5  # an epoch's median is a bar only once this many networks have reached it
+PLANNED_FRACTION = 1 / 3  # no bar in the first third of a network's planned epochs
 
 
 class RunningMedian:
@@ -48,29 +66,49 @@ class RunningMedian:
         return (-self._low[0] + self._high[0]) / 2
 
 
-class MedianRule:
-    """Per-epoch running medians of the validation fitness of every network that reported its curve."""
+def running_averages(curve: list[float]) -> list[float]:
+    """The mean of ``curve[:e + 1]`` for each e, up to (not including) its first non-finite value."""
+    averages, total = [], 0.0
+    for epoch, fitness in enumerate(curve):
+        if not math.isfinite(fitness):
+            break
+        total += fitness
+        averages.append(total / (epoch + 1))
+    return averages
 
-    def __init__(self, records: list[Record] = (), min_peers: int = MIN_PEERS):
+
+class MedianRule:
+    """Per-epoch running medians of the running averages of every network that reported its curve.
+
+    ``tell`` costs O(log n) per epoch of the curve told; ``bars`` O(1) per epoch asked for.
+    """
+
+    def __init__(self, records: list[Record] = (), min_peers: int = MIN_PEERS, planned_fraction: float = PLANNED_FRACTION):
         self.min_peers = min_peers
+        self.planned_fraction = planned_fraction
         self._by_epoch: list[RunningMedian] = []
         for record in records:
             self.tell(record)
 
     def tell(self, record: Record) -> None:
-        for epoch, fitness in enumerate(record.curve):
-            if not math.isfinite(fitness):
-                continue
+        for epoch, average in enumerate(running_averages(record.curve)):
             while len(self._by_epoch) <= epoch:
                 self._by_epoch.append(RunningMedian())
-            self._by_epoch[epoch].add(fitness)
+            self._by_epoch[epoch].add(average)
 
     def bars(self, epochs: int) -> tuple[float, ...]:
-        """The bar after each of ``epochs`` epochs: the median there, or NaN while too few networks reached it."""
+        """The bar for a network planned for ``epochs`` epochs, after each of them (index e: after epoch e + 1).
+
+        NaN (no bar) in the first ``planned_fraction`` of the epochs, and while fewer than
+        ``min_peers`` networks reached the epoch; else the median of their running averages there.
+        A network stops where its best fitness so far is below the bar (ensemble.train.Watch).
+        """
+        first = math.ceil(self.planned_fraction * epochs - 1e-9)  # epochs done before the first bar
         bars = []
         for epoch in range(epochs):
             medians = self._by_epoch[epoch] if epoch < len(self._by_epoch) else None
-            bars.append(medians.median() if medians is not None and len(medians) >= self.min_peers else math.nan)
+            judged = epoch + 1 >= first and medians is not None and len(medians) >= self.min_peers
+            bars.append(medians.median() if judged else math.nan)
         return tuple(bars)
 
 

@@ -1,4 +1,5 @@
-"""Early stopping by the median rule, and time limits: on the worker, on the master, in the record."""
+"""Early stopping by the median rule (Vizier's: best so far against the median of running averages), and time
+limits: on the worker, on the master, in the record."""
 import math
 import statistics
 from dataclasses import asdict
@@ -9,11 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import blob_splits
-from simulate import landscape
+from simulate import TEST_SHAPE, VAL_SHAPE, landscape
+from ensemble.hall_of_fame import clears
 from ensemble.problem import Classification
+from ensemble.results import Evaluation
 from ensemble.specs import NetworkSpec, TrainSpec
 from ensemble.train import DeviceData, Watch, train_and_evaluate
-from evolve.early_stop import MedianRule, RunningMedian
+from evolve.early_stop import MedianRule, RunningMedian, running_averages
 from evolve.ga import GAParams
 from evolve.master import SearchSettings, SearchState, run_search
 from evolve.protocol import InProcessTransport, Task
@@ -42,6 +45,65 @@ def test_bars_need_peers_and_ignore_nan():
     rule.tell(record(4, [0.4, math.nan, 0.9]))
     bars = rule.bars(3)
     assert bars[0] == pytest.approx(0.2) and math.isnan(bars[1]) and math.isnan(bars[2])  # epoch 2 has 4 finite values
+
+
+def test_running_averages_end_at_the_first_non_finite_value():
+    assert running_averages([0.2, 0.4, 0.9]) == pytest.approx([0.2, 0.3, 0.5])
+    assert running_averages([0.2, -math.inf, 0.9]) == pytest.approx([0.2])
+    assert running_averages([math.nan, 0.5]) == [] and running_averages([]) == []
+
+
+@given(st.lists(st.lists(st.floats(0, 1), min_size=1, max_size=8), min_size=5, max_size=30))
+def test_a_bar_is_the_median_of_the_running_averages_of_the_networks_that_reached_the_epoch(curves):
+    rule = MedianRule([record(i, c) for i, c in enumerate(curves)], min_peers=5, planned_fraction=0.0)
+    for epoch, bar in enumerate(rule.bars(8)):
+        reached = [statistics.mean(c[: epoch + 1]) for c in curves if len(c) > epoch]
+        if len(reached) < 5:
+            assert math.isnan(bar)
+        else:
+            assert bar == pytest.approx(statistics.median(reached), abs=1e-12)
+
+
+def test_no_bar_in_the_first_third_of_the_planned_epochs():
+    rule = MedianRule([record(i, [0.5] * 12) for i in range(6)])
+    assert [math.isnan(b) for b in rule.bars(12)] == [True] * 3 + [False] * 9  # judged from epoch 4 of 12
+    assert [math.isnan(b) for b in rule.bars(6)] == [True] + [False] * 5  # from epoch 2 of 6
+    assert not any(math.isnan(b) for b in rule.bars(3))  # from epoch 1 (the worker's warm-up still applies)
+    unguarded = MedianRule([record(i, [0.5] * 12) for i in range(6)], planned_fraction=0.0)
+    assert not any(math.isnan(b) for b in unguarded.bars(12))
+
+
+def first_stop(curve, bars, warmup=2):
+    """Where a worker stops a training with this validation curve (ensemble.train's on_epoch), or None."""
+    for epoch in range(1, len(curve)):  # after epoch `epoch`, all but the last
+        bar = bars[epoch - 1]
+        if epoch >= warmup and math.isfinite(bar) and max(curve[:epoch]) < bar:
+            return epoch
+    return None
+
+
+def test_a_slow_starter_that_ends_best_runs_on_and_a_poor_network_stops():
+    # Ten fast networks that level off at 0.88, then one planned for 12 epochs (a large batch: few optimiser
+    # steps per epoch) that starts low and ends best, and one that never gets anywhere.
+    fast = [0.80, 0.85, 0.87, 0.88] + [0.88] * 8
+    slow = [0.30, 0.50, 0.70, 0.86, 0.90, 0.93, 0.95, 0.96, 0.97, 0.97, 0.98, 0.98]
+    poor = [0.30, 0.40, 0.45, 0.50, 0.52, 0.53, 0.54, 0.55, 0.55, 0.55, 0.56, 0.56]
+    rule = MedianRule([record(i, fast) for i in range(10)])
+    bars = rule.bars(12)
+    assert first_stop(slow, bars) is None and first_stop(poor, bars) == 4
+    # The bar the rule replaced (the earlier networks' fitness after epoch e, from epoch 2) stops the slow one at once.
+    assert first_stop(slow, fast) == 2
+    # Noise: a dip below the bar does not stop a network whose best so far clears it.
+    noisy = [0.84, 0.90, 0.80, 0.83, 0.90] + [0.9] * 7
+    assert first_stop(noisy, bars) is None and min(noisy[3:]) < bars[3]
+
+
+def test_stopped_networks_count_up_to_where_they_stopped():
+    rule = MedianRule([record(i, [0.9, 0.9, 0.9, 0.9]) for i in range(3)] + [record(3 + i, [0.1, 0.1]) for i in range(3)],
+                      min_peers=5, planned_fraction=0.0)
+    bars = rule.bars(4)
+    assert bars[0] == pytest.approx(0.5) and bars[1] == pytest.approx(0.5)  # six networks reached epochs 1 and 2
+    assert math.isnan(bars[2]) and math.isnan(bars[3])  # only three reached epoch 3
 
 
 def data():
@@ -89,18 +151,49 @@ def settings(budget, mode="async", early=True):
     return SearchSettings(budget, GAParams(population=6), 3, 0, checkpoint_seconds=0, mode=mode, early_stopping=early, warmup=2)
 
 
+def spread(task: Task) -> Evaluation:
+    """A worker over a landscape with poor networks in it: landscape's score stretched over 0.05-1, a curve
+    that rises towards it, and the rule applied as ensemble.train's worker applies it (best so far below the bar)."""
+    base = landscape(Task(task.id, task.network, task.training, task.seed, task.entry_bar, {}))
+    final = min(max((base.fitness - 0.45) * 3, 0.05), 1.0)
+    epochs = task.training["epochs"]
+    curve = [final * (1 - 0.6 ** (e + 1)) for e in range(epochs)]
+    bars = task.watch.get("stop_below", ())
+    stop = first_stop(curve, list(bars) + [math.nan] * epochs, task.watch.get("warmup", 0)) if bars else None
+    if stop is not None:
+        return Evaluation("stopped", curve[stop - 1], {"val_accuracy": curve[stop - 1]}, 1.0, stop, curve=curve[:stop])
+    ev = Evaluation("ok", final, {"val_accuracy": final, "test_accuracy": final}, 1.0, epochs, curve=curve if bars else [])
+    if clears(final, task.id, task.entry_bar):
+        rng = np.random.default_rng(task.id)
+        ev.val_pred = rng.dirichlet(np.ones(2), VAL_SHAPE[0]).astype(np.float32)
+        ev.test_pred = rng.dirichlet(np.ones(2), TEST_SHAPE[0]).astype(np.float32)
+        ev.weights = {"0.weight": rng.normal(size=(3, 2)).astype(np.float32)}
+    return ev
+
+
 def test_the_master_stops_networks_below_the_median_and_keeps_them_out():
+    seen = []
+
+    def spy(task):
+        seen.append(task)
+        return spread(task)
+
     state = SearchState.fresh(0, candidates=3)
-    run_search(state, InProcessTransport(landscape, 2), SPACE, settings(80))
+    run_search(state, InProcessTransport(spy, 2), SPACE, settings(80))
     stopped = [r for r in state.records if r.status == "stopped"]
     assert stopped, "nothing was stopped"
     assert all(r.epochs_done >= 2 and len(r.curve) == r.epochs_done for r in stopped)
+    planned = {t.id: t.training["epochs"] for t in seen}
+    assert all(3 * r.epochs_done >= planned[r.id] for r in stopped)  # never in the first third of its epochs
     assert not {r.id for r in stopped} & (set(state.population) | set(state.hall_of_fame.ids))
     baseline = SearchState.fresh(0, candidates=3)
-    run_search(baseline, InProcessTransport(landscape, 2), SPACE, settings(80, early=False))
+    run_search(baseline, InProcessTransport(spread, 2), SPACE, settings(80, early=False))
     best = lambda s: max(r.fitness for r in s.records if r.status == "ok")  # noqa: E731
     assert best(state) >= best(baseline) - 0.02  # it still finds good networks
     assert sum(r.epochs_done for r in state.records) < sum(r.epochs_done for r in baseline.records)
+    # What was stopped was poor: below the median of the finished networks' final fitness.
+    finals = statistics.median(r.fitness for r in state.records if r.status == "ok")
+    assert all(max(r.curve) < finals for r in stopped)
 
 
 def test_generational_search_never_stops_early():
