@@ -9,7 +9,8 @@ contenders interleaved seed by seed so that a noisy machine hurts them alike, an
   decay), the new genes pinned to what the networks were then (3x3 kernels, max pooling, batch norm
   in CNNs only, no residuals, a constant learning rate), and no early stopping;
 * ``typed``: examples/digits-typed.toml (per-layer widths, kernel size, batch or layer norm in
-  every family, weight decay only for AdamW) with early stopping on (the default);
+  every family, weight decay only for AdamW) with early stopping on (the default: Vizier's median
+  rule, evolve/early_stop.py);
 * ``classic+es`` and ``typed-es``: the same spaces with early stopping switched the other way, to
   tell the space's part from early stopping's.
 
