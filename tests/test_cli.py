@@ -195,9 +195,10 @@ def _start(args):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1, signal.SIGKILL])
 def test_interrupted_run_resumes(tmp_path, small_config, sig):
-    """SIGTERM to every process (as Slurm does at preemption) or SIGKILL (a crash), then --resume."""
+    """SIGTERM to every process (as Slurm does at preemption), SIGUSR1 (Slurm's early warning with
+    --signal) or SIGKILL (a crash), then --resume."""
     out = str(tmp_path / "run")
     proc = _start(["run", small_config, "--out", out, "--set", "search.evaluations=40", *SMALL])
     deadline = time.monotonic() + 120
@@ -208,8 +209,9 @@ def test_interrupted_run_resumes(tmp_path, small_config, sig):
     os.killpg(proc.pid, sig)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode != 0
-    if sig == signal.SIGTERM:
+    if sig != signal.SIGKILL:
         assert "checkpoint saved" in stderr and f"--resume {out}" in stderr
+        assert proc.returncode == 75, stderr  # resumable: what a batch script tests to requeue
     done = checkpoint_evaluations(out)
     assert 3 <= done < 40
 

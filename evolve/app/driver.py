@@ -42,6 +42,11 @@ from .runlock import RunLock
 from .selection import SelectionCache
 
 MASTER = 0
+# The exit status of a job stopped by a signal (Slurm's time limit, preemption, or its early warning
+# with --signal) after its checkpoint was written: "resume me". EX_TEMPFAIL of sysexits.h; a batch
+# script tests for it to requeue (scripts/slurm/).
+EXIT_RESUMABLE = 75
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 DEVICES_NAME = "devices.json"  # each worker's rank, host, device and GPU UUID, for the latest session
 
 
@@ -153,11 +158,12 @@ def setup_trainer(config: Config, data: SharedDataset, problem: Problem, local_i
 
 
 class StopFlag:
-    """Set by SIGTERM (Slurm's preemption or time limit) or SIGINT; a second signal acts as usual."""
+    """Set by SIGTERM (Slurm's preemption or time limit), SIGUSR1 (Slurm's early warning, with
+    ``--signal=USR1@120``) or SIGINT; a second signal acts as usual."""
 
     def __init__(self) -> None:
         self.signum = 0
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum, frame) -> None:
@@ -252,7 +258,7 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
         for line in device_lines:
             say(line)
         return _master(comm, config, data, problem, prepared, space, trainer_data, started, quiet)
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)  # the master decides when to stop
     serve(MPIWorkerChannel(comm, MASTER), trainer_for(trainer_data))
     return 0
@@ -333,8 +339,9 @@ def _master(
             abort(comm, 2)  # the workers may be mid-training: nothing more can be recorded
         return 2
     if not finished:
-        say(f"stopped by signal {stop.signum}; checkpoint saved with {len(state.records)} evaluations; continue with: evens run --resume {run_dir}")
-        code = 128 + stop.signum
+        say(f"stopped by signal {stop.signum}; checkpoint saved with {len(state.records)} evaluations; continue with: "
+            f"evens run --resume {run_dir} (exit status {EXIT_RESUMABLE}: resumable)")
+        code = EXIT_RESUMABLE
         if comm.size > 1:
             abort(comm, code)  # workers may be mid-training; the checkpoint has what they held
         return code
