@@ -29,11 +29,11 @@ from .space import DEFAULT_SPACE, SearchSpace, parse_space
 
 @dataclass(frozen=True)
 class DataConfig:
-    path: str = "data/digits.h5"
+    path: str = "data/digits.h5"  # the HDF5 data file (docs/data-format.md); stored absolute in the run
     val_fraction: float = 0.15  # held out of train when the file has no 'val'
     test_fraction: float = 0.15  # held out of train when the file has no 'test'
-    split_seed: int = 0
-    chunk_mb: int = 64  # broadcast chunk size
+    split_seed: int = 0  # seeds which rows of train are held out for val/test
+    chunk_mb: int = 64  # the broadcast sends the data in chunks of this many MiB
     shared_memory: bool = True  # one host copy per node (MPI-3 shared window)
     allow_external: bool = False  # read datasets whose data lives in other files (external links, virtual, external storage)
 
@@ -43,15 +43,15 @@ class SearchConfig:
     evaluations: int = 40  # total networks trained, across resumes
     mode: str = "async"  # "async" (steady state, no worker waits), "generational" (a barrier per generation) or "nsga2"
     second_objective: str = "params"  # nsga2's objective to minimise beside the fitness: "params" or "latency" (us per sample)
-    population: int = 10
-    seed: int = 0
-    tournament: int = 3
-    crossover_prob: float = 0.7
-    mutation_prob: float = 0.3  # per gene
+    population: int = 10  # individuals the GA breeds from (async: the steady-state pool; generational and nsga2: each generation)
+    seed: int = 0  # seeds the search: the same seed and config propose the same networks
+    tournament: int = 3  # individuals per tournament when choosing a parent
+    crossover_prob: float = 0.7  # chance that a child is bred by crossover of two parents
+    mutation_prob: float = 0.3  # chance that each gene of a child is mutated
     mutation_eta: float = 8.0  # polynomial mutation: larger is more local
     checkpoint_seconds: float = 10.0  # at most this long between checkpoint writes
     early_stopping: bool = True  # stop trainings below the median of earlier ones (async mode only)
-    early_stopping_warmup: int = 2  # ... but never before this many epochs
+    early_stopping_warmup: int = 2  # never stop a training before this many epochs
     eval_timeout_seconds: float = 0.0  # stop a training after this many seconds (recorded as "timeout"); 0: no limit
 
 
