@@ -58,7 +58,10 @@ def build_parser() -> Parser:
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. search.evaluations=40")
     run.add_argument("--out", help="new run directory (default: runs/<config>-<time>)")
     run.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its checkpoint")
-    run.add_argument("--quiet", action="store_true", help="no progress output")
+    run.add_argument("--quiet", action="store_true", help="warnings and errors only: no progress output")
+    run.add_argument("--verbose", action="store_true", help="also every evaluation, each worker's device, and workers' own logs")
+    run.add_argument("--status-seconds", type=float, default=60.0, metavar="S",
+                     help="between status lines when the output is not a terminal (default 60)")
 
     rep = sub.add_parser("report", help="summarise a run directory: top networks, failures, the ensemble; CSV and figures")
     rep.add_argument("run_dir")
@@ -139,7 +142,8 @@ def _collective(command) -> int:
 def _run(args) -> int:
     from . import driver
 
-    return driver.run(args.config, args.overrides, out=args.out, resume=args.resume, quiet=args.quiet)
+    return driver.run(args.config, args.overrides, out=args.out, resume=args.resume, quiet=args.quiet, verbose=args.verbose,
+                      status_seconds=args.status_seconds)
 
 
 def _predict(args) -> int:

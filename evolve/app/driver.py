@@ -35,6 +35,7 @@ from ..protocol import InProcessTransport
 from ..space import SearchSpace
 from ..worker import serve, trainer_for
 from .local import take_device, usable_cores
+from .log import LOG, setup_logging
 from .progress import Progress
 from .report import format_summary, summarize
 from .rundir import SUMMARY_NAME, Claim, checkpoint_path, claim_default_run_dir, claim_run_dir, write_json
@@ -47,6 +48,7 @@ MASTER = 0
 # script tests for it to requeue (scripts/slurm/).
 EXIT_RESUMABLE = 75
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+STATUS_SECONDS = 60.0  # between status lines in batch output (evens run --status-seconds)
 DEVICES_NAME = "devices.json"  # each worker's rank, host, device and GPU UUID, for the latest session
 
 
@@ -71,7 +73,15 @@ class Prepared:
 
 
 def say(message: str) -> None:
-    print(f"evens: {message}", file=sys.stderr, flush=True)
+    """A line for the user, from the master (``evens: message`` on standard error)."""
+    if message.startswith("error: "):
+        LOG.error(message)
+    elif message.startswith("warning: "):
+        LOG.warning(message)
+    else:
+        LOG.info(message)
+    for handler in LOG.handlers:
+        handler.flush()
 
 
 def prepare(config_path: str | None, overrides: list[str], out: str | None, resume: str | None) -> Prepared:
@@ -174,9 +184,13 @@ class StopFlag:
         return self.signum != 0
 
 
-def run(config_path: str | None, overrides: list[str], out: str | None = None, resume: str | None = None, quiet: bool = False) -> int:
+def run(config_path: str | None, overrides: list[str], out: str | None = None, resume: str | None = None, quiet: bool = False,
+        verbose: bool = False, status_seconds: float = 60.0) -> int:
     """Collective over the world: run or resume a search. Returns the exit code."""
     comm = world()
+    setup_logging(comm.rank, quiet, verbose)
+    global STATUS_SECONDS
+    STATUS_SECONDS = status_seconds
     started = time.time()
     is_master = comm.rank == MASTER
     prepared, error = None, None
@@ -257,6 +271,8 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
     if is_master:
         for line in device_lines:
             say(line)
+        for b in prepared.devices or []:
+            LOG.debug(f"rank {b['rank']} on {b['host']}: {b['device']} {b['name']} {b['uuid']} ({b['threads']} threads)")
         return _master(comm, config, data, problem, prepared, space, trainer_data, started, quiet)
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)  # the master decides when to stop
@@ -326,7 +342,8 @@ def _master(
     say(f"searching with {len(transport.workers)} worker(s), budget {settings.budget} evaluations; run directory {run_dir}")
     write_json(os.path.join(run_dir, DEVICES_NAME), {"session": info.sessions, "workers": prepared.devices or []})
     stop = StopFlag()
-    progress = Progress(settings.budget, len(state.records), problem.metric, quiet=quiet)
+    progress = Progress(settings.budget, len(state.records), problem.metric, quiet=quiet, every=STATUS_SECONDS,
+                        workers=len(transport.workers))
     try:
         save(state)
         finished = run_search(state, transport, space, settings, checkpoint=save, on_result=progress, should_stop=stop)
