@@ -12,10 +12,13 @@ contenders interleaved seed by seed so that a noisy machine hurts them alike, an
   every family, weight decay only for AdamW) with early stopping on (the default: Vizier's median
   rule, evolve/early_stop.py);
 * ``classic+es`` and ``typed-es``: the same spaces with early stopping switched the other way, to
-  tell the space's part from early stopping's.
+  tell the space's part from early stopping's;
+* ``typed2``: a second typed config (``--typed2``, default examples/digits-typed-lean.toml: the typed
+  space with normalisation a gene of CNNs only and 3x3 kernels), early stopping on.
 
 Same number of evaluations, same seeds. Prints a table (mean and spread of the best network's
-validation and test accuracy, the ensemble's test accuracy, wall time) and one JSON line::
+validation and test accuracy, the ensemble's test accuracy, wall time, and the CPU seconds of the
+whole job, all ranks: steadier than wall time on a shared machine) and one JSON line::
 
     .venv/bin/python scripts/study_space.py --seeds 5 --evaluations 40 --ranks 4
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -67,13 +71,17 @@ def run(config: str, seed: int, evaluations: int, ranks: int, out: str, extra: l
     cmd = [os.path.join(ROOT, ".venv", "bin", "mpiexec"), "-n", str(ranks), os.path.join(ROOT, ".venv", "bin", "evens"), "run",
            config, "--out", out, "--quiet", "--set", f"search.seed={seed}", "--set", f"search.evaluations={evaluations}",
            "--set", f"data.path={os.path.join(ROOT, 'data', 'digits.h5')}", *extra]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(cmd, check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the job's ranks, once mpiexec has reaped them
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     with open(os.path.join(out, "summary.json")) as f:
         s = json.load(f)
     return {
         "best_val": s["best"]["val_accuracy"], "best_test": s["best"]["test_accuracy"],
         "ensemble_test": s["ensemble"]["test_accuracy"], "wall": s["wall_seconds"],
-        "stopped": s.get("status_counts", {}).get("stopped", 0),
+        "cpu": cpu, "stopped": s.get("status_counts", {}).get("stopped", 0),
+        "epochs": s.get("early_stopping", {}).get("epochs_trained"),
     }
 
 
@@ -83,8 +91,9 @@ def main() -> None:
     parser.add_argument("--evaluations", type=int, default=40)
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--typed", default=os.path.join(ROOT, "examples", "digits-typed.toml"), help="the typed contender's config")
+    parser.add_argument("--typed2", default=os.path.join(ROOT, "examples", "digits-typed-lean.toml"), help="the typed2 contender's config")
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--contenders", default="classic,typed", help="from classic, typed, classic+es, typed-es")
+    parser.add_argument("--contenders", default="classic,typed", help="from classic, typed, classic+es, typed-es, typed2")
     args = parser.parse_args()
     if not os.path.exists(os.path.join(ROOT, "data", "digits.h5")):
         subprocess.run([os.path.join(ROOT, ".venv", "bin", "evens"), "make-digits", os.path.join(ROOT, "data", "digits.h5")], check=True)
@@ -95,6 +104,7 @@ def main() -> None:
             "typed": (typed, []),
             "classic+es": (classic, []),  # to tell the space's part from early stopping's
             "typed-es": (typed, ["--set", "search.early_stopping=false"]),
+            "typed2": (args.typed2, []),
         }
         contenders = {name: every[name] for name in args.contenders.split(",")}
         results: dict[str, list[dict]] = {name: [] for name in contenders}
@@ -103,22 +113,27 @@ def main() -> None:
                 r = run(config, seed, args.evaluations, args.ranks, os.path.join(tmp, f"{name}-{seed}"), extra)
                 results[name].append(r)
                 print(f"seed {seed} {name:8s} best val {r['best_val']:.4f} test {r['best_test']:.4f}  "
-                      f"ensemble test {r['ensemble_test']:.4f}  wall {r['wall']:.1f} s  stopped {r['stopped']}", flush=True)
+                      f"ensemble test {r['ensemble_test']:.4f}  wall {r['wall']:.1f} s  cpu {r['cpu']:.1f} s  stopped {r['stopped']}", flush=True)
     table = {}
-    print(f"\n{'':8s} {'best val':>16s} {'best test':>16s} {'ensemble test':>16s} {'wall s':>12s}")
+    print(f"\n{'':10s} {'best val':>16s} {'best test':>16s} {'ensemble test':>16s} {'wall s':>12s} {'cpu s':>12s}")
     for name, rs in results.items():
         row = {}
-        for key in ("best_val", "best_test", "ensemble_test", "wall"):
+        for key in ("best_val", "best_test", "ensemble_test", "wall", "cpu"):
             values = [r[key] for r in rs]
             row[key] = (statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0)
         table[name] = row
-        print(f"{name:8s} " + " ".join(f"{m:10.4f}±{s:<5.4f}" if k != "wall" else f"{m:7.1f}±{s:<4.1f}" for k, (m, s) in row.items()))
-    ratio = wins = None
-    if "classic" in results and "typed" in results:
-        ratio = table["classic"]["wall"][0] / table["typed"]["wall"][0]
-        wins = sum(t["ensemble_test"] >= c["ensemble_test"] for t, c in zip(results["typed"], results["classic"]))
-        print(f"wall time classic/typed: {ratio:.2f}x; typed ensemble >= classic ensemble in {wins} of {args.seeds} seeds")
-    print(json.dumps({"seeds": args.seeds, "evaluations": args.evaluations, "ranks": args.ranks, "wall_ratio": ratio, "typed_wins": wins,
+        print(f"{name:10s} " + " ".join(f"{m:10.4f}±{s:<5.4f}" if k not in ("wall", "cpu") else f"{m:7.1f}±{s:<4.1f}" for k, (m, s) in row.items()))
+    against_classic = {}
+    for typed_name in ("typed", "typed2"):
+        if "classic" in results and typed_name in results:
+            ratio = table["classic"]["wall"][0] / table[typed_name]["wall"][0]
+            cpu_ratio = table["classic"]["cpu"][0] / table[typed_name]["cpu"][0]
+            wins = sum(t["ensemble_test"] >= c["ensemble_test"] for t, c in zip(results[typed_name], results["classic"]))
+            faster = sum(t["wall"] < c["wall"] for t, c in zip(results[typed_name], results["classic"]))
+            print(f"classic/{typed_name}: wall {ratio:.2f}x (faster in {faster} of {args.seeds} seeds), cpu {cpu_ratio:.2f}x; "
+                  f"{typed_name} ensemble >= classic ensemble in {wins} of {args.seeds} seeds")
+            against_classic[typed_name] = {"wall_ratio": ratio, "cpu_ratio": cpu_ratio, "faster_seeds": faster, "ensemble_wins": wins}
+    print(json.dumps({"seeds": args.seeds, "evaluations": args.evaluations, "ranks": args.ranks, "against_classic": against_classic,
                       **{f"{n}_{k}": v[0] for n, row in table.items() for k, v in row.items()}, "runs": results}))
 
 
