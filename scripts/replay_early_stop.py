@@ -3,7 +3,8 @@
 Phase 1 (``--collect``) runs the product's search loop in one process (:func:`evolve.master.run_search`,
 async steady-state GA, 3 in-process workers, the real worker function) with a rule that never stops,
 so every network trains to its planned length and reports its whole curve, and appends the networks
-to a JSON-lines file. Phase 2 (the default) replays rules on those curves, network by network in the
+to a JSON-lines file (each with its curve, final validation fitness, test accuracy, training
+seconds, planned epochs and decoded genes). Phase 2 (the default) replays rules on those curves, network by network in the
 order the results arrived, each network judged against the ones that had come back two results
 before it was sent (as with 3 workers), a stopped network told with its curve cut where it stopped:
 
@@ -128,7 +129,9 @@ def collect(config: str | None, seeds: list[int], evaluations: int, path: str) -
             for r in captured["state"].records:
                 if r.status == "ok":
                     out.write(json.dumps({"seed": seed, "id": r.id, "curve": r.curve, "fitness": r.fitness, "test": tests[r.id],
-                                          "seconds": r.seconds, "planned": int(space.key(r.genome)[epochs_at])}) + "\n")
+                                          "seconds": r.seconds, "planned": int(space.key(r.genome)[epochs_at]),
+                                          "genes": {k: v if isinstance(v, (int, float, str, bool)) else str(v)
+                                                    for k, v in space.decode(r.genome).items()}}) + "\n")
             out.flush()
             print(f"seed {seed}: {len(captured['state'].records)} networks, {result.seconds:.0f} s", flush=True)
 
