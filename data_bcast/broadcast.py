@@ -1,28 +1,37 @@
-"""Read a dataset on one rank and give every rank a read-only view of it, one host copy per node.
+"""Stream a dataset from one rank to every rank, one host copy per node, checksummed.
 
-Only the root opens the file. It sends the plan (names, shapes, dtypes: a few
-hundred bytes) with a pickled ``bcast``, then the payload as raw bytes with
-buffer-based ``Bcast`` in fixed-size chunks. On each node the ranks share one
-MPI-3 shared-memory window; only the node's leader takes part in the payload
-broadcast, and the other ranks read the window in place. With ``shared=False``
-every rank keeps a private copy instead (the simple scheme, kept for comparison
-and for MPI libraries without shared windows).
+Only the root opens the file. It sends the plan (names, shapes, dtypes: a few hundred bytes)
+with a pickled ``bcast``, then streams the payload: it reads chunk k+1 of the arrays (whole rows,
+at most ``chunk_bytes``, never more than MPI's int count limit) straight into its node's buffer
+while chunk k travels to the other node leaders by a non-blocking ``Ibcast``, so its memory never
+holds more than the buffer every node holds anyway. Each chunk's CRC-32 is broadcast ahead of it
+and checked by every leader on arrival; the root's per-array CRC-32s make the data's fingerprint,
+which a run keeps so that a resume can refuse different data.
 
-Errors (a missing or malformed file) are found on the root and sent to every
-rank, so all ranks raise the same :class:`DataError` together and none waits.
+On each node the ranks share one MPI-3 shared-memory window; only the node's leader takes part
+in the payload broadcast, and the other ranks read the window in place. With ``shared=False``
+every rank keeps a private copy instead (the simple scheme, kept for comparison and for MPI
+libraries without shared windows).
+
+Errors (a missing or malformed file, NaN found while streaming, a chunk that arrives damaged) are
+gathered from every rank and the first is given to all, so all ranks raise the same
+:class:`DataError` together and none waits.
 """
 from __future__ import annotations
 
+import os
 import time
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 from mpi4py import MPI
 
-from .h5file import DataError, DataPlan, first_line, inspect_file, read_into
-from .layout import array_views, chunk_ranges, plan_layout
+from .h5file import ROW_BLOCK_BYTES, DataError, DataPlan, RowReader, first_line, inspect_file
+from .layout import Chunk, array_views, plan_chunks, plan_layout
 
 DEFAULT_CHUNK_BYTES = 64 << 20
+INT_COUNT_LIMIT = (1 << 31) - 1  # MPI's count is a C int: no message may hold more elements
 
 
 @dataclass
@@ -63,15 +72,38 @@ class SharedDataset:
 
 
 def node_communicator(comm: MPI.Comm, root: int = 0) -> MPI.Comm:
-    """Ranks that share memory with this one; the root (if here) is node rank 0."""
-    return comm.Split_type(MPI.COMM_TYPE_SHARED, key=0 if comm.rank == root else comm.rank + 1)
+    """Ranks that share memory with this one; the root (if here) is node rank 0.
+
+    ``EVENS_SIMULATED_NODES=k`` (tests and benchmarks on one machine) splits the ranks into k
+    pretend nodes by rank modulo k instead, so that k leaders really broadcast among themselves;
+    each pretend node still shares memory, since all its ranks are on this machine.
+    """
+    key = 0 if comm.rank == root else comm.rank + 1
+    simulated = int(os.environ.get("EVENS_SIMULATED_NODES", "0") or 0)
+    if simulated > 1:
+        return comm.Split((comm.rank - root) % simulated, key=key)
+    return comm.Split_type(MPI.COMM_TYPE_SHARED, key=key)
 
 
-def _agree(comm: MPI.Comm, root: int, error: str | None) -> None:
-    """Send the root's error (or None) to all ranks; everyone raises together."""
-    error = comm.bcast(error, root=root)
-    if error is not None:
-        raise DataError(error)
+def message_limit() -> int:
+    """The largest message, in bytes, that the broadcast sends: below MPI's int count limit (2^31 - 1)
+    whatever the chunk size. ``EVENS_MAX_MESSAGE_BYTES`` lowers it, so that tests exercise the
+    many-message path of arrays over 2 GiB without allocating 2 GiB."""
+    asked = int(os.environ.get("EVENS_MAX_MESSAGE_BYTES", "0") or 0)
+    return min(INT_COUNT_LIMIT, asked) if asked > 0 else INT_COUNT_LIMIT
+
+
+def first_error(comm: MPI.Comm, error: str | None, root: int) -> str | None:
+    """Collective: every rank's error (or None) gathered, and the first given to every rank."""
+    errors = comm.gather(error, root=root)
+    first = next((e for e in errors if e), None) if comm.rank == root else None
+    return comm.bcast(first, root=root)
+
+
+def fingerprint(crcs: dict[str, int]) -> str:
+    """One string for the data sent: each array's name and CRC-32 (independent of the chunking)."""
+    return zlib.crc32(";".join(f"{name}={crc:08x}" for name, crc in sorted(crcs.items())).encode()).to_bytes(4, "big").hex() + \
+        f"-{len(crcs)}"
 
 
 def broadcast_dataset(
@@ -86,9 +118,13 @@ def broadcast_dataset(
     shared: bool = True,
     allow_external: bool = False,
 ) -> SharedDataset:
-    """Collective: the root reads ``path``; every rank returns the same arrays.
+    """Collective: the root streams ``path`` to every rank; every rank returns the same arrays.
 
-    Non-root ranks never open the file (their ``path`` is ignored).
+    Non-root ranks never open the file (their ``path`` is ignored). The root reads chunk k+1
+    while chunk k is on its way (a non-blocking broadcast among node leaders), so its memory
+    holds a few chunks, not the arrays; each chunk's CRC-32 travels ahead of it, and every
+    leader checks what it received. ``stats["fingerprint"]`` names the data sent (see
+    :func:`fingerprint`).
 
     >>> data = broadcast_dataset(MPI.COMM_WORLD, "digits.h5")   # doctest: +SKIP
     >>> data.arrays["train/x"].shape                            # doctest: +SKIP
@@ -120,32 +156,108 @@ def broadcast_dataset(
         buffer = np.empty(layout.total_bytes, dtype=np.uint8)
         carriers = comm.Split(0, key=root_first)  # every rank carries its own copy
     arrays = array_views(layout, buffer)
-    stats: dict[str, float] = {"bytes": float(layout.total_bytes)}
-
+    stats: dict = {"bytes": float(layout.total_bytes)}
     result = SharedDataset(plan, arrays, node.rank, node.size, root_here, stats, window, (node, carriers))
-    error = None
-    if comm.rank == root:
-        t0 = time.perf_counter()
-        try:
-            read_into(plan, arrays)
-        except DataError as exc:
-            error = str(exc)
-        except OSError as exc:
-            error = f"{plan.path}: read failed ({first_line(exc)})"
-        except MemoryError:
-            error = f"{plan.path}: out of memory while reading it ({layout.total_bytes / 2**30:.2f} GiB of splits)"
-        stats["read_seconds"] = time.perf_counter() - t0
-    try:
-        _agree(comm, root, error)
-    except DataError:
-        result.close()  # collective, and every rank is here: they all raise together
-        raise
-    # Any other exception is left to propagate without collective clean-up: the caller aborts the job.
 
     t0 = time.perf_counter()
+    error = None
     if carriers != MPI.COMM_NULL:
-        for start, stop in chunk_ranges(layout.total_bytes, chunk_bytes):
-            carriers.Bcast([buffer[start:stop], MPI.BYTE], root=0)
+        error = _stream(carriers, plan, layout, buffer, arrays, min(chunk_bytes, message_limit()), stats)
+    error = first_error(comm, error, root)
+    if error is not None:
+        node.Barrier()
+        result.close()  # collective, and every rank is here: they all raise together
+        raise DataError(error)
     node.Barrier()  # the window is filled before anyone on the node reads it
     stats["broadcast_seconds"] = time.perf_counter() - t0
+    stats["fingerprint"] = comm.bcast(stats.get("fingerprint"), root=root)
     return result
+
+
+def _stream(carriers: MPI.Comm, plan: DataPlan, layout, buffer: np.ndarray, arrays: dict[str, np.ndarray], chunk_bytes: int,
+            stats: dict) -> str | None:
+    """The carriers' part: the root (carrier rank 0) reads and sends chunk by chunk, the others receive
+    and check. Returns this rank's error, or None; every carrier stops at the same chunk."""
+    is_root = carriers.rank == 0
+    chunks = plan_chunks(layout, chunk_bytes)
+    reader, error = None, None
+    crcs: dict[str, int] = {}
+    read_seconds = 0.0
+    if is_root:
+        try:
+            reader = RowReader(plan)
+        except (OSError, DataError) as exc:
+            error = f"{plan.path}: cannot open it to read ({first_line(exc)})"
+    header = np.zeros(2, dtype=np.int64)  # (1 if the root failed, CRC-32 of the chunk)
+    pending = None  # (request, chunk, crc): the chunk on its way while the next is read
+    try:
+        for k in range(len(chunks) + 1):
+            chunk = chunks[k] if k < len(chunks) else None
+            crc = 0
+            if is_root and chunk is not None and error is None:
+                t = time.perf_counter()
+                try:
+                    _read_chunk(reader, chunk, buffer, arrays, lambda: pending[0].Test() if pending else None)
+                except DataError as exc:
+                    error = str(exc)
+                read_seconds += time.perf_counter() - t
+                if error is None:
+                    view = buffer[chunk.offset : chunk.offset + chunk.nbytes]
+                    crc = zlib.crc32(view)
+                    crcs[chunk.name] = zlib.crc32(view, crcs.get(chunk.name, 0))
+                    _fault_hook(k, view)
+            if pending is not None:
+                request, done_chunk, sent_crc = pending
+                request.Wait()
+                pending = None
+                if not is_root and error is None:
+                    view = buffer[done_chunk.offset : done_chunk.offset + done_chunk.nbytes]
+                    got = zlib.crc32(view)
+                    crcs[done_chunk.name] = zlib.crc32(view, crcs.get(done_chunk.name, 0))
+                    if got != sent_crc:
+                        error = (f"{plan.path}: the data arrived damaged on rank {MPI.COMM_WORLD.rank}: chunk {k - 1} of "
+                                 f"{done_chunk.name} (rows {done_chunk.rows[0]}..{done_chunk.rows[1] - 1}) has CRC-32 "
+                                 f"{got:08x}, the root sent {sent_crc:08x}")
+            if chunk is None:
+                break
+            header[:] = (1 if (is_root and error is not None) else 0, crc)
+            carriers.Bcast(header, root=0)
+            if header[0]:
+                break
+            request = carriers.Ibcast([buffer[chunk.offset : chunk.offset + chunk.nbytes], MPI.BYTE], root=0)
+            pending = (request, chunk, int(header[1]))
+    finally:
+        if reader is not None:
+            reader.close()
+    stats["read_seconds"] = read_seconds
+    stats["chunks"] = len(chunks)
+    if error is None and is_root:
+        stats["fingerprint"] = fingerprint(crcs)
+    return error
+
+
+def _read_chunk(reader: RowReader, chunk: Chunk, buffer: np.ndarray, arrays: dict[str, np.ndarray], progress) -> None:
+    """Read the rows of ``chunk`` into the buffer (whole rows straight into place; a piece of a
+    row bigger than a chunk through a one-row copy). ``progress`` lets the broadcast in flight move."""
+    array = arrays[chunk.name]
+    first, last = chunk.rows
+    row_bytes = array[:1].nbytes
+    start_in_array = chunk.offset - (array.ctypes.data - buffer.ctypes.data)
+    if chunk.nbytes == (last - first) * row_bytes and start_in_array == first * row_bytes:
+        step = max(1, ROW_BLOCK_BYTES // max(1, row_bytes))
+        for a in range(first, last, step):
+            reader.read_into(chunk.name, a, min(last, a + step), array[a : min(last, a + step)])
+            progress()
+        return
+    row = np.empty((1,) + array.shape[1:], dtype=array.dtype)
+    reader.read_into(chunk.name, first, first + 1, row)
+    skip = start_in_array - first * row_bytes
+    buffer[chunk.offset : chunk.offset + chunk.nbytes] = row.view(np.uint8).reshape(-1)[skip : skip + chunk.nbytes]
+
+
+def _fault_hook(k: int, view: np.ndarray) -> None:
+    """Tests only: ``EVENS_TEST_FLIP_CHUNK=k`` flips a byte of chunk k after its CRC was taken, as a
+    broken link or bad memory would, to show that the leaders catch it."""
+    flip = os.environ.get("EVENS_TEST_FLIP_CHUNK")
+    if flip is not None and int(flip) == k and view.size:
+        view[view.size // 2] ^= 0xFF

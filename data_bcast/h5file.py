@@ -282,64 +282,93 @@ def _inspect(path: str, val_fraction: float, test_fraction: float, seed: int, al
     return DataPlan(os.path.abspath(path), tuple(specs), sources, holdout, num_classes, seed, kind, target_shape)
 
 
-def _copy_rows(src: h5py.Dataset, dst: np.ndarray, where: str) -> None:
-    """Copy an HDF5 dataset into ``dst`` in row blocks, casting, and reject NaN/inf."""
-    row_bytes = max(1, int(np.prod(dst.shape[1:], dtype=np.int64)) * src.dtype.itemsize)
-    step = max(1, ROW_BLOCK_BYTES // row_bytes)
-    for start in range(0, dst.shape[0], step):
-        part = dst[start : start + step]
-        with np.errstate(over="ignore"):  # overflow becomes inf, reported just below
-            try:
-                part[...] = src[start : start + step]
-            except DAMAGE as exc:  # damaged bytes past the header: a filter or a read that fails
-                raise DataError(f"{where}: read failed at rows {start}..{start + len(part) - 1}, the file looks damaged "
-                                f"({type(exc).__name__}: {first_line(exc)})") from None
-        # Checked after the cast, so that float64 values beyond float32's range count as infinite.
-        if np.issubdtype(part.dtype, np.floating) and not np.isfinite(part).all():
-            raise DataError(f"{where} holds NaN or infinite values (as float32)")
+def _checked(block: np.ndarray, where: str, first: int) -> None:
+    """Refuse NaN or infinite values (checked after the cast, so float64 beyond float32's range counts)."""
+    if np.issubdtype(block.dtype, np.floating) and not np.isfinite(block).all():
+        bad = int(np.flatnonzero(~np.isfinite(block.reshape(len(block), -1)).all(axis=1))[0]) if block.ndim else 0
+        raise DataError(f"{where} holds NaN or infinite values (as float32), first in row {first + bad}")
 
 
 def holdout_permutation(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).permutation(n)
 
 
-def read_into(plan: DataPlan, arrays: dict[str, np.ndarray]) -> None:
-    """Fill ``arrays`` (named as ``plan.specs``) from the file. Raises :class:`DataError`."""
+class RowReader:
+    """Reads any rows of the planned arrays from the file, in bounded memory (for streaming).
+
+    Rows of a split that the file holds are read as they are; rows of a held-out split come from
+    the file's train rows through the plan's seeded permutation (the first ``holdout_sizes["test"]``
+    go to test, the next to val, the rest, in file order, to train). A read of scattered rows
+    covers them with one slab when they are dense enough (held-out train rows are), else asks
+    h5py for just those rows. Values are cast to the planned dtype and checked for NaN/inf.
+    """
+
+    SLAB_FACTOR = 4  # read a covering slab while it is at most this many times the rows wanted
+
+    def __init__(self, plan: DataPlan):
+        self.plan = plan
+        self._file = h5py.File(plan.path, "r")
+        self._rows: dict[str, np.ndarray | None] = {s: None for s in SPLITS}
+        if plan.holdout_sizes:
+            n_file = self._file["train"]["x"].shape[0]
+            order = holdout_permutation(n_file, plan.seed)
+            start = 0
+            for split in ("test", "val"):
+                if split in plan.holdout_sizes:
+                    self._rows[split] = order[start : start + plan.holdout_sizes[split]]
+                    start += plan.holdout_sizes[split]
+            self._rows["train"] = np.sort(order[start:])
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> RowReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def read_into(self, name: str, first: int, last: int, out: np.ndarray) -> None:
+        """Fill ``out`` with rows ``first:last`` of the planned array ``name`` ("train/x", ...)."""
+        split, field = name.split("/")
+        source_split = "train" if self.plan.sources[split] == "holdout" else split
+        ds = self._file[source_split][field]
+        where = f"{self.plan.path}: {source_split}/{field}"
+        rows = self._rows[split]
+        try:
+            with np.errstate(over="ignore"):  # overflow becomes inf, refused just below
+                if rows is None:
+                    out[...] = ds[first:last]
+                else:
+                    wanted = rows[first:last]
+                    order = np.argsort(wanted, kind="stable")
+                    ordered = wanted[order]
+                    if len(ordered) and ordered[-1] - ordered[0] + 1 <= self.SLAB_FACTOR * len(ordered):
+                        slab = ds[int(ordered[0]) : int(ordered[-1]) + 1]
+                        out[order] = slab[ordered - ordered[0]]
+                    elif len(ordered):
+                        out[order] = ds[ordered]
+        except DAMAGE as exc:
+            raise DataError(f"{where}: read failed at rows {first}..{last - 1}, the file looks damaged "
+                            f"({type(exc).__name__}: {first_line(exc)})") from None
+        _checked(out, where, first)
+
+
+def read_into(plan: DataPlan, arrays: dict[str, np.ndarray], block_bytes: int = ROW_BLOCK_BYTES) -> None:
+    """Fill ``arrays`` (named as ``plan.specs``) from the file, in blocks of about ``block_bytes``.
+    Raises :class:`DataError`."""
     try:
-        _read_into(plan, arrays)
+        with RowReader(plan) as reader:
+            for spec in plan.specs:
+                out = arrays[spec.name]
+                rows = out.shape[0]
+                step = max(1, block_bytes // max(1, out[:1].nbytes))
+                for first in range(0, rows, step):
+                    reader.read_into(spec.name, first, min(rows, first + step), out[first : first + step])
     except DataError:
         raise
     except DAMAGE as exc:
         raise DataError(f"{plan.path}: read failed, the file looks damaged ({type(exc).__name__}: {first_line(exc)})") from None
-
-
-def _read_into(plan: DataPlan, arrays: dict[str, np.ndarray]) -> None:
-    with h5py.File(plan.path, "r") as f:
-        for split in ("val", "test"):
-            if plan.sources[split] == "file":
-                _copy_rows(f[split]["x"], arrays[f"{split}/x"], f"{plan.path}: {split}/x")
-                _copy_rows(f[split]["y"], arrays[f"{split}/y"], f"{plan.path}: {split}/y")
-        if not plan.holdout_sizes:
-            _copy_rows(f["train"]["x"], arrays["train/x"], f"{plan.path}: train/x")
-            _copy_rows(f["train"]["y"], arrays["train/y"], f"{plan.path}: train/y")
-            return
-        # Holding out needs the file's train rows in a seeded order: read them once, then gather.
-        n_file = f["train"]["x"].shape[0]
-        x_all = np.empty((n_file,) + plan.sample_shape, dtype=plan.spec("train/x").dtype)
-        _copy_rows(f["train"]["x"], x_all, f"{plan.path}: train/x")
-        y_all = np.empty((n_file,) + plan.target_shape, dtype=plan.spec("train/y").dtype)
-        _copy_rows(f["train"]["y"], y_all, f"{plan.path}: train/y")
-    order = holdout_permutation(n_file, plan.seed)
-    start = 0
-    for split in ("test", "val"):
-        if split in plan.holdout_sizes:
-            rows = order[start : start + plan.holdout_sizes[split]]
-            np.take(x_all, rows, axis=0, out=arrays[f"{split}/x"])
-            np.take(y_all, rows, axis=0, out=arrays[f"{split}/y"])
-            start += plan.holdout_sizes[split]
-    rest = np.sort(order[start:])
-    np.take(x_all, rest, axis=0, out=arrays["train/x"])
-    np.take(y_all, rest, axis=0, out=arrays["train/y"])
 
 
 def load_dataset(path: str, val_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0) -> tuple[DataPlan, dict[str, np.ndarray]]:

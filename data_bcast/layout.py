@@ -103,3 +103,47 @@ def packed_size(specs: list[tuple[str, tuple[int, ...], str]]) -> int:
 def unpack_arrays(specs: list[tuple[str, tuple[int, ...], str]], buffer: np.ndarray) -> dict[str, np.ndarray]:
     """Views, by name, into a buffer made by :func:`pack_arrays` (they keep the buffer alive)."""
     return array_views(plan_layout([ArraySpec(n, tuple(s), t) for n, s, t in specs]), buffer)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One message of the broadcast: ``nbytes`` at ``offset`` in the buffer, inside one array.
+
+    ``rows`` is the half-open range of that array's rows the bytes cover (a chunk holds whole rows
+    unless one row is bigger than a chunk; then a row is sent in several chunks).
+    """
+
+    name: str
+    offset: int
+    nbytes: int
+    rows: tuple[int, int]
+
+
+def plan_chunks(layout: Layout, chunk_bytes: int) -> list[Chunk]:
+    """The broadcast's messages, in buffer order: each at most ``chunk_bytes``, none spanning two arrays.
+
+    Chunks hold whole rows where a row fits (so the root reads rows, not byte ranges), and together
+    cover every array's bytes exactly once; the padding between arrays is never sent.
+
+    >>> [(c.name, c.nbytes, c.rows) for c in plan_chunks(plan_layout([ArraySpec("x", (5, 2), "float32")]), 20)]
+    [('x', 16, (0, 2)), ('x', 16, (2, 4)), ('x', 8, (4, 5))]
+    """
+    if chunk_bytes <= 0:
+        raise ValueError("chunk_bytes must be positive")
+    chunks = []
+    for spec, offset in zip(layout.specs, layout.offsets):
+        rows = spec.shape[0] if spec.shape else 1
+        if spec.nbytes == 0:
+            continue
+        row_bytes = spec.nbytes // rows
+        if row_bytes <= chunk_bytes:
+            per = chunk_bytes // row_bytes
+            for first in range(0, rows, per):
+                last = min(first + per, rows)
+                chunks.append(Chunk(spec.name, offset + first * row_bytes, (last - first) * row_bytes, (first, last)))
+        else:  # a row bigger than a chunk: split inside the row
+            for row in range(rows):
+                for start in range(0, row_bytes, chunk_bytes):
+                    n = min(chunk_bytes, row_bytes - start)
+                    chunks.append(Chunk(spec.name, offset + row * row_bytes + start, n, (row, row + 1)))
+    return chunks

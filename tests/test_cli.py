@@ -254,8 +254,13 @@ def test_resume_refuses_other_data_or_another_search_space(tmp_path, small_confi
                            capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert first.returncode == 0, first.stderr
     other = write_blobs(tmp_path / "other.h5", sample_shape=(1, 6, 6), n=(90, 30, 31), classes=3)
+    altered = tmp_path / "altered.h5"  # same sizes and labels, one training value changed
+    altered.write_bytes((tmp_path / "data.h5").read_bytes())
+    with h5py.File(altered, "a") as f:
+        f["train/x"][0, 0, 0, 0] += 1.0
     cases = {
         "data.path=" + other: "sizes is",
+        "data.path=" + str(altered): "the data differs from the run's (fingerprint",
         "space.width=[4, 8, 16]": "search space differs",
     }
     for override, expected in cases.items():

@@ -145,6 +145,7 @@ def data_facts(data: SharedDataset, problem: Problem) -> dict:
         "x_dtype": plan.spec("train/x").dtype,
         "sizes": {s: plan.spec(f"{s}/y").shape[0] for s in ("train", "val", "test")},
         "problem": problem.to_dict(),
+        "fingerprint": data.stats.get("fingerprint"),  # CRC-32s of every array sent (data_bcast.broadcast.fingerprint)
     }
 
 
@@ -155,6 +156,10 @@ def check_same_data(info: RunInfo, data: SharedDataset, problem: Problem) -> Non
             raise DataError(f"{facts['path']}: {key} is {facts[key]}, but the run was made with {info.data[key]}")
     if facts["problem"]["kind"] != info.data["problem"]["kind"]:
         raise DataError(f"{facts['path']}: a {facts['problem']['kind']} dataset, but the run is {info.data['problem']['kind']}")
+    then = info.data.get("fingerprint")
+    if then and facts["fingerprint"] and facts["fingerprint"] != then:  # runs from before fingerprints have none
+        raise DataError(f"{facts['path']}: the data differs from the run's (fingerprint {facts['fingerprint']}, the run's {then}); "
+                        "a resumed run trains on the same data (same file, split fractions and split seed)")
     if not (np.array_equal(data.arrays["val/y"], info.val_y) and np.array_equal(data.arrays["test/y"], info.test_y)):
         raise DataError(f"{facts['path']}: the val/test labels differ from the run's; this is not the same data")
     if facts["problem"] != info.data["problem"]:

@@ -10,7 +10,7 @@ import zlib
 import h5py
 from mpi4py import MPI
 
-from data_bcast.broadcast import broadcast_dataset
+from data_bcast.broadcast import broadcast_dataset, node_communicator
 from data_bcast.h5file import load_dataset
 
 path, mode, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -29,14 +29,15 @@ data = broadcast_dataset(comm, path if comm.rank == 0 else "/nonexistent/workers
 checksums = {name: zlib.crc32(a.tobytes()) for name, a in sorted(data.arrays.items())}
 
 # One host copy per node: a write by the node leader is seen by every rank of the node.
-node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+node = node_communicator(comm)  # the real node, or a pretend one under EVENS_SIMULATED_NODES
 x = data.arrays["train/x"]
-before = float(x.flat[0])
+before = x.flat[0]
+mark = 123 if x.dtype.kind == "u" else 12345.0
 comm.Barrier()
 if node.rank == 0:
-    x.flat[0] = 12345.0
+    x.flat[0] = mark
 comm.Barrier()
-sees_leader_write = float(x.flat[0]) == 12345.0
+sees_leader_write = bool(x.flat[0] == mark and before != mark)
 comm.Barrier()
 if node.rank == 0:
     x.flat[0] = before
@@ -51,6 +52,7 @@ if comm.rank == 0:
         "worker_opens": sum(len(f["opened"]) for f in facts),
         "shared_view": [f["sees"] for f in facts],
         "stats": data.stats,
+        "leaders": sum(1 for f in facts if f["node_rank"] == 0),
     }
     want_shared = mode == "shared"
     ok = report["same_data"] and report["worker_opens"] == 0 and all(s == want_shared for s in report["shared_view"][1:])
