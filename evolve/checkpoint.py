@@ -11,7 +11,8 @@ Layout::
                      (attr last_id); the segments themselves, one column per field of
                      :class:`~evolve.records.Record`, are files in checkpoint.evaluations/
                      (see :mod:`evolve.segments`)
-    /pending/*       individuals sent out but not finished: id, genome, parents, operators
+    /pending/*       individuals sent out but not finished: id, genome, parents, operators,
+                     attempts (job deaths each was out at; absent in older files: 0)
     /ensemble        the hall of fame with weights, the labels, and the chosen ensemble
                      (written by :mod:`ensemble.store`, which documents it)
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import stat
 from dataclasses import dataclass
 
 import h5py
@@ -171,6 +173,7 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
             pend["id"] = np.asarray([p.id for p in state.pending], dtype=np.int64)
             pend["genome"] = np.asarray([p.genome for p in state.pending], dtype=np.float64).reshape(len(state.pending), n_genes)
             pend["parents"] = np.asarray([p.parents for p in state.pending], dtype=np.int64).reshape(len(state.pending), 2)
+            pend["attempts"] = np.asarray([p.attempts for p in state.pending], dtype=np.int64)
             pend.create_dataset("operators", data=np.asarray([p.operators for p in state.pending], dtype=object), dtype=_STR)
             if copy:
                 with h5py.File(path, "r") as previous:
@@ -187,6 +190,88 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
         if os.path.exists(tmp):
             os.remove(tmp)
     remove_unlisted(folder, segments)
+
+
+def inflight_path(path: str) -> str:
+    """The in-flight log beside the state file ``path``: ``checkpoint.h5`` -> ``checkpoint.inflight``."""
+    return os.path.splitext(path)[0] + ".inflight"
+
+
+class InFlightLog:
+    """What went out, and what came back, since the last checkpoint: one JSON line per event.
+
+    A job that dies (a worker killed by the out-of-memory killer ends the whole MPI job) leaves here
+    the individuals that were out when it died, though they went out after the last checkpoint;
+    :func:`load` adds them to the pending ones with their attempts counted, so a network that kills
+    its worker is not proposed again as new and sent out forever. Each line is one ``write`` to a
+    file opened for appending, without a sync: the lines survive the death of the process (they are
+    in the kernel's cache), not that of the machine. :meth:`reset` empties it after each checkpoint.
+    """
+
+    def __init__(self, path: str):
+        self.path = inflight_path(path)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+
+    def _write(self, entry: dict) -> None:
+        os.write(self._fd, (json.dumps(entry, separators=(",", ":")) + "\n").encode())
+
+    def sent(self, individual: Pending) -> None:
+        """``individual`` went out; its attempts count this job as one it is out at."""
+        self._write({"sent": individual.id, "genome": list(individual.genome), "parents": list(individual.parents),
+                     "operators": individual.operators, "attempts": individual.attempts})
+
+    def done(self, ident: int) -> None:
+        self._write({"done": ident})
+
+    def reset(self) -> None:
+        """Forget everything: a checkpoint now holds it."""
+        os.ftruncate(self._fd, 0)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _merge_inflight(path: str, state: SearchState, n_genes: int) -> None:
+    """Add what the in-flight log beside ``path`` says was out and never came back to ``state.pending``
+    (an individual already pending keeps the larger of the two attempt counts)."""
+    try:
+        fd = os.open(inflight_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise RunDirError(f"{inflight_path(path)}: cannot read the in-flight log ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise RunDirError(f"{inflight_path(path)}: not a regular file")
+        lines = fh.read(64 << 20).splitlines()
+    sent: dict[int, Pending] = {}
+    for line in lines:
+        try:
+            entry = json.loads(line)
+            if "done" in entry:
+                sent.pop(int(entry["done"]), None)
+                continue
+            genome = [float(g) for g in entry["genome"]]
+            parents = tuple(int(p) for p in entry["parents"])
+            if len(genome) != n_genes or len(parents) != 2:
+                continue
+            sent[int(entry["sent"])] = Pending(int(entry["sent"]), genome, parents, str(entry["operators"]), int(entry["attempts"]))
+        except (ValueError, KeyError, TypeError):
+            continue  # a line cut short: its write never finished
+    if not sent:
+        return
+    recorded = {r.id for r in state.records}
+    pending = {p.id: p for p in state.pending}
+    for ident, individual in sent.items():
+        if ident in recorded:
+            continue
+        if ident in pending:
+            pending[ident].attempts = max(pending[ident].attempts, individual.attempts)
+        else:
+            state.pending.append(individual)
+            state.next_id = max(state.next_id, ident + 1)
 
 
 def _sync_directory(directory: str) -> None:
@@ -224,7 +309,9 @@ def load(path: str, weights: bool = True) -> tuple[SearchState, RunInfo]:
                 "its ensemble still predicts (evens predict), or start a new run"
             )
         try:
-            return _read(f, weights)
+            state, info = _read(f, weights)
+            _merge_inflight(path, state, len(info.gene_names))
+            return state, info
         except (KeyError, ValueError, TypeError, IndexError, AttributeError, OSError) as exc:
             raise RunDirError(f"{path}: damaged checkpoint ({type(exc).__name__}: {exc})") from None
 
@@ -235,9 +322,11 @@ def _read(f: h5py.File, weights: bool) -> tuple[SearchState, RunInfo]:
     rng.setstate((int(f["rng"].attrs["version"]), tuple(int(v) for v in f["rng"][...]), None if np.isnan(gauss) else gauss))
 
     pend = f["pending"]
+    ids = pend["id"][...]
+    attempts = pend["attempts"][...] if "attempts" in pend else np.zeros(len(ids), dtype=np.int64)  # older files: none counted
     pending = [
-        Pending(int(i), [float(g) for g in genome], (int(p[0]), int(p[1])), str(ops))
-        for i, genome, p, ops in zip(pend["id"][...], pend["genome"][...], pend["parents"][...], pend["operators"].asstr()[...])
+        Pending(int(i), [float(g) for g in genome], (int(p[0]), int(p[1])), str(ops), int(a))
+        for i, genome, p, ops, a in zip(ids, pend["genome"][...], pend["parents"][...], pend["operators"].asstr()[...], attempts)
     ]
     stored = read_ensemble(f[GROUP], "all" if weights else "none")
     seg = f["segments"]

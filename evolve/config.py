@@ -53,6 +53,8 @@ class SearchConfig:
     early_stopping: bool = True  # stop trainings below the median of earlier ones (async mode only)
     early_stopping_warmup: int = 2  # never stop a training before this many epochs
     eval_timeout_seconds: float = 0.0  # stop a training after this many seconds (recorded as "timeout"); 0: no limit
+    drain_seconds: float = 60.0  # after SIGTERM/SIGUSR1/SIGINT, wait this long for running trainings (recorded) before the checkpoint and exit 75; a second signal ends the wait
+    hang_seconds: float = 120.0  # a worker silent for eval_timeout_seconds plus this long is reported hung and the job ends (exit 69); 0, or no time limit: no hang detection
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,8 @@ _BOUNDS = {
     "search.checkpoint_seconds": (0.0, None),
     "search.early_stopping_warmup": (1, None),
     "search.eval_timeout_seconds": (0.0, None),
+    "search.drain_seconds": (0.0, None),
+    "search.hang_seconds": (0.0, None),
     "ensemble.size": (1, 1024),  # the ensemble's exact sums hold up to 1,024 members (ensemble.combine)
     "ensemble.candidates": (1, 1024),
     "train.threads": (0, None),

@@ -15,11 +15,12 @@ arrives, so everything else arrives as a small header.
 """
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -45,6 +46,7 @@ class SearchState:
     next_id: int = 0
     busy_seconds: float = 0.0  # summed over workers: time with a task in hand
     capacity_seconds: float = 0.0  # summed over workers: time in the search loop
+    workers_busy: int = 0  # when run_search returns: workers still training (not saved)
 
     @classmethod
     def fresh(cls, seed: int, candidates: int = 32) -> SearchState:
@@ -75,6 +77,8 @@ class SearchSettings:
     early_stopping: bool = False  # the median stopping rule (evolve.early_stop); async mode only
     warmup: int = 2  # ... never before this many epochs
     eval_timeout: float = 0.0  # seconds a training may take; 0: no limit
+    drain_seconds: float = 0.0  # after a stop request, how long to wait for the trainings running (0: not at all)
+    hang_seconds: float = 0.0  # a worker silent for eval_timeout plus this long is hung (0, or no eval_timeout: never)
 
 
 _MASK64 = (1 << 64) - 1
@@ -91,6 +95,31 @@ def task_seed(search_seed: int, ident: int) -> int:
     return (z ^ (z >> 31)) >> 32  # 32 bits, as torch.manual_seed and numpy take them
 
 
+CRASHED_MESSAGE = "in flight when 2 jobs ended; not sent again"
+MAX_ATTEMPTS = 2  # an individual out at this many job deaths is recorded as "crashed" instead of sent again
+
+
+class HungWorker(Exception):
+    """A worker said nothing for its training's time limit plus ``settings.hang_seconds``.
+
+    Raised by :func:`run_search` after it has left the search in ``state`` ready to checkpoint (the
+    hung worker's individual counted as out at a job's end, the others not).
+    """
+
+    def __init__(self, worker: int, ident: int, seconds: float):
+        super().__init__(f"worker rank {worker} has not answered for {seconds:.0f} s (evaluation {ident})")
+        self.worker, self.ident, self.seconds = worker, ident, seconds
+
+
+class Journal(Protocol):
+    """Where the master notes each dispatch and each result between checkpoints (see
+    :class:`evolve.checkpoint.InFlightLog`), so a job that dies knows what was out."""
+
+    def sent(self, individual: Pending) -> None: ...
+
+    def done(self, ident: int) -> None: ...
+
+
 def run_search(
     state: SearchState,
     transport: Transport,
@@ -99,15 +128,28 @@ def run_search(
     *,
     checkpoint: Callable[[SearchState], None] | None = None,
     on_result: Callable[[Record, SearchState], None] | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
+    should_stop: Callable[[], int] = lambda: 0,
     clock: Callable[[], float] = time.monotonic,
     wall_clock: Callable[[], float] = time.time,
     poll_seconds: float = 0.2,
+    journal: Journal | None = None,
+    say: Callable[[str], None] = lambda line: None,
 ) -> bool:
     """Evaluate until ``settings.budget`` evaluations are recorded; True if finished, False if stopped.
 
-    On a stop, the individuals still out are left in ``state.pending`` and are sent
+    ``should_stop()`` counts stop requests (signals). At the first, no more individuals go out; the
+    trainings running are waited for, and recorded, for up to ``settings.drain_seconds``; a second
+    request ends the wait. The individuals still out are left in ``state.pending`` and are sent
     again first when the search resumes.
+
+    An individual in ``state.pending`` carries how many job deaths it was out at (``attempts``): one
+    out at :data:`MAX_ATTEMPTS` is recorded as ``"crashed"`` and never sent again, so a network that
+    kills its worker (and with it the job) cannot stop a resumed search from finishing. A checkpoint
+    written while trainings run counts each individual out as out at one more death (if the job dies
+    before the next checkpoint, it was); the last checkpoint of a job that ends in order does not.
+
+    Raises :class:`HungWorker` when a worker has been silent for its training's time limit plus
+    ``settings.hang_seconds`` (only with a time limit), after leaving ``state`` ready to checkpoint.
     """
     strategy = make_strategy(settings.mode, space, settings.ga, state.rng, state.records, state.pending, state.strategy,
                              objective=settings.objective)
@@ -116,7 +158,22 @@ def run_search(
     rule = _Bars(MedianRule(state.records), len(state.records)) if settings.early_stopping and settings.mode == "async" else None
     # Workers time inference only when the search needs it (ensemble.train.Watch.measure_latency).
     measure_latency = settings.mode == "nsga2" and settings.objective == "latency"
-    redo = deque(_redone(p) for p in state.pending)
+    records, budget, send, receive, tell = state.records, settings.budget, transport.send, transport.receive, strategy.tell
+    redo: deque[Pending] = deque()
+    for p in state.pending:
+        if p.attempts < MAX_ATTEMPTS:
+            redo.append(_redone(p))
+            continue
+        now = wall_clock()
+        crashed = Record(p.id, list(p.genome), tuple(p.parents), "crashed", float("-inf"), {}, 0.0, 0, -1, now, now,
+                         CRASHED_MESSAGE, p.operators)
+        say(f"warning: evaluation {p.id} was in flight when {p.attempts} jobs ended; recorded as crashed, not sent again")
+        records.append(crashed)
+        tell(crashed)
+        if rule is not None:
+            rule.tell(crashed)
+        if on_result is not None:
+            on_result(crashed, state)
     state.pending = []
     idle = deque(transport.workers)
     inflight: dict[int, tuple[Pending, Task, float, float]] = {}  # worker -> (individual, task, dispatched (clock), (wall))
@@ -128,9 +185,11 @@ def run_search(
     def account() -> None:
         state.capacity_seconds = capacity_before + len(transport.workers) * (clock() - loop_start)
 
-    def outstanding() -> list[Pending]:
-        """Sent out but not back, then not yet re-sent: what a resume must redo first."""
-        return [p for p, _, _, _ in inflight.values()] + list(redo)
+    def outstanding(deaths: Callable[[int], int]) -> list[Pending]:
+        """Sent out but not back, then not yet re-sent: what a resume must redo first; ``deaths(worker)``
+        is what being out now adds to an individual's attempts."""
+        out = [replace(p, attempts=p.attempts + deaths(w)) for w, (p, _, _, _) in inflight.items()]
+        return out + list(redo)
 
     def propose() -> tuple[Pending, tuple] | None:
         """The next individual and its key (what it decodes to: see SearchSpace.key)."""
@@ -143,20 +202,32 @@ def run_search(
         state.next_id += 1
         return Pending(state.next_id - 1, proposal.genome, proposal.parents, proposal.operators), proposal.key
 
-    def save_point() -> None:
+    def save_point(deaths: Callable[[int], int] = lambda worker: 0) -> None:
         account()
-        state.pending = outstanding()
+        state.pending = outstanding(deaths)
         state.strategy = strategy.to_state()
 
     # The settings go out as the genome's key (Task.from_key): the master never builds them, except
     # for a network that enters the hall of fame. Epochs is a gene the key holds like any other.
     epochs_at = space.names.index("epochs")
     time_limit, warmup, seed = settings.eval_timeout, settings.warmup, settings.seed
+    # a worker silent this long after its task went out is hung (no time limit: no bound to judge by)
+    hung_after = time_limit + settings.hang_seconds if time_limit > 0 and settings.hang_seconds > 0 else None
     wants = lambda ident, fitness: hall.qualifies(fitness, ident)  # noqa: E731
-    records, budget, send, receive, tell = state.records, settings.budget, transport.send, transport.receive, strategy.tell
     stopped, unsaved = False, False
+    drain_until: float | None = None  # while draining: when to give up on the trainings still out
+    next_hang_check = clock()
     while True:
-        stopped = stopped or should_stop()
+        requests = should_stop()
+        if requests and not stopped:
+            stopped = True
+            if inflight and settings.drain_seconds > 0 and requests < 2:
+                drain_until, drained_from, drain_start = clock() + settings.drain_seconds, len(inflight), clock()
+                say(f"draining: waiting up to {settings.drain_seconds:g} s for {len(inflight)} trainings")
+        elif requests >= 2 and drain_until is not None:
+            say(f"draining: a second signal; stopping now with {len(inflight)} of {drained_from} trainings still out "
+                "(they are redone on resume)")
+            break
         while idle and not stopped and len(records) + len(inflight) < budget:
             proposed = propose()
             if proposed is None:
@@ -170,17 +241,38 @@ def run_search(
             if measure_latency:
                 watch["measure_latency"] = True
             task = Task.from_key(individual.id, space, key, task_seed(seed, individual.id), hall.entry_bar(), watch)
+            if journal is not None:
+                journal.sent(replace(individual, attempts=individual.attempts + 1))
             send(worker, task)
             inflight[worker] = (individual, task, clock(), wall_clock())
-        if not inflight or stopped:
+        if not inflight:
+            if drain_until is not None:
+                say(f"draining: all {drained_from} trainings recorded in {clock() - drain_start:.1f} s")
             break  # the caller writes the final checkpoint
-        if checkpoint is not None and unsaved and clock() - last_checkpoint >= settings.checkpoint_seconds:
-            # Written after the free workers have their next task, so none idles during the write.
-            save_point()
+        if stopped and drain_until is None:
+            break
+        now = clock()
+        if drain_until is not None and now >= drain_until:
+            say(f"draining: {len(inflight)} of {drained_from} trainings still out after {settings.drain_seconds:g} s "
+                "(they are redone on resume)")
+            break
+        if hung_after is not None and now >= next_hang_check:
+            next_hang_check = now + 1.0  # once a second: a look at every worker out
+            worker, since = min(((w, d) for w, (_, _, d, _) in inflight.items()), key=lambda wd: wd[1])
+            if now - since > hung_after:
+                ident = inflight[worker][0].id
+                state.busy_seconds += sum(now - d for _, _, d, _ in inflight.values())
+                save_point(lambda w: 1 if w == worker else 0)  # the hung individual is to blame, the others not
+                raise HungWorker(worker, ident, now - since)
+        if checkpoint is not None and unsaved and now - last_checkpoint >= settings.checkpoint_seconds:
+            # Written after the free workers have their next task, so none idles during the write. Each
+            # individual out counts as out at one more job death, in case this job dies before the next.
+            save_point(lambda worker: 1)
             checkpoint(state)
             state.pending = []
             last_checkpoint, unsaved = clock(), False
-        got = receive(timeout=poll_seconds, wants=wants)
+        timeout = poll_seconds if drain_until is None else max(0.0, min(poll_seconds, drain_until - now))
+        got = receive(timeout=timeout, wants=wants)
         if got is None:
             continue
         worker, result = got
@@ -189,6 +281,8 @@ def run_search(
         state.busy_seconds += clock() - dispatched
         record = _record(individual, result, worker, started, wall_clock())
         records.append(record)
+        if journal is not None:
+            journal.done(record.id)
         ev = result.evaluation
         tell(record)
         if rule is not None:
@@ -201,6 +295,7 @@ def run_search(
 
     now = clock()
     state.busy_seconds += sum(now - dispatched for _, _, dispatched, _ in inflight.values())
+    state.workers_busy = len(inflight)
     save_point()
     return not stopped
 
@@ -238,24 +333,27 @@ def _redone(individual: Pending) -> Pending:
     """An individual sent again after a stop: its lineage says so."""
     if individual.operators.endswith("+redo"):
         return individual
-    return Pending(individual.id, individual.genome, individual.parents, f"{individual.operators}+redo")
+    return replace(individual, operators=f"{individual.operators}+redo")
 
 
 def _record(individual: Pending, result: Result, worker: int, started: float, finished: float) -> Record:
     ev = result.evaluation
+    status, fitness, message = ev.status, float(ev.fitness), ev.message
+    if status == "ok" and not math.isfinite(fitness):  # a worker's bug must not put NaN into the search
+        status, fitness, message = "error", -math.inf, f"the worker returned a fitness of {fitness}"
     return Record(
         id=individual.id,
         genome=list(individual.genome),
         parents=tuple(individual.parents),
-        status=ev.status,
-        fitness=float(ev.fitness),
+        status=status,
+        fitness=fitness,
         metrics={k: float(v) for k, v in ev.metrics.items()},
         seconds=float(ev.seconds),
         epochs_done=int(ev.epochs_done),
         worker=worker,
         started=started,
         finished=finished,
-        message=ev.message,
+        message=message,
         operators=individual.operators,
         curve=[float(f) for f in ev.curve],
     )

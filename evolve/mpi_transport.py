@@ -53,13 +53,16 @@ def recv_arrays(comm: MPI.Comm, source: int, tag: int, payload_tag: int) -> tupl
 
 
 # Waiting for a message: first up to ``spins`` ``sched_yield``s (a microsecond or so of CPU each, and a
-# process sharing the core runs meanwhile), then naps that double from 0.1 ms to 10 ms. A nap costs far
+# process sharing the core runs meanwhile), then naps that double from 0.1 ms to MAX_NAP. A nap costs far
 # more CPU than a yield (a timer and two context switches: 10 to 30 us on a loaded VM), so a message
-# that comes within a few yields is taken without one, and a long wait still costs almost nothing.
+# that comes within a few yields is taken without one, and a long wait still costs little: naps of at
+# most MAX_NAP (2 ms) keep a task's delivery within a few ms, for some 1 % of a core (measured figures
+# in docs/reliability.md).
 # A blocking receive would spin in the MPI library instead (MPICH polls without yielding), taking a
 # core from whatever shares it. The master yields briefly (its results come from many workers); a
 # worker, which waits only for the master's answer, for longer (some milliseconds) before napping.
 SPINS, WORKER_SPINS = 64, 10_000
+MAX_NAP = 0.002
 
 
 def _wait_for(comm: MPI.Comm, source: int, tag: int, status: MPI.Status, timeout: float | None, spins: int = SPINS) -> bool:
@@ -76,7 +79,7 @@ def _wait_for(comm: MPI.Comm, source: int, tag: int, status: MPI.Status, timeout
         if deadline is not None and time.monotonic() >= deadline:
             return False
         time.sleep(nap)
-        nap = min(nap * 2, 0.01)
+        nap = min(nap * 2, MAX_NAP)
     return True
 
 

@@ -11,7 +11,7 @@ class Record:
     id: int
     genome: list[float]
     parents: tuple[int, int]
-    status: str  # "ok", "diverged", "error", "stopped" (early) or "timeout"
+    status: str  # "ok", "diverged", "error", "stopped" (early), "timeout" or "crashed" (in flight at two job deaths)
     fitness: float  # higher is better (validation accuracy, or -RMSE); -inf unless ok
     metrics: dict[str, float]  # "val_accuracy", "test_loss", "val_rmse", ...: empty unless ok
     seconds: float  # training time on the worker
@@ -26,9 +26,10 @@ class Record:
 
 @dataclass(slots=True)
 class Pending:
-    """An individual that was sent out but whose result never came back (the run stopped)."""
+    """An individual that was sent out but whose result never came back (the run stopped or died)."""
 
     id: int
     genome: list[float]
     parents: tuple[int, int]
     operators: str = "random"
+    attempts: int = 0  # how many jobs ended (died, or gave up on a hung worker) while it was out; at 2 it is not sent again

@@ -29,7 +29,7 @@ from ..checkpoint import CHECKPOINT_NAME, RunInfo
 from ..config import Config, apply_overrides, config_from_dict, load_config
 from ..errors import ConfigError, EvensError, RunDirError, debug_traceback
 from ..ga import GAParams
-from ..master import SearchSettings, SearchState, run_search
+from ..master import HungWorker, SearchSettings, SearchState, run_search
 from ..mpi_transport import MPIMasterTransport, MPIWorkerChannel, abort, first_error, world
 from ..protocol import InProcessTransport
 from ..space import SearchSpace
@@ -47,6 +47,9 @@ MASTER = 0
 # with --signal) after its checkpoint was written: "resume me". EX_TEMPFAIL of sysexits.h; a batch
 # script tests for it to requeue (scripts/slurm/).
 EXIT_RESUMABLE = 75
+# The exit status of a job that gave up on a worker that stopped answering (see search.hang_seconds),
+# after its checkpoint was written; a resume redoes that worker's network once (docs/reliability.md).
+EXIT_HUNG = 69
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 STATUS_SECONDS = 60.0  # between status lines in batch output (evens run --status-seconds)
 DEVICES_NAME = "devices.json"  # each worker's rank, host, device and GPU UUID, for the latest session
@@ -173,20 +176,24 @@ def setup_trainer(config: Config, data: SharedDataset, problem: Problem, local_i
 
 
 class StopFlag:
-    """Set by SIGTERM (Slurm's preemption or time limit), SIGUSR1 (Slurm's early warning, with
-    ``--signal=USR1@120``) or SIGINT; a second signal acts as usual."""
+    """Counts SIGTERM (Slurm's preemption or time limit), SIGUSR1 (Slurm's early warning, with
+    ``--signal=USR1@120``) and SIGINT: the first drains the search (see :func:`run_search`), the
+    second ends the drain; a third acts as usual (ends the process)."""
 
     def __init__(self) -> None:
-        self.signum = 0
+        self.signum, self.count = 0, 0
         for sig in STOP_SIGNALS:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum, frame) -> None:
         self.signum = signum
-        signal.signal(signum, signal.SIG_DFL)
+        self.count += 1
+        if self.count >= 2:
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
 
-    def __call__(self) -> bool:
-        return self.signum != 0
+    def __call__(self) -> int:
+        return self.count
 
 
 def run(config_path: str | None, overrides: list[str], out: str | None = None, resume: str | None = None, quiet: bool = False,
@@ -311,12 +318,15 @@ def _master(
     wall_before = info.wall_seconds
     path = os.path.join(run_dir, CHECKPOINT_NAME)
     choose = SelectionCache(info)
+    journal = None
 
     def save(s: SearchState) -> None:
         info.wall_seconds = wall_before + (time.time() - started)
         s.selection = choose(s.hall_of_fame)  # the ensemble in every checkpoint is ready to use
         try:
             checkpoint.save(path, s, info)
+            if journal is not None:
+                journal.reset()  # the checkpoint holds what it noted
         except OSError as exc:  # a full disk, a quota, a file system gone read-only
             raise RunDirError(f"{path}: cannot write the checkpoint ({exc.strerror or first_line(exc)}); "
                               f"the run keeps its previous checkpoint; continue with: evens run --resume {run_dir}") from None
@@ -343,6 +353,8 @@ def _master(
         early_stopping=config.search.early_stopping,
         warmup=config.search.early_stopping_warmup,
         eval_timeout=config.search.eval_timeout_seconds,
+        drain_seconds=config.search.drain_seconds,
+        hang_seconds=config.search.hang_seconds,
     )
     say(f"searching with {len(transport.workers)} worker(s), budget {settings.budget} evaluations; run directory {run_dir}")
     write_json(os.path.join(run_dir, DEVICES_NAME), {"session": info.sessions, "workers": prepared.devices or []})
@@ -351,7 +363,9 @@ def _master(
                         workers=len(transport.workers))
     try:
         save(state)
-        finished = run_search(state, transport, space, settings, checkpoint=save, on_result=progress, should_stop=stop)
+        journal = checkpoint.InFlightLog(path)
+        finished = run_search(state, transport, space, settings, checkpoint=save, on_result=progress, should_stop=stop,
+                              journal=journal, say=say)
         progress.close()
         save(state)
     except RunDirError as exc:
@@ -360,12 +374,35 @@ def _master(
         if comm.size > 1:
             abort(comm, 2)  # the workers may be mid-training: nothing more can be recorded
         return 2
+    except HungWorker as exc:
+        progress.close()
+        host = next((b["host"] for b in prepared.devices or [] if b["rank"] == exc.worker), "an unknown host")
+        say(f"error: worker rank {exc.worker} on {host} has not answered for {exc.seconds:.0f} s, past its training's time limit "
+            f"of {settings.eval_timeout:g} s plus search.hang_seconds = {settings.hang_seconds:g} (evaluation {exc.ident}); "
+            f"ending the job")
+        try:
+            save(state)
+        except RunDirError as failed:
+            say(f"error: {failed}")
+        else:
+            say(f"checkpoint saved with {len(state.records)} evaluations; evaluation {exc.ident} is redone once on resume; "
+                f"continue with: evens run --resume {run_dir} (exit status {EXIT_HUNG})")
+        if comm.size > 1:
+            abort(comm, EXIT_HUNG)  # a stopped process cannot take part in a clean end
+        return EXIT_HUNG
+    finally:
+        if journal is not None:
+            journal.close()
     if not finished:
-        say(f"stopped by signal {stop.signum}; checkpoint saved with {len(state.records)} evaluations; continue with: "
-            f"evens run --resume {run_dir} (exit status {EXIT_RESUMABLE}: resumable)")
+        out = len(state.pending)
+        say(f"stopped by signal {stop.signum}; checkpoint saved with {len(state.records)} evaluations"
+            f"{f', {out} to redo' if out else ''}; continue with: evens run --resume {run_dir} "
+            f"(exit status {EXIT_RESUMABLE}: resumable)")
         code = EXIT_RESUMABLE
         if comm.size > 1:
-            abort(comm, code)  # workers may be mid-training; the checkpoint has what they held
+            if state.workers_busy:
+                abort(comm, code)  # workers are mid-training; the checkpoint has what they held
+            transport.stop()  # every worker is idle: a normal end, which frees MPI's shared memory
         return code
     summary = summarize(state, info, run_dir)
     write_json(os.path.join(run_dir, SUMMARY_NAME), summary)
