@@ -51,7 +51,9 @@ import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
+from bench_train import run_handwritten as bare_loop  # noqa: E402
 from ensemble.models import build_network  # noqa: E402
 from ensemble.problem import Classification  # noqa: E402
 from ensemble.specs import NetworkSpec, TrainSpec  # noqa: E402
@@ -102,18 +104,7 @@ def run_evens(model, data: DeviceData, spec: TrainSpec, seed: int) -> None:
 
 def run_handwritten(model, data: DeviceData, spec: TrainSpec, seed: int) -> None:
     """The bare loop: resident tensors, randperm, index, forward, loss, backward, fused Adam."""
-    x, y = data.x["train"], data.fit_target
-    optimizer = torch.optim.Adam(model.parameters(), lr=spec.learning_rate, fused=True)
-    generator = torch.Generator().manual_seed(seed)
-    model.train()
-    for _ in range(spec.epochs):
-        order = torch.randperm(x.shape[0], generator=generator).to(data.device)
-        for start in range(0, x.shape[0], spec.batch_size):
-            index = order[start : start + spec.batch_size]
-            loss = F.cross_entropy(model(as_float(x[index])), y[index])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+    bare_loop(model, data, spec, seed, fused=True)
 
 
 def accuracy(model, data: DeviceData) -> float:

@@ -56,7 +56,7 @@ from data_bcast.h5file import load_dataset  # noqa: E402
 from ensemble.models import ChannelsLast, build_network  # noqa: E402
 from ensemble.problem import Classification  # noqa: E402
 from ensemble.specs import NetworkSpec, TrainSpec  # noqa: E402
-from ensemble.train import DeviceData, train  # noqa: E402
+from ensemble.train import DeviceData, as_float, train  # noqa: E402
 
 MODELS = {
     "mlp": NetworkSpec("mlp", depth=2, width=64, activation="relu"),
@@ -92,7 +92,7 @@ def run_handwritten(model, data: DeviceData, spec: TrainSpec, seed: int, fused: 
         order = torch.randperm(x.shape[0], generator=generator).to(data.device)
         for start in range(0, x.shape[0], spec.batch_size):
             index = order[start : start + spec.batch_size]
-            loss = F.cross_entropy(model(x[index]), y[index])
+            loss = F.cross_entropy(model(as_float(x[index])), y[index])  # uint8 images scaled as evens does
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

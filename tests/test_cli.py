@@ -190,6 +190,15 @@ def test_bad_input_ends_every_rank_fast_with_one_line(tmp_path, small_config, ca
     assert sorted(os.listdir(tmp_path / "used")) == ["notes.txt"]
 
 
+def wait_for_checkpoint(proc, run_dir, evaluations, seconds=120):
+    """Until the running job's checkpoint holds ``evaluations``; the job must not end meanwhile."""
+    deadline = time.monotonic() + seconds
+    while checkpoint_evaluations(run_dir) < evaluations:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no progress"
+        time.sleep(0.2)
+
+
 def _start(args):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
     return subprocess.Popen([mpiexec(), "-n", "3", *evens_cmd(), *args], cwd=ROOT, env=env,
@@ -202,11 +211,7 @@ def test_interrupted_run_resumes(tmp_path, small_config, sig):
     --signal) or SIGKILL (a crash), then --resume."""
     out = str(tmp_path / "run")
     proc = _start(["run", small_config, "--out", out, "--set", "search.evaluations=40", *SMALL])
-    deadline = time.monotonic() + 120
-    while checkpoint_evaluations(out) < 3:
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "no progress"
-        time.sleep(0.2)
+    wait_for_checkpoint(proc, out, 3)
     os.killpg(proc.pid, sig)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode != 0
@@ -275,11 +280,7 @@ def test_one_job_per_run_directory(tmp_path, small_config):
     """A second job on a run that a job is writing gets one line and exit 2; the first goes on intact."""
     out = str(tmp_path / "run")
     first = _start(["run", small_config, "--out", out, "--set", "search.evaluations=100000", *SMALL])
-    deadline = time.monotonic() + 120
-    while checkpoint_evaluations(out) < 2:
-        assert first.poll() is None, first.communicate()
-        assert time.monotonic() < deadline, "no progress"
-        time.sleep(0.2)
+    wait_for_checkpoint(first, out, 2)
     for args in (["run", "--resume", out], ["run", small_config, "--out", out], ["select", out, "--method", "top_k"]):
         start = time.monotonic()
         proc = launch(3 if args[0] == "run" else 1, evens_cmd() + args, timeout=90, cwd=ROOT)
