@@ -224,6 +224,11 @@ def run_search(
             if inflight and settings.drain_seconds > 0 and requests < 2:
                 drain_until, drained_from, drain_start = clock() + settings.drain_seconds, len(inflight), clock()
                 say(f"draining: waiting up to {settings.drain_seconds:g} s for {len(inflight)} trainings")
+                if checkpoint is not None and unsaved:  # what was done before the signal is safe at once, should
+                    save_point(lambda worker: 1)        # the job be killed (Slurm's KillWait) during the drain
+                    checkpoint(state)
+                    state.pending = []
+                    last_checkpoint, unsaved = clock(), False
         elif requests >= 2 and drain_until is not None:
             say(f"draining: a second signal; stopping now with {len(inflight)} of {drained_from} trainings still out "
                 "(they are redone on resume)")
