@@ -21,7 +21,7 @@ import time
 from data_bcast.h5file import DataError
 
 from .. import checkpoint
-from ..errors import RunDirError
+from ..errors import EvensError, RunDirError
 from .report import summarize
 from .rundir import checkpoint_path
 from .runlock import LOCK_NAME
@@ -37,14 +37,16 @@ def _holder(run_dir: str) -> dict[str, str]:
         return {}
 
 
-def _load(path: str):
-    for attempt in range(3):
+def _load(path: str, tries: int = 20):
+    """The checkpoint, read again if a job replaced it (and removed the segments it no longer lists)
+    between our reading its listing and its segments."""
+    for attempt in range(tries):
         try:
             return checkpoint.load(path, weights=False)
-        except (OSError, KeyError, ValueError, DataError):
-            if attempt == 2:
+        except (OSError, KeyError, ValueError, DataError, EvensError):
+            if attempt == tries - 1:
                 raise
-            time.sleep(0.2)  # the job was swapping files: read the new checkpoint
+            time.sleep(0.1)
     raise AssertionError("unreachable")
 
 
