@@ -174,12 +174,17 @@ def _saved(tmp_path, state):
     return path
 
 
-def test_the_in_flight_log_adds_what_was_out_when_the_job_died(tmp_path):
+def _saved_with_one_pending(tmp_path, evaluations):
+    """A checkpoint after ``evaluations`` results, with one more individual out (at one job death)."""
     state = SearchState.fresh(0, candidates=3)
-    run_search(state, InProcessTransport(landscape, 2), SPACE, settings(6))
-    state.pending = [Pending(6, list(state.records[0].genome), (0, 1), "crossover", 1)]
-    state.next_id = 7
-    path = _saved(tmp_path, state)
+    run_search(state, InProcessTransport(landscape, 2), SPACE, settings(evaluations))
+    state.pending = [Pending(evaluations, list(state.records[0].genome), (0, 1), "crossover", 1)]
+    state.next_id = evaluations + 1
+    return state, _saved(tmp_path, state)
+
+
+def test_the_in_flight_log_adds_what_was_out_when_the_job_died(tmp_path):
+    state, path = _saved_with_one_pending(tmp_path, 6)
     log = checkpoint.InFlightLog(path)
     log.sent(Pending(6, list(state.records[0].genome), (0, 1), "crossover+redo", 2))  # redone: out at a second death
     log.sent(Pending(7, list(state.records[1].genome), (2, 3), "mutation", 1))
@@ -201,11 +206,7 @@ def test_the_in_flight_log_adds_what_was_out_when_the_job_died(tmp_path):
 
 
 def test_a_checkpoint_without_attempts_loads_with_none_counted(tmp_path):
-    state = SearchState.fresh(0, candidates=3)
-    run_search(state, InProcessTransport(landscape, 2), SPACE, settings(4))
-    state.pending = [Pending(4, list(state.records[0].genome), (0, 1), "crossover", 1)]
-    state.next_id = 5
-    path = _saved(tmp_path, state)
+    _, path = _saved_with_one_pending(tmp_path, 4)
     assert checkpoint.load(path)[0].pending[0].attempts == 1
     with h5py.File(path, "a") as f:
         del f["pending/attempts"]  # as an older evens wrote it
