@@ -66,6 +66,9 @@ def test_two_workers_on_one_gpu_by_accident_are_refused_before_training():
 
 
 def test_cpu_threads_that_oversubscribe_a_host_are_reported():
+    # three single-threaded ranks on 2 cores: the launch's choice, nothing fewer threads could fix
+    assert check_bindings([cpu(1, "n1", 1), cpu(2, "n1", 1), cpu(3, "n1", 1)], 0, {"n1": 2})[1] == [
+        "devices: 3 worker(s) on the CPUs of 1 host(s)"]
     error, lines = check_bindings([cpu(1, "n1", 4), cpu(2, "n1", 4), cpu(3, "n2", 1)], 0, {"n1": 2, "n2": 2})
     assert error is None
     assert lines == ["devices: 3 worker(s) on the CPUs of 2 host(s)",
