@@ -183,6 +183,24 @@ def _check_labels(path: str, labels: dict[str, np.ndarray], train: np.ndarray) -
     return num_classes
 
 
+def _check_declared_size(f: h5py.File, path: str, present: list[str]) -> None:
+    """Refuse splits whose declared shapes take more memory (as float32/uint8 x, 8-byte y) than the node has."""
+    total = 0
+    for split in present:
+        group = f[split]
+        if not isinstance(group, h5py.Group):
+            continue
+        for field in ("x", "y"):
+            ds = group.get(field)
+            if isinstance(ds, h5py.Dataset) and ds.shape:
+                item = 1 if (field == "x" and ds.dtype == np.uint8) else 4 if field == "x" else 8
+                total += int(np.prod(ds.shape, dtype=np.int64)) * item
+    memory = physical_memory()
+    if memory and total > memory:
+        raise DataError(f"{path}: the splits take {total / 2**30:.1f} GiB in memory, more than this node's "
+                        f"{memory / 2**30:.1f} GiB")
+
+
 def physical_memory() -> int:
     """This machine's memory in bytes (0 if unknown)."""
     try:
@@ -211,6 +229,7 @@ def _inspect(path: str, val_fraction: float, test_fraction: float, seed: int, al
         if "train" not in f:
             raise DataError(f"{path}: no group 'train' (found: {', '.join(f.keys()) or 'nothing'})")
         present = [s for s in SPLITS if s in f]
+        _check_declared_size(f, path, present)  # before reading any labels: a huge declared y would be read whole
         shapes, dtypes, kinds, target_shapes, labels = {}, {}, {}, {}, {}
         for split in present:
             _check_local(f, path, split, allow_external)
@@ -274,11 +293,6 @@ def _inspect(path: str, val_fraction: float, test_fraction: float, seed: int, al
         if holdout:
             train_labels = train_labels[np.sort(holdout_permutation(n_file, seed)[sum(holdout.values()):])]
         num_classes = _check_labels(path, labels, train_labels)
-    total = sum(int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype).itemsize for s in specs)
-    memory = physical_memory()
-    if memory and total > memory:
-        raise DataError(f"{path}: the splits take {total / 2**30:.1f} GiB in memory, more than this node's "
-                        f"{memory / 2**30:.1f} GiB")
     return DataPlan(os.path.abspath(path), tuple(specs), sources, holdout, num_classes, seed, kind, target_shape)
 
 
