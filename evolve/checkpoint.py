@@ -39,6 +39,7 @@ from ensemble.store import GROUP, RUN_FILE_NAME, StoredEnsemble, read_ensemble, 
 from .errors import RunDirError
 from .master import SearchState
 from .records import Pending, Record
+from .tempfiles import exclusive_temp
 from .segments import Segment, merged, read_segment, remove_unlisted, write_segment
 
 FORMAT = "evens-checkpoint"
@@ -142,7 +143,7 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
     stored = stored_ensemble(state, info)
     copy = _unchanged_group(path, stored)
     _written.pop(os.path.abspath(path), None)  # until this write is complete
-    tmp = f"{path}.tmp-{os.getpid()}"
+    tmp = exclusive_temp(path)  # unpredictable, created exclusively: a planted symlink is never followed
     try:
         with h5py.File(tmp, "w") as f:
             f.attrs.update(

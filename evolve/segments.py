@@ -27,6 +27,7 @@ from typing import Callable
 import h5py
 import numpy as np
 
+from .tempfiles import exclusive_temp
 from .records import Record
 
 _STR = h5py.string_dtype()
@@ -99,7 +100,7 @@ def _new_segment(folder: str, rows: int, fill: Callable[[h5py.File], None]) -> S
     """A new segment file in ``folder``, filled by ``fill``, made durable before it appears under its
     name (a hidden temporary file, checksummed, synced, renamed); returns its listing."""
     name = f"seg-{secrets.token_hex(8)}.h5"
-    tmp = os.path.join(folder, f".{name}.tmp")
+    tmp = exclusive_temp(os.path.join(folder, name))
     try:
         with h5py.File(tmp, "w") as f:
             fill(f)

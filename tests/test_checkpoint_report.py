@@ -253,3 +253,29 @@ def test_new_run_dir_never_takes_a_used_directory(tmp_path):
     (tmp_path / "checkpoint.h5").write_text("")
     with pytest.raises(RunDirError, match="--resume"):
         check_new_run_dir(str(tmp_path))
+
+
+def test_temporary_files_are_unpredictable_exclusive_and_cleared_by_the_next_job(tmp_path):
+    from evolve.app import driver
+    from evolve.tempfiles import exclusive_temp, remove_stale
+
+    target = str(tmp_path / "checkpoint.h5")
+    names = {exclusive_temp(target) for _ in range(50)}
+    assert len(names) == 50 and all(os.path.basename(n).startswith(".checkpoint.h5.") and n.endswith(".tmp") for n in names)
+    remove_stale(str(tmp_path))
+    # a symlink planted at the old, predictable name is left alone, and what it points to untouched
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    os.symlink(victim, tmp_path / f"checkpoint.h5.tmp-{os.getpid()}")
+    state, info = finished_run()
+    checkpoint.save(target, state, info)
+    assert victim.read_text() == "precious"
+    # a job killed mid-write leaves temporaries; the next job to hold the lock clears them, and only them
+    leftovers = [exclusive_temp(target), exclusive_temp(os.path.join(checkpoint.segments_folder(target), "seg-0.h5"))]
+    (tmp_path / "notes.txt").write_text("the user's")
+    prepared = driver.prepare(None, [], None, str(tmp_path))
+    try:
+        assert not any(os.path.exists(p) for p in leftovers)
+        assert (tmp_path / "notes.txt").read_text() == "the user's" and victim.read_text() == "precious"
+    finally:
+        prepared.release()

@@ -39,6 +39,7 @@ from .log import LOG, setup_logging
 from .progress import Progress
 from .report import format_summary, summarize
 from .rundir import SUMMARY_NAME, Claim, checkpoint_path, claim_default_run_dir, claim_run_dir, write_json
+from ..tempfiles import remove_stale
 from .runlock import RunLock
 from .selection import SelectionCache
 
@@ -105,6 +106,9 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
     path = checkpoint_path(resume)
     lock = RunLock.acquire(resume)
     try:
+        for folder in (resume, checkpoint.segments_folder(path)):  # what a killed writer left: ours to clear now
+            if os.path.isdir(folder):
+                remove_stale(folder)
         return _prepare_resume(config_path, overrides, resume, path, lock)
     except BaseException:
         lock.release()

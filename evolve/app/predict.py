@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from dataclasses import dataclass
 
 import h5py
@@ -33,6 +32,7 @@ from ensemble.store import EnsembleError, StoredEnsemble, run_file
 from ensemble.train import EVAL_BATCH
 
 from ..errors import EvensError, debug_traceback
+from ..tempfiles import exclusive_temp
 from ..mpi_transport import first_error, node_rank, recv_arrays, send_arrays, sum_over_ranks, world
 from .local import take_device
 
@@ -239,14 +239,12 @@ class Writer:
         self.keep_exact = keep_exact
         self._exact: np.ndarray | None = None
         folder = os.path.dirname(os.path.abspath(out))
-        # A fresh, unpredictable name, created exclusively (never through a planted symlink), with the
-        # permissions the user's umask gives new files (mkstemp would make it private).
-        self.tmp = os.path.join(folder, f".{os.path.basename(out)}.{secrets.token_hex(8)}.tmp")
+        self.tmp = ""
         try:
-            os.close(os.open(self.tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0), 0o666))
+            self.tmp = exclusive_temp(out)  # unpredictable, created exclusively, never through a planted symlink
             self.file = h5py.File(self.tmp, "w")
         except OSError as exc:
-            if os.path.exists(self.tmp):
+            if self.tmp and os.path.exists(self.tmp):
                 os.remove(self.tmp)
             raise PredictError(f"{out}: cannot write in {folder} ({exc.strerror or str(exc).splitlines()[0]})") from None
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..checkpoint import CHECKPOINT_NAME
 from ..errors import RunDirError
+from ..tempfiles import exclusive_temp
 from .runlock import LOCK_NAME, RunLock
 
 SUMMARY_NAME = "summary.json"
@@ -116,7 +117,7 @@ def checkpoint_path(run_dir: str) -> str:
 
 
 def write_json(path: str, obj) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
+    tmp = exclusive_temp(path)
     with open(tmp, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=True)
         f.write("\n")
