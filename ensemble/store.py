@@ -70,17 +70,26 @@ def write_ensemble(group: h5py.Group, stored: StoredEnsemble) -> None:
         selection=json.dumps(stored.selection.to_dict()) if stored.selection else "",
     )
     labels = group.create_group("labels")
-    labels["val"] = stored.val_y
-    labels["test"] = stored.test_y
+    checksummed(labels, "val", stored.val_y)
+    checksummed(labels, "test", stored.test_y)
     members = group.create_group("members")
     for m in stored.hall_of_fame:
         g = members.create_group(str(m.id))
         g.attrs.update(fitness=m.fitness, network=json.dumps(m.network), training=json.dumps(m.training))
-        g["val_pred"] = np.asarray(m.val_pred, dtype=np.float32)
-        g["test_pred"] = np.asarray(m.test_pred, dtype=np.float32)
+        checksummed(g, "val_pred", np.asarray(m.val_pred, dtype=np.float32))
+        checksummed(g, "test_pred", np.asarray(m.test_pred, dtype=np.float32))
         w = g.create_group("weights")
         for name, array in m.weights.items():
-            w[name] = array
+            checksummed(w, name, array)
+
+
+def checksummed(group: h5py.Group, name: str, array) -> h5py.Dataset:
+    """A dataset with HDF5's Fletcher-32 checksum, which HDF5 verifies on every read: a damaged byte
+    is an error, never a changed weight. (Empty arrays cannot be chunked, so they go without.)"""
+    array = np.asarray(array)
+    if array.size == 0 or array.ndim == 0:
+        return group.create_dataset(name, data=array)
+    return group.create_dataset(name, data=array, fletcher32=True)
 
 
 def read_ensemble(group: h5py.Group, weights_of: str | list[int] = "all") -> StoredEnsemble:

@@ -34,7 +34,7 @@ import h5py
 import numpy as np
 
 from ensemble.problem import problem_from_dict
-from ensemble.store import GROUP, RUN_FILE_NAME, StoredEnsemble, read_ensemble, write_ensemble
+from ensemble.store import GROUP, RUN_FILE_NAME, StoredEnsemble, checksummed, read_ensemble, write_ensemble
 
 from .errors import RunDirError
 from .master import SearchState
@@ -161,20 +161,20 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
                 strategy=json.dumps(state.strategy),
             )
             version, internal, gauss = state.rng.getstate()
-            rng = f.create_dataset("rng", data=np.asarray(internal, dtype=np.uint32))
+            rng = checksummed(f, "rng", np.asarray(internal, dtype=np.uint32))
             rng.attrs["version"] = version
             rng.attrs["gauss_next"] = np.nan if gauss is None else gauss
 
             seg = f.create_group("segments")
             seg.create_dataset("name", data=np.asarray([s.name for s in segments], dtype=object), dtype=_STR)
-            seg["rows"] = np.asarray([s.rows for s in segments], dtype=np.int64)
-            seg["crc32"] = np.asarray([s.crc32 for s in segments], dtype=np.uint32)
+            checksummed(seg, "rows", np.asarray([s.rows for s in segments], dtype=np.int64))
+            checksummed(seg, "crc32", np.asarray([s.crc32 for s in segments], dtype=np.uint32))
             seg.attrs["last_id"] = state.records[-1].id if state.records else -1
             pend = f.create_group("pending")
-            pend["id"] = np.asarray([p.id for p in state.pending], dtype=np.int64)
-            pend["genome"] = np.asarray([p.genome for p in state.pending], dtype=np.float64).reshape(len(state.pending), n_genes)
-            pend["parents"] = np.asarray([p.parents for p in state.pending], dtype=np.int64).reshape(len(state.pending), 2)
-            pend["attempts"] = np.asarray([p.attempts for p in state.pending], dtype=np.int64)
+            checksummed(pend, "id", np.asarray([p.id for p in state.pending], dtype=np.int64))
+            checksummed(pend, "genome", np.asarray([p.genome for p in state.pending], dtype=np.float64).reshape(len(state.pending), n_genes))
+            checksummed(pend, "parents", np.asarray([p.parents for p in state.pending], dtype=np.int64).reshape(len(state.pending), 2))
+            checksummed(pend, "attempts", np.asarray([p.attempts for p in state.pending], dtype=np.int64))
             pend.create_dataset("operators", data=np.asarray([p.operators for p in state.pending], dtype=object), dtype=_STR)
             if copy:
                 with h5py.File(path, "r") as previous:

@@ -181,3 +181,22 @@ def test_a_damaged_ensemble_is_refused_in_one_line(tmp_path, case):
     with pytest.raises(EnsembleError, match="damaged ensemble") as info:
         load_ensemble(path, device="cpu")
     assert "\n" not in str(info.value)
+
+
+def test_a_flipped_byte_in_stored_weights_or_predictions_is_refused_not_loaded(tmp_path):
+    """Fletcher-32 over every stored array: damage is an error, never a silently changed network."""
+    from evolve.errors import EvensError
+
+    for target in ("weights", "val_pred"):
+        path, stored, arrays = stored_run(tmp_path, (12,), FAMILIES[(12,)])
+        with h5py.File(path, "r") as f:
+            member = f["ensemble/members"][str(stored.selection.ids[0])]
+            ds = member["val_pred"] if target == "val_pred" else member["weights"][sorted(member["weights"])[0]]
+            assert ds.fletcher32
+            offset = ds.id.get_chunk_info(0).byte_offset
+        data = bytearray(open(path, "rb").read())
+        data[offset + 3] ^= 0x10
+        open(path, "wb").write(bytes(data))
+        with pytest.raises((EnsembleError, EvensError)) as info:
+            load_ensemble(path, device="cpu").predict(arrays["test/x"])
+        assert "\n" not in str(info.value)
