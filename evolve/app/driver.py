@@ -52,7 +52,6 @@ EXIT_RESUMABLE = 75
 # after its checkpoint was written; a resume redoes that worker's network once (docs/reliability.md).
 EXIT_HUNG = 69
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
-STATUS_SECONDS = 60.0  # between status lines in batch output (evens run --status-seconds)
 DEVICES_NAME = "devices.json"  # each worker's rank, host, device and GPU UUID, for the latest session
 
 
@@ -67,6 +66,7 @@ class Prepared:
     state: SearchState | None = None  # None for a new run
     info: RunInfo | None = None
     devices: list[dict] | None = None  # each worker's rank, host, device, name and UUID
+    status_seconds: float = 60.0  # between status lines in batch output (evens run --status-seconds)
 
     def release(self) -> None:
         """Let the run directory go; a new run that never wrote a checkpoint leaves it as it was."""
@@ -205,14 +205,13 @@ def run(config_path: str | None, overrides: list[str], out: str | None = None, r
     """Collective over the world: run or resume a search. Returns the exit code."""
     comm = world()
     setup_logging(comm.rank, quiet, verbose)
-    global STATUS_SECONDS
-    STATUS_SECONDS = status_seconds
     started = time.time()
     is_master = comm.rank == MASTER
     prepared, error = None, None
     if is_master:
         try:
             prepared = prepare(config_path, overrides, out, resume)
+            prepared.status_seconds = status_seconds
         except EvensError as exc:
             debug_traceback()
             error = str(exc)
@@ -363,7 +362,7 @@ def _master(
     say(f"searching with {len(transport.workers)} worker(s), budget {settings.budget} evaluations; run directory {run_dir}")
     write_json(os.path.join(run_dir, DEVICES_NAME), {"session": info.sessions, "workers": prepared.devices or []})
     stop = StopFlag()
-    progress = Progress(settings.budget, len(state.records), problem.metric, quiet=quiet, every=STATUS_SECONDS,
+    progress = Progress(settings.budget, len(state.records), problem.metric, quiet=quiet, every=prepared.status_seconds,
                         workers=len(transport.workers))
     try:
         save(state)
