@@ -67,8 +67,13 @@ def from_fixed(limbs: np.ndarray) -> np.ndarray:
 
 
 def entropy(probs: np.ndarray) -> np.ndarray:
-    """Shannon entropy in nats along the last axis."""
-    return -np.sum(probs * np.log(np.clip(probs, EPS, 1.0)), axis=-1)
+    """Shannon entropy in nats along the last axis, of ``probs`` renormalized to sum to 1.
+
+    A network's float32 softmax sums to 1 only to ~1e-7, enough to put an entropy computed as is
+    above log(classes); the rows are made distributions first (in float64), so it never does.
+    """
+    p = probs / np.maximum(np.sum(probs, axis=-1, keepdims=True), EPS)
+    return -np.sum(p * np.log(np.clip(p, EPS, 1.0)), axis=-1)
 
 
 def _summed(partial: np.ndarray, allreduce: Allreduce | None) -> np.ndarray:
