@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 import traceback
@@ -125,9 +126,9 @@ def _collective(command) -> int:
         comm = world()
         interrupted = isinstance(exc, KeyboardInterrupt)
         if interrupted:
-            message = f"evens: interrupted on rank {comm.rank}\n"
+            message = f"evens: interrupted on rank {comm.rank} on {socket.gethostname()}\n"
         else:
-            message = f"evens: internal error on rank {comm.rank}:\n{traceback.format_exc()}"
+            message = f"evens: internal error on rank {comm.rank} on {socket.gethostname()}:\n{traceback.format_exc()}"
         sys.stderr.write(message)  # in one piece, so that it is not torn by the abort
         sys.stderr.flush()
         code = 130 if interrupted else 1

@@ -76,6 +76,11 @@ class Prepared:
             self.lock.release()
 
 
+def located(message: str, rank: int) -> str:
+    """An error message that says where it happened: ``message (rank R on HOST)``."""
+    return f"{message} (rank {rank} on {socket.gethostname()})"
+
+
 def say(message: str) -> None:
     """A line for the user, from the master (``evens: message`` on standard error)."""
     if message.startswith("error: "):
@@ -214,7 +219,7 @@ def run(config_path: str | None, overrides: list[str], out: str | None = None, r
             prepared.status_seconds = status_seconds
         except EvensError as exc:
             debug_traceback()
-            error = str(exc)
+            error = located(str(exc), comm.rank)
     config_dict, error = comm.bcast((prepared.config.to_dict() if prepared else None, error), root=MASTER)
     if error:
         return _fail(is_master, error)
@@ -268,9 +273,9 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
             torch.set_num_threads(1)
     except (EvensError, DataError) as exc:
         debug_traceback()
-        error = str(exc)
+        error = located(str(exc), comm.rank)
     except Exception as exc:  # a device that fails to start, say
-        error = f"rank {comm.rank} on {socket.gethostname()}: {type(exc).__name__}: {exc}"
+        error = located(f"{type(exc).__name__}: {exc}", comm.rank)
     binding = None
     if trainer_data is not None:
         binding = dict(describe_device(trainer_data.device), rank=comm.rank, host=socket.gethostname(), cores=usable_cores())
@@ -373,7 +378,7 @@ def _master(
         save(state)
     except RunDirError as exc:
         progress.close()
-        say(f"error: {exc}")
+        say(f"error: {located(str(exc), comm.rank)}")
         if comm.size > 1:
             abort(comm, 2)  # the workers may be mid-training: nothing more can be recorded
         return 2
@@ -386,7 +391,7 @@ def _master(
         try:
             save(state)
         except RunDirError as failed:
-            say(f"error: {failed}")
+            say(f"error: {located(str(failed), comm.rank)}")
         else:
             say(f"checkpoint saved with {len(state.records)} evaluations; evaluation {exc.ident} is redone once on resume; "
                 f"continue with: evens run --resume {run_dir} (exit status {EXIT_HUNG})")
