@@ -13,6 +13,10 @@ in the payload broadcast, and the other ranks read the window in place. With ``s
 every rank keeps a private copy instead (the simple scheme, kept for comparison and for MPI
 libraries without shared windows).
 
+``mode="replicate"`` (the default) gives every node the whole training split; ``mode="shard"``
+gives each node its own part of it, dealt by :mod:`data_bcast.shard`, with validation and test
+still whole everywhere.
+
 Errors (a missing or malformed file, NaN found while streaming, a chunk that arrives damaged) are
 gathered from every rank and the first is given to all, so all ranks raise the same
 :class:`DataError` together and none waits.
@@ -28,9 +32,11 @@ import numpy as np
 from mpi4py import MPI
 
 from .h5file import ROW_BLOCK_BYTES, DataError, DataPlan, RowReader, first_line, inspect_file
-from .layout import Chunk, array_views, plan_chunks, plan_layout
+from .layout import Chunk, array_views, chunk_ranges, plan_chunks, plan_layout, shard_specs
+from .shard import SPLIT, Shard, plan_shards, scatter_shards
 
 DEFAULT_CHUNK_BYTES = 64 << 20
+MODES = ("replicate", "shard")
 INT_COUNT_LIMIT = (1 << 31) - 1  # MPI's count is a C int: no message may hold more elements
 
 
@@ -40,6 +46,8 @@ class SharedDataset:
 
     ``arrays`` maps ``"train/x"``, ``"train/y"``, ``"val/x"``, ... to numpy views. With a
     shared window they stay valid until :meth:`close`, which every rank of the node calls.
+    In shard mode ``"train/..."`` hold this node's shard (``shard`` says which rows of the split
+    they are), while ``plan`` still describes the whole split.
     """
 
     plan: DataPlan
@@ -48,6 +56,7 @@ class SharedDataset:
     node_size: int
     root_here: bool  # the root rank is on this node
     stats: dict[str, float] = field(default_factory=dict)
+    shard: Shard | None = None  # None: the whole training split (mode "replicate")
     _window: MPI.Win | None = None
     _comms: tuple = ()
 
@@ -117,19 +126,28 @@ def broadcast_dataset(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     shared: bool = True,
     allow_external: bool = False,
+    mode: str = "replicate",
+    root_trains: bool = True,
 ) -> SharedDataset:
-    """Collective: the root streams ``path`` to every rank; every rank returns the same arrays.
+    """Collective: the root streams ``path`` to every rank; every rank returns the arrays its node holds.
 
     Non-root ranks never open the file (their ``path`` is ignored). The root reads chunk k+1
     while chunk k is on its way (a non-blocking broadcast among node leaders), so its memory
     holds a few chunks, not the arrays; each chunk's CRC-32 travels ahead of it, and every
     leader checks what it received. ``stats["fingerprint"]`` names the data sent (see
-    :func:`fingerprint`).
+    :func:`fingerprint`); it is the same in either ``mode`` and on any number of nodes.
+
+    ``mode="shard"`` gives each node a disjoint part of the training split (round robin over its
+    rows; together they cover it), and val and test whole; ``root_trains=False`` says that the
+    root does not train, so a node holding only the root gets no part. A node left without rows
+    is a :class:`DataError` on every rank before anything is sent.
 
     >>> data = broadcast_dataset(MPI.COMM_WORLD, "digits.h5")   # doctest: +SKIP
     >>> data.arrays["train/x"].shape                            # doctest: +SKIP
     (987, 1, 8, 8)
     """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     plan_dict, error = None, None
     if comm.rank == root:
         try:
@@ -140,98 +158,134 @@ def broadcast_dataset(
     if error is not None:
         raise DataError(error)
     plan = DataPlan.from_dict(plan_dict)
-    layout = plan_layout(plan.specs)
 
     node = node_communicator(comm, root)
     is_leader = node.rank == 0
     root_here = bool(node.allreduce(int(comm.rank == root)))
-    window = None
     root_first = 0 if comm.rank == root else comm.rank + 1  # the root is rank 0 of every split
+    leaders = comm.Split(0 if is_leader else MPI.UNDEFINED, key=root_first)
+    shard = None
+    if mode == "shard":
+        nodes, node_index = node.bcast((leaders.size, leaders.rank) if is_leader else None, root=0)
+        root_alone = comm.bcast(node.size == 1, root=root)
+        try:  # the same arithmetic on every rank: all raise together, before anything is sent
+            shard = plan_shards(plan, nodes, node_index, root_alone, root_trains)
+        except DataError:
+            for c in (leaders, node):
+                if c != MPI.COMM_NULL:
+                    c.Free()
+            raise
+    layout = plan_layout(shard_specs(plan.specs, shard.rows, SPLIT) if shard else plan.specs)
+    window = None
     if shared:
         window = MPI.Win.Allocate_shared(layout.total_bytes if is_leader else 0, 1, comm=node)
         mem, _ = window.Shared_query(0)
         buffer = np.frombuffer(mem, dtype=np.uint8, count=layout.total_bytes)
-        carriers = comm.Split(0 if is_leader else MPI.UNDEFINED, key=root_first)
     else:
         buffer = np.empty(layout.total_bytes, dtype=np.uint8)
-        carriers = comm.Split(0, key=root_first)  # every rank carries its own copy
+    # Leaders carry the payload; with private copies in replicate mode every rank does. (Sharded
+    # private copies go to the leaders, which then hand their node's part to their node's ranks.)
+    carriers = leaders if shared or shard else comm.Split(0, key=root_first)
     arrays = array_views(layout, buffer)
-    stats: dict = {"bytes": float(layout.total_bytes)}
-    result = SharedDataset(plan, arrays, node.rank, node.size, root_here, stats, window, (node, carriers))
+    stats: dict = {"bytes": float(plan_layout(plan.specs).total_bytes)}
+    if shard:
+        stats.update(shards=shard.count, shard_rows=shard.rows)
+    comms = (node, leaders) if carriers is leaders else (node, leaders, carriers)
+    result = SharedDataset(plan, arrays, node.rank, node.size, root_here, stats, shard, window, comms)
 
     t0 = time.perf_counter()
     error = None
     if carriers != MPI.COMM_NULL:
-        error = _stream(carriers, plan, layout, buffer, arrays, min(chunk_bytes, message_limit()), stats)
+        error = _stream(carriers, plan, shard, layout, buffer, arrays, min(chunk_bytes, message_limit()), stats)
     error = first_error(comm, error, root)
     if error is not None:
         node.Barrier()
         result.close()  # collective, and every rank is here: they all raise together
         raise DataError(error)
+    if shard and not shared:
+        for start, stop in chunk_ranges(layout.total_bytes, min(chunk_bytes, message_limit())):
+            node.Bcast([buffer[start:stop], MPI.BYTE], root=0)
     node.Barrier()  # the window is filled before anyone on the node reads it
     stats["broadcast_seconds"] = time.perf_counter() - t0
     stats["fingerprint"] = comm.bcast(stats.get("fingerprint"), root=root)
     return result
 
 
-def _stream(carriers: MPI.Comm, plan: DataPlan, layout, buffer: np.ndarray, arrays: dict[str, np.ndarray], chunk_bytes: int,
-            stats: dict) -> str | None:
+def _stream(carriers: MPI.Comm, plan: DataPlan, shard: Shard | None, layout, buffer: np.ndarray, arrays: dict[str, np.ndarray],
+            chunk_bytes: int, stats: dict) -> str | None:
     """The carriers' part: the root (carrier rank 0) reads and sends chunk by chunk, the others receive
-    and check. Returns this rank's error, or None; every carrier stops at the same chunk."""
+    and check. Returns this rank's error, or None; every carrier stops at the same chunk. In shard
+    mode the training split is dealt first (:func:`data_bcast.shard.scatter_shards`), then the
+    other splits are broadcast."""
     is_root = carriers.rank == 0
     chunks = plan_chunks(layout, chunk_bytes)
     reader, error = None, None
     crcs: dict[str, int] = {}
-    read_seconds = 0.0
     if is_root:
         try:
             reader = RowReader(plan)
         except (OSError, DataError) as exc:
             error = f"{plan.path}: cannot open it to read ({first_line(exc)})"
-    header = np.zeros(2, dtype=np.int64)  # (1 if the root failed, CRC-32 of the chunk)
-    pending = None  # (request, chunk, crc): the chunk on its way while the next is read
     try:
-        for k in range(len(chunks) + 1):
-            chunk = chunks[k] if k < len(chunks) else None
-            crc = 0
-            if is_root and chunk is not None and error is None:
-                t = time.perf_counter()
-                try:
-                    _read_chunk(reader, chunk, buffer, arrays, lambda: pending[0].Test() if pending else None)
-                except DataError as exc:
-                    error = str(exc)
-                read_seconds += time.perf_counter() - t
-                if error is None:
-                    view = buffer[chunk.offset : chunk.offset + chunk.nbytes]
-                    crc = zlib.crc32(view)
-                    crcs[chunk.name] = zlib.crc32(view, crcs.get(chunk.name, 0))
-                    _fault_hook(k, view)
-            if pending is not None:
-                request, done_chunk, sent_crc = pending
-                request.Wait()
-                pending = None
-                if not is_root and error is None:
-                    view = buffer[done_chunk.offset : done_chunk.offset + done_chunk.nbytes]
-                    got = zlib.crc32(view)
-                    if got != sent_crc:
-                        error = (f"{plan.path}: the data arrived damaged on rank {MPI.COMM_WORLD.rank}: chunk {k - 1} of "
-                                 f"{done_chunk.name} (rows {done_chunk.rows[0]}..{done_chunk.rows[1] - 1}) has CRC-32 "
-                                 f"{got:08x}, the root sent {sent_crc:08x}")
-            if chunk is None:
-                break
-            header[:] = (1 if (is_root and error is not None) else 0, crc)
-            carriers.Bcast(header, root=0)
-            if header[0]:
-                break
-            request = carriers.Ibcast([buffer[chunk.offset : chunk.offset + chunk.nbytes], MPI.BYTE], root=0)
-            pending = (request, chunk, int(header[1]))
+        first_k = 0
+        if shard is not None:
+            chunks = [c for c in chunks if not c.name.startswith(f"{SPLIT}/")]
+            error, stopped, first_k = scatter_shards(carriers, plan, shard, reader, arrays, chunk_bytes, crcs, stats, error, _fault_hook)
+            if stopped:
+                chunks = []
+        error = _broadcast_chunks(carriers, plan, chunks, first_k, reader, buffer, arrays, crcs, stats, error)
     finally:
         if reader is not None:
             reader.close()
-    stats["read_seconds"] = read_seconds
-    stats["chunks"] = len(chunks)
+    stats["chunks"] = first_k + len(chunks)
     if error is None and is_root:
         stats["fingerprint"] = fingerprint(crcs)
+    return error
+
+
+def _broadcast_chunks(carriers: MPI.Comm, plan: DataPlan, chunks: list[Chunk], first_k: int, reader: RowReader | None,
+                      buffer: np.ndarray, arrays: dict[str, np.ndarray], crcs: dict[str, int], stats: dict, error: str | None) -> str | None:
+    """Broadcast ``chunks`` (numbered from ``first_k``) to every carrier, reading chunk k+1 while chunk k travels."""
+    is_root = carriers.rank == 0
+    read_seconds = 0.0
+    header = np.zeros(2, dtype=np.int64)  # (1 if the root failed, CRC-32 of the chunk)
+    pending = None  # (request, chunk, crc): the chunk on its way while the next is read
+    for i in range(len(chunks) + 1):
+        k = first_k + i
+        chunk = chunks[i] if i < len(chunks) else None
+        crc = 0
+        if is_root and chunk is not None and error is None:
+            t = time.perf_counter()
+            try:
+                _read_chunk(reader, chunk, buffer, arrays, lambda: pending[0].Test() if pending else None)
+            except DataError as exc:
+                error = str(exc)
+            read_seconds += time.perf_counter() - t
+            if error is None:
+                view = buffer[chunk.offset : chunk.offset + chunk.nbytes]
+                crc = zlib.crc32(view)
+                crcs[chunk.name] = zlib.crc32(view, crcs.get(chunk.name, 0))
+                _fault_hook(k, view)
+        if pending is not None:
+            request, done_chunk, sent_crc = pending
+            request.Wait()
+            pending = None
+            if not is_root and error is None:
+                view = buffer[done_chunk.offset : done_chunk.offset + done_chunk.nbytes]
+                got = zlib.crc32(view)
+                if got != sent_crc:
+                    error = (f"{plan.path}: the data arrived damaged on rank {MPI.COMM_WORLD.rank}: chunk {k - 1} of "
+                             f"{done_chunk.name} (rows {done_chunk.rows[0]}..{done_chunk.rows[1] - 1}) has CRC-32 "
+                             f"{got:08x}, the root sent {sent_crc:08x}")
+        if chunk is None:
+            break
+        header[:] = (1 if (is_root and error is not None) else 0, crc)
+        carriers.Bcast(header, root=0)
+        if header[0]:
+            break
+        request = carriers.Ibcast([buffer[chunk.offset : chunk.offset + chunk.nbytes], MPI.BYTE], root=0)
+        pending = (request, chunk, int(header[1]))
+    stats["read_seconds"] = stats.get("read_seconds", 0.0) + read_seconds
     return error
 
 

@@ -147,3 +147,73 @@ def plan_chunks(layout: Layout, chunk_bytes: int) -> list[Chunk]:
                     n = min(chunk_bytes, row_bytes - start)
                     chunks.append(Chunk(spec.name, offset + row * row_bytes + start, n, (row, row + 1)))
     return chunks
+
+
+# Shards: the training rows dealt round robin to the nodes, row i of the split to shard i % shards.
+# Round robin (not blocks) gives every shard an even sample along the file's order, so a file sorted
+# by class or by time still gives each node every class and period; shard sizes differ by at most one.
+# Row i sits at row i // shards of its shard, so the rows of any range [a, b) that go to one shard
+# are consecutive there: the root reads the split once, in order, and deals each chunk.
+
+
+def shard_rows(rows: int, shards: int, index):
+    """Rows of shard ``index`` (an int or an array of them) when ``rows`` rows are dealt round robin
+    to ``shards`` shards; equally, how many of the rows ``0 .. rows-1`` go to that shard.
+
+    >>> [shard_rows(10, 4, s) for s in range(4)]
+    [3, 3, 2, 2]
+    """
+    if shards <= 0:
+        raise ValueError("shards must be positive")
+    return (rows - index + shards - 1) // shards
+
+
+def shard_members(rows: int, shards: int, index: int) -> np.ndarray:
+    """The split's rows that shard ``index`` holds, in the order it holds them."""
+    return np.arange(index, rows, shards)
+
+
+def shard_specs(specs: tuple[ArraySpec, ...] | list[ArraySpec], rows: int, split: str = "train") -> tuple[ArraySpec, ...]:
+    """``specs`` with the arrays of ``split`` cut to ``rows`` rows: what one node holds in shard mode."""
+    return tuple(ArraySpec(s.name, (rows,) + tuple(s.shape[1:]), s.dtype) if s.name.startswith(f"{split}/") else s for s in specs)
+
+
+@dataclass(frozen=True)
+class Deal:
+    """How one chunk of a sharded array is split among the shards.
+
+    ``counts[s]`` bytes of the chunk go to shard ``s``, landing at byte ``starts[s]`` of that shard's
+    array; in the message they lie shard after shard, from ``displacements[s]``. ``order`` lists the
+    chunk's rows (0-based in the chunk) in message order; None when the chunk is a piece of one row.
+    """
+
+    counts: np.ndarray
+    starts: np.ndarray
+    displacements: np.ndarray
+    order: np.ndarray | None
+
+
+def deal_chunk(chunk: Chunk, array_offset: int, row_bytes: int, shards: int) -> Deal:
+    """Split ``chunk`` (from :func:`plan_chunks` of the whole split; its array starts at byte
+    ``array_offset``) among ``shards`` round-robin shards. Pure: every rank computes the same.
+
+    >>> d = deal_chunk(Chunk("x", 8, 12, (2, 5)), 0, 4, 2)   # rows 2, 3, 4 of 4 bytes to 2 shards
+    >>> d.counts.tolist(), d.starts.tolist(), d.order.tolist()
+    ([8, 4], [4, 4], [0, 2, 1])
+    """
+    first, last = chunk.rows
+    everyone = np.arange(shards)
+    counts = np.zeros(shards, dtype=np.int64)
+    starts = np.zeros(shards, dtype=np.int64)
+    order = None
+    if chunk.nbytes == (last - first) * row_bytes:  # whole rows
+        before = shard_rows(first, shards, everyone)
+        counts[:] = (shard_rows(last, shards, everyone) - before) * row_bytes
+        starts[:] = before * row_bytes
+        order = np.argsort(np.arange(first, last) % shards, kind="stable")
+    else:  # a piece of one row bigger than a chunk: all of it to that row's shard
+        into_row = chunk.offset - array_offset - first * row_bytes
+        counts[first % shards] = chunk.nbytes
+        starts[first % shards] = (first // shards) * row_bytes + into_row
+    displacements = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    return Deal(counts, starts, displacements, order)

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import MPI_PROGRAMS, blob_splits, launch, write_blobs
 from data_bcast.broadcast import fingerprint
-from data_bcast.h5file import load_dataset
+from data_bcast.h5file import load_dataset, write_dataset
 from data_bcast.layout import ArraySpec, plan_chunks, plan_layout
 
 pytestmark = pytest.mark.mpi
@@ -77,3 +77,87 @@ def test_compressed_and_chunked_input_gives_the_same_arrays(tmp_path):
     proc = run_prog(3, "prog_broadcast.py", str(packed), "shared", "999", env={"EVENS_SIMULATED_NODES": "2"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["stats"]["fingerprint"] == expected_fingerprint(str(plain))
+
+
+# Shard mode: each pretend node gets its own round-robin part of train; val and test stay whole.
+
+
+def run_shards(path, ranks, nodes, *, chunk="1000", mode="shared", root_trains="1", limit=""):
+    env = {"EVENS_SIMULATED_NODES": str(nodes), "EVENS_MAX_MESSAGE_BYTES": limit}
+    proc = run_prog(ranks, "prog_shard.py", path, mode, chunk, root_trains, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def check_shards(path, report, nodes_with_shards):
+    """Every rank holds exactly its node's rows of train, bit for bit; the nodes' parts are disjoint and
+    cover train; val and test are whole everywhere; nobody but the root opened the file."""
+    _, truth = load_dataset(path)
+    crc = {name: zlib.crc32(a.tobytes()) for name, a in truth.items()}
+    ranks = report["ranks"]
+    by_node = {}
+    for fact in ranks:
+        by_node.setdefault(fact["node"], []).append(fact)
+        assert fact["opened"] == [] and fact["shards"] == nodes_with_shards
+        for name in ("val/x", "val/y", "test/x", "test/y"):
+            assert fact["checksums"][name] == crc[name], (fact["rank"], name)
+        rows = np.array(fact["members"], dtype=np.int64)
+        for name in ("train/x", "train/y"):
+            assert fact["shapes"][name] == [len(rows)] + list(truth[name].shape[1:])
+            assert fact["checksums"][name] == zlib.crc32(truth[name][rows].tobytes()), (fact["rank"], name)
+    for facts in by_node.values():  # one node, one shard, the same bytes on each of its ranks
+        assert len({(f["shard"], json.dumps(f["checksums"], sort_keys=True)) for f in facts}) == 1
+    shards = {facts[0]["shard"]: facts[0]["members"] for facts in by_node.values() if facts[0]["shard"] >= 0}
+    assert sorted(shards) == list(range(nodes_with_shards))
+    dealt = sorted(r for members in shards.values() for r in members)
+    assert dealt == list(range(len(truth["train/y"])))  # disjoint (no row twice) and covering (every row)
+    assert report["stats"]["fingerprint"] == expected_fingerprint(path)  # the same as replicate mode's
+    return by_node
+
+
+@pytest.mark.parametrize("ranks, nodes", [(2, 2), (3, 2), (3, 3), (4, 2), (4, 3), (4, 4)])
+def test_shards_are_disjoint_cover_train_and_every_rank_of_a_node_sees_its_bytes(tmp_path, ranks, nodes):
+    path = write_blobs(tmp_path / "d.h5", sample_shape=(3, 17), n=(101, 13, 7), classes=5)
+    report = run_shards(path, ranks, nodes)  # 1000-byte chunks divide no array, nor a node's part of one
+    by_node = check_shards(path, report, nodes)
+    assert len(by_node) == nodes
+    assert all(f["sees_leader_write"] for f in report["ranks"])  # one shared host copy per node
+    assert report["stats"]["shards"] == nodes and report["stats"]["chunks"] > nodes
+
+
+def test_shards_with_a_small_message_limit_rows_bigger_than_a_chunk_and_private_copies(tmp_path):
+    path = write_blobs(tmp_path / "d.h5", sample_shape=(3, 17), n=(101, 13, 7), classes=5)
+    check_shards(path, run_shards(path, 4, 2, limit="700"), 2)  # chunks of 700 bytes: 3 rows of 204 each
+    check_shards(path, run_shards(path, 3, 2, chunk="150"), 2)  # each 204-byte row goes in two pieces
+    report = run_shards(path, 4, 2, mode="private")
+    check_shards(path, report, 2)
+    assert [f["sees_leader_write"] for f in report["ranks"]] == [True, True, False, False]  # private copies
+
+
+def test_a_node_holding_only_the_root_gets_no_shard_when_the_root_does_not_train(tmp_path):
+    path = write_blobs(tmp_path / "d.h5", sample_shape=(6,), n=(300,), splits=("train",))  # val and test held out
+    report = run_shards(path, 3, 3, chunk="256", root_trains="0")  # the root is alone on its pretend node
+    by_node = check_shards(path, report, 2)
+    assert by_node[0][0]["shard"] == -1 and by_node[0][0]["shapes"]["train/x"] == [0, 6]
+    # With workers beside it, the root's node keeps its shard.
+    check_shards(path, run_shards(path, 3, 2, chunk="256", root_trains="0"), 2)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_flipped_byte_in_a_shard_is_caught_on_every_rank(tmp_path, ranks):
+    path = write_blobs(tmp_path / "d.h5", sample_shape=(3, 17), n=(101, 13, 7), classes=5)
+    env = {"EVENS_SIMULATED_NODES": str(ranks), "EVENS_MAX_MESSAGE_BYTES": "1000", "EVENS_TEST_FLIP_CHUNK": "3"}
+    proc = run_prog(ranks, "prog_bad_data.py", path, "shard", env=env, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # every rank raised the same DataError
+    assert "the data arrived damaged on rank" in proc.stdout and "chunk 3 of train/x" in proc.stdout
+
+
+@pytest.mark.parametrize("ranks, nodes", [(3, 3), (4, 4)])
+def test_too_few_training_rows_for_the_nodes_is_one_error_on_every_rank(tmp_path, ranks, nodes):
+    path = str(tmp_path / "d.h5")
+    rows = nodes - 1
+    write_dataset(path, {split: (np.ones((n, 4), np.float32), np.arange(n) % 2) for split, n in (("train", rows), ("val", 5), ("test", 5))})
+    env = {"EVENS_SIMULATED_NODES": str(nodes)}
+    proc = run_prog(ranks, "prog_bad_data.py", path, "shard", env=env, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # every rank raised the same DataError, none hung
+    assert f"train has {nodes - 1} rows, fewer than the {nodes} nodes" in proc.stdout

@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_bcast.layout import ArraySpec, array_views, chunk_ranges, plan_layout
@@ -43,3 +43,47 @@ def test_views_write_through_to_the_buffer():
     again = array_views(layout, buf)
     assert again["x"].sum() == 9.0 and list(again["y"]) == [7, 8, 9]
     assert np.shares_memory(views["x"], buf) and np.shares_memory(views["y"], buf)  # views, not copies
+
+
+# Shards: round robin over the training rows, dealt chunk by chunk.
+from data_bcast.layout import deal_chunk, plan_chunks, shard_members, shard_rows, shard_specs  # noqa: E402
+
+
+@given(st.integers(0, 500), st.integers(1, 40))
+def test_shards_are_disjoint_cover_the_rows_and_differ_by_at_most_one(rows, shards):
+    members = [shard_members(rows, shards, s) for s in range(shards)]
+    assert [len(m) for m in members] == [shard_rows(rows, shards, s) for s in range(shards)]
+    assert sorted(np.concatenate(members).tolist()) == list(range(rows))  # disjoint and covering
+    sizes = [len(m) for m in members]
+    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+    assert (shard_rows(rows, shards, np.arange(shards)) == sizes).all()  # the vector form agrees
+
+
+@settings(deadline=None)  # a 1-byte chunk makes thousands of messages; the machine is shared
+@given(st.integers(1, 200), st.integers(1, 12), st.integers(1, 9), st.integers(1, 200))
+def test_dealing_every_chunk_builds_each_shard_from_its_rows(rows, shards, row_items, chunk_bytes):
+    """Deal a whole array chunk by chunk, as the root does, and check that each shard gets exactly
+    its rows in order, whatever the chunk size (rows bigger than a chunk included)."""
+    whole = np.arange(rows * row_items, dtype=np.int32).reshape(rows, row_items)
+    row_bytes = whole[:1].nbytes
+    spec = ArraySpec("train/x", whole.shape, "int32")
+    flat = whole.view(np.uint8).reshape(-1)
+    received = [np.zeros(shard_rows(rows, shards, s) * row_bytes, dtype=np.uint8) for s in range(shards)]
+    for chunk in plan_chunks(plan_layout([spec]), chunk_bytes):
+        deal = deal_chunk(chunk, 0, row_bytes, shards)
+        assert deal.counts.sum() == chunk.nbytes and (deal.counts >= 0).all()
+        if deal.order is None:
+            message = flat[chunk.offset : chunk.offset + chunk.nbytes]
+        else:
+            message = whole[chunk.rows[0] : chunk.rows[1]][deal.order].view(np.uint8).reshape(-1)
+        for s in range(shards):
+            piece = message[deal.displacements[s] : deal.displacements[s] + deal.counts[s]]
+            received[s][deal.starts[s] : deal.starts[s] + deal.counts[s]] = piece
+    for s in range(shards):
+        assert np.array_equal(received[s].view(np.int32).reshape(-1, row_items), whole[s::shards])
+
+
+def test_shard_specs_cut_only_the_training_arrays():
+    specs = (ArraySpec("train/x", (10, 3), "float32"), ArraySpec("train/y", (10,), "int64"), ArraySpec("val/x", (4, 3), "float32"))
+    cut = shard_specs(specs, 3)
+    assert [s.shape for s in cut] == [(3, 3), (3,), (4, 3)] and [s.dtype for s in cut] == ["float32", "int64", "float32"]

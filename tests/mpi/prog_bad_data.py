@@ -1,4 +1,7 @@
-"""Under mpiexec: a bad data file must raise the same DataError on every rank, and no rank may hang."""
+"""Under mpiexec: a bad data file must raise the same DataError on every rank, and no rank may hang.
+
+Usage: prog_bad_data.py DATA.h5 [replicate|shard]
+"""
 import sys
 
 from mpi4py import MPI
@@ -7,8 +10,9 @@ from data_bcast.broadcast import broadcast_dataset
 from data_bcast.h5file import DataError
 
 comm = MPI.COMM_WORLD
+mode = sys.argv[2] if len(sys.argv) > 2 else "replicate"
 try:
-    broadcast_dataset(comm, sys.argv[1] if comm.rank == 0 else None)
+    broadcast_dataset(comm, sys.argv[1] if comm.rank == 0 else None, mode=mode)
     message = None
 except DataError as exc:
     message = str(exc)

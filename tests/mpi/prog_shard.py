@@ -1,0 +1,61 @@
+"""Under mpiexec: stream a dataset in shard mode and report, from every rank, what its node got.
+
+Usage: prog_shard.py DATA.h5 shared|private CHUNK_BYTES ROOT_TRAINS(1|0)
+Rank 0 prints one JSON line: per rank, its node (the world rank of its leader), its shard, the rows of
+the split that the shard holds, a CRC-32 of each array and the files it tried to open; and the stats.
+The test judges it; this program only checks that every rank got through.
+"""
+import json
+import sys
+import zlib
+
+import h5py
+from mpi4py import MPI
+
+from data_bcast.broadcast import broadcast_dataset, node_communicator
+
+path, mode, chunk, root_trains = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+comm = MPI.COMM_WORLD
+opened = []
+if comm.rank != 0:  # record (and refuse) any attempt by a worker to open an HDF5 file
+    def spy(name, *a, **k):
+        opened.append(str(name))
+        raise PermissionError("worker opened a file")
+
+    h5py.File = spy
+
+data = broadcast_dataset(comm, path if comm.rank == 0 else "/nonexistent/workers-must-not-read.h5", chunk_bytes=chunk,
+                         shared=(mode == "shared"), mode="shard", root_trains=root_trains)
+node = node_communicator(comm)
+leader = node.bcast(comm.rank, root=0)
+
+# One host copy per node: a write by the node leader is seen by every rank of the node (shared mode).
+x = data.arrays["val/x"]
+before = x.flat[0]
+mark = 123 if x.dtype.kind == "u" else 12345.0
+comm.Barrier()
+if node.rank == 0:
+    x.flat[0] = mark
+comm.Barrier()
+sees_leader_write = bool(x.flat[0] == mark and before != mark)
+comm.Barrier()
+if node.rank == 0:
+    x.flat[0] = before
+comm.Barrier()
+
+fact = {
+    "rank": comm.rank,
+    "node": leader,
+    "shard": data.shard.index,
+    "shards": data.shard.count,
+    "members": data.shard.members().tolist(),
+    "shapes": {name: list(a.shape) for name, a in data.arrays.items()},
+    "checksums": {name: zlib.crc32(a.tobytes()) for name, a in sorted(data.arrays.items())},
+    "opened": opened,
+    "sees_leader_write": sees_leader_write,
+}
+facts = comm.gather(fact, root=0)
+if comm.rank == 0:
+    print(json.dumps({"ranks": facts, "stats": data.stats}))
+data.close()
+node.Free()
