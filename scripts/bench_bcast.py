@@ -1,40 +1,70 @@
-"""Benchmark: load one dataset onto every rank (read + deliver), five ways, side by side in one launch.
+"""Benchmark: load one dataset onto every rank (read + deliver), contenders side by side in one launch.
 
 Run from the repository root, under the MPI launcher, at the rank counts to compare::
 
-    mpiexec -n 4 .venv/bin/python scripts/bench_bcast.py --quick          # 16 MiB; under a minute
-    mpiexec -n 4 .venv/bin/python scripts/bench_bcast.py --mib 16,256      # and again with -n 2
+    mpiexec -n 4 .venv/bin/python scripts/bench_bcast.py --quick            # 16 MiB; under a minute
+    mpiexec -n 4 .venv/bin/python scripts/bench_bcast.py --mib 16,256,1024   # and again with -n 2
+    mpiexec -n 4 .venv/bin/python scripts/bench_bcast.py --profile          # where the time goes
 
-Rank 0 writes a synthetic dataset (float32 images (N, 1, 64, 64), explicit splits) of each size
-into a temporary folder. The contenders run interleaved, rep by rep. Each is timed from a barrier
-to the moment every rank holds the data (read and delivery together: "time to ready"), and the
-maximum over ranks is taken:
+Rank 0 writes a synthetic dataset (float32 images (N, 1, 64, 64), int64 labels, explicit
+train/val/test splits) of each size into a temporary folder. The contenders run interleaved, rep by
+rep (rep 1: A B C ..., rep 2: A B C ...), so that drift on a shared machine hits them alike. Each is
+timed from a barrier to the barrier after every rank holds the data ("time to ready": the root's
+read of the file and the delivery together); the maximum over ranks is taken, then the median over
+reps. Every rep checks each rank's arrays against the root's reference (names, shapes, dtypes and
+CRC-32 of the bytes); a mismatch stops the benchmark without figures.
 
-  stream_private   evens: ``broadcast_dataset(shared=False)``. The root reads chunk k+1 while chunk
-                   k travels (Ibcast), and every rank has a private copy, so the bytes really move.
-  stream_shared    the same, with one shared window per node (what evens runs).
-  pickle           the root reads the whole dataset, then ``comm.bcast(arrays)`` (pickled).
-  whole            the root reads the whole dataset, then one buffer ``Bcast`` per array.
-  every_rank_reads every rank opens and reads the file itself (what 27,648 ranks must not do).
+B1, delivery to every rank into private buffers (bytes really move to every rank):
 
-Reported:
+  stream_private   evens' own path: ``broadcast_dataset(shared=False)``, i.e. ``_stream``: the root
+                   reads chunk k+1 while chunk k travels (Ibcast), CRC-32 per chunk checked on arrival.
+  pickle           what a naive user writes: the root reads the arrays (``load_dataset``), then
+                   ``comm.bcast(arrays)`` of the dict of numpy arrays (mpi4py pickles in-band with
+                   protocol 5: one serialized copy on the root, one unpickled copy on each receiver).
+  whole            the root reads the arrays (``load_dataset``), then one buffer ``Bcast`` per array
+                   (no chunking, no overlap, no CRC).
 
-- seconds and GB/s per contender;
-- ``bcast_vs_pickle`` and ``bcast_vs_whole``: the others' time over stream_private's;
-- ``root_extra_mib``: the root's peak RSS growth during the load, minus its own copy of the data.
-  This is what streaming holds beyond the destination: a few chunks, not the arrays;
-- ``shm_memory_ratio``: Pss summed over the ranks, private against shared;
-- ``opens_ratio``: opens of the file, every_rank_reads against stream;
-- ``model_speedup_27648``: a MODEL, not a measurement, of the load time for 27,648 ranks (4 per
-  node) on a parallel file system of 2.5 TB/s with 25 GB/s node links. Every rank reading is
-  bound by the file system: ranks x bytes / 2.5 TB/s. Streaming reads once and pipelines chunks
-  down a binomial tree of node leaders: bytes / 25 GB/s + log2(nodes) x chunk / 25 GB/s.
+  ``bcast_vs_pickle`` and ``bcast_vs_whole`` are the other's time to ready over stream_private's.
+  ``*_delivery`` ratios use the time beyond the root's read instead (time to ready minus the root's
+  read seconds; for the stream that is the part of the delivery the overlap did not hide).
+  ``root_peak_mib`` is the root's peak RSS growth during the load (VmHWM), which includes the root's
+  own copy of the data; ``root_extra_mib`` is that minus the payload: what loading holds beyond it.
 
-Every rep checks that each rank's arrays match the root's reference (CRC-32 per array).
+B2, memory: ``shm_memory_ratio`` is Pss summed over the ranks after the load, stream_private over
+  stream_shared (evens' default: one MPI-3 shared window per node).
+
+B3, file-system fan-in: opens of the dataset file (h5py.File calls, counted) and bytes read through
+  read syscalls (/proc/self/io rchar; the file is in the page cache here, so these are not disk
+  reads), stream against ``every_rank_reads`` (every rank calls ``load_dataset`` itself).
+  ``model_speedup_27648`` is a MODEL, NOT A MEASUREMENT: load time for 27,648 ranks (4 a node) on a
+  parallel file system of 2.5 TB/s with 25 GB/s node links. Every rank reading is bound by the file
+  system: ranks x bytes / 2.5 TB/s. Streaming reads once and pipelines chunks down a binomial tree of
+  node leaders: bytes / 25 GB/s + log2(nodes) x chunk / 25 GB/s.
+
+Time to ready, shared window against private buffers: stream_shared against stream_private, with
+  page faults (minflt from /proc/self/stat) summed over the ranks.
+
+EXPERIMENTS (``--experiments``, on by default; ``x_`` in the name): the same ``broadcast_dataset``
+  with a proposed change to data_bcast applied in this process only (monkeypatched; data_bcast/ on
+  disk is not changed), to measure a patch before it is made:
+
+  x_read_direct    RowReader.read_into reads contiguous rows with h5py ``read_direct`` straight into
+                   the destination instead of ``out[...] = ds[a:b]`` (a temporary array and a copy).
+  x_fast           x_read_direct, plus the chunk CRC-32 taken with ISA-L's crc32 (``isal``, the same
+                   CRC-32 values as zlib's, so fingerprints do not change), if isal can be imported.
+  x_shared_prefault  stream_shared, with every rank of the node touching its share of the fresh
+                   window (one write a page) right after Allocate_shared, before the root reads.
+  x_shared_fast    x_shared_prefault plus x_fast.
+
+``--profile`` prints where the time goes instead: memcpy, CRC-32 (zlib and isal), isfinite, the h5py
+  read both ways, page-fault cost of fresh private memory against a fresh shared window (one rank
+  touching all of it, or every rank of the node its share), and stream_private over chunk sizes.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import datetime
 import gc
 import json
@@ -46,19 +76,31 @@ import statistics
 import sys
 import tempfile
 import time
+import types
+import zlib
 
 import numpy as np
 from mpi4py import MPI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
 
 import h5py  # noqa: E402
 
-from bench_broadcast import digest, fixed_mmap_threshold, make_file, proc_kb, reset_peak  # noqa: E402
-from data_bcast import load_dataset  # noqa: E402
+import data_bcast.broadcast as _broadcast  # noqa: E402
+import data_bcast.h5file as _h5file  # noqa: E402
+from data_bcast import load_dataset, write_dataset  # noqa: E402
 from data_bcast.broadcast import broadcast_dataset  # noqa: E402
+
+try:  # optional, for the x_fast experiment and the profile only (pip install isal)
+    from isal import isal_zlib as _isal_zlib
+except ImportError:
+    _isal_zlib = None
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+# ---------------------------------------------------------------------------------------------------------
+# counting opens of HDF5 files (B3)
 
 OPENS = {"n": 0}
 _real_file = h5py.File
@@ -70,138 +112,461 @@ def _counting_file(*a, **k):
 
 
 h5py.File = _counting_file
-import data_bcast.h5file as _h5file  # noqa: E402
-
 _h5file.h5py.File = _counting_file
 
 
-def run_stream(shared):
-    def run(comm, path, chunk):
-        data = broadcast_dataset(comm, path if comm.rank == 0 else None, chunk_bytes=chunk, shared=shared)
-        return data.arrays, data.close
+# ---------------------------------------------------------------------------------------------------------
+# /proc helpers
+
+
+def proc_kb(path: str, key: str) -> int:
+    with open(path) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise KeyError(key)
+
+
+def minflt() -> int:
+    """Minor page faults of this process so far (/proc/self/stat field 10)."""
+    with open("/proc/self/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
+def rchar() -> int:
+    return proc_kb_plain("/proc/self/io", "rchar")
+
+
+def proc_kb_plain(path: str, key: str) -> int:
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def reset_peak() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current RSS
+    except OSError:
+        pass
+
+
+def fixed_mmap_threshold() -> None:
+    """Make glibc mmap every block >= 128 KiB and unmap it on free, so that freed arrays leave the process
+    and each rep's Pss growth is not hidden by reused heap pages."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, 128 << 10)  # M_MMAP_THRESHOLD
+    except OSError:
+        pass
+
+
+def crc(buf) -> int:
+    return (_isal_zlib or zlib).crc32(buf)  # the same CRC-32 either way; isal is only faster
+
+
+def digest(arrays: dict[str, np.ndarray]) -> dict:
+    return {k: (a.shape, str(a.dtype), crc(np.ascontiguousarray(a).reshape(-1).view(np.uint8))) for k, a in sorted(arrays.items())}
+
+
+def make_file(directory: str, mib: float, seed: int = 0) -> str:
+    """A synthetic dataset of about ``mib`` MiB: float32 images (N, 1, 64, 64), 10 classes, 70/15/15 splits."""
+    n = max(20, int(mib * 2**20) // (64 * 64 * 4 + 8))
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 1, 64, 64), dtype=np.float32)
+    y = rng.integers(0, 10, n)
+    a, b = int(n * 0.7), int(n * 0.85)
+    path = os.path.join(directory, "bench.h5")
+    write_dataset(path, {"train": (x[:a], y[:a]), "val": (x[a:b], y[a:b]), "test": (x[b:], y[b:])})
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# experiments: proposed changes to data_bcast, applied in this process only
+
+
+_real_read_into = _h5file.RowReader.read_into
+
+
+def _read_into_direct(self, name, first, last, out):
+    """Proposed RowReader.read_into: rows the file holds as they are go straight into ``out`` by
+    ``read_direct`` (no temporary array, no second copy); everything else as before."""
+    split, field = name.split("/")
+    if self.plan.sources[split] != "holdout":
+        ds = self._file[split][field]
+        if ds.dtype == out.dtype and out.flags.c_contiguous and last > first:
+            where = f"{self.plan.path}: {split}/{field}"
+            try:
+                ds.read_direct(out, np.s_[first:last], np.s_[0 : last - first])
+            except _h5file.DAMAGE as exc:
+                raise _h5file.DataError(f"{where}: read failed at rows {first}..{last - 1}, the file looks damaged "
+                                        f"({type(exc).__name__}: {_h5file.first_line(exc)})") from None
+            _h5file._checked(out, where, first)
+            return
+    _real_read_into(self, name, first, last, out)
+
+
+class _PrefaultMPI(types.ModuleType):
+    """``MPI`` as data_bcast.broadcast sees it, except that ``Win.Allocate_shared`` prefaults the window:
+    each rank of the node writes one byte a page of its share (the memory is fresh, so zeros are what it
+    holds already), then the node waits for all. The kernel's page allocation then runs on every core of
+    the node at once instead of on the root alone while it reads."""
+
+    def __init__(self):
+        super().__init__("mpi_prefault")
+        self.Win = types.SimpleNamespace(Allocate_shared=self._allocate_shared)
+
+    def __getattr__(self, name):
+        return getattr(MPI, name)
+
+    @staticmethod
+    def _allocate_shared(size, disp_unit=1, info=MPI.INFO_NULL, comm=MPI.COMM_SELF):
+        win = MPI.Win.Allocate_shared(size, disp_unit, info, comm=comm)
+        prefault_window(win, comm)
+        return win
+
+
+def prefault_window(win: MPI.Win, node: MPI.Comm) -> None:
+    mem, _ = win.Shared_query(0)
+    buf = np.frombuffer(mem, dtype=np.uint8)
+    share = -(-buf.size // node.size // PAGE) * PAGE
+    lo = min(buf.size, node.rank * share)
+    buf[lo : min(buf.size, lo + share) : PAGE] = 0
+    node.Barrier()
+
+
+@contextlib.contextmanager
+def patched(read_direct=False, fast_crc=False, prefault=False):
+    saved = (_h5file.RowReader.read_into, _broadcast.zlib, _broadcast.MPI)
+    try:
+        if read_direct:
+            _h5file.RowReader.read_into = _read_into_direct
+        if fast_crc and _isal_zlib is not None:
+            _broadcast.zlib = types.SimpleNamespace(crc32=_isal_zlib.crc32)
+        if prefault:
+            _broadcast.MPI = _PrefaultMPI()
+        yield
+    finally:
+        _h5file.RowReader.read_into, _broadcast.zlib, _broadcast.MPI = saved
+
+
+# ---------------------------------------------------------------------------------------------------------
+# contenders: each returns (arrays, close, root's read seconds or None)
+
+
+def run_stream(shared, chunk=None, **experiment):
+    def run(comm, path, chunk_bytes):
+        with patched(**experiment):
+            data = broadcast_dataset(comm, path if comm.rank == 0 else None, chunk_bytes=chunk or chunk_bytes, shared=shared)
+        return data.arrays, data.close, data.stats.get("read_seconds")
     return run
 
 
-def run_pickle(comm, path, chunk):
-    arrays = load_dataset(path)[1] if comm.rank == 0 else None
-    return comm.bcast(arrays, root=0), lambda: None
+def run_pickle(comm, path, chunk_bytes):
+    arrays, read_s = None, None
+    if comm.rank == 0:
+        t = time.perf_counter()
+        arrays = load_dataset(path)[1]
+        read_s = time.perf_counter() - t
+    return comm.bcast(arrays, root=0), lambda: None, read_s
 
 
-def run_whole(comm, path, chunk):
-    arrays = load_dataset(path)[1] if comm.rank == 0 else None
-    specs = comm.bcast([(k, a.shape, a.dtype.str) for k, a in arrays.items()] if comm.rank == 0 else None, root=0)
+def run_whole(comm, path, chunk_bytes):
+    arrays, read_s, specs = None, None, None
+    if comm.rank == 0:
+        t = time.perf_counter()
+        arrays = load_dataset(path)[1]
+        read_s = time.perf_counter() - t
+        specs = [(k, a.shape, a.dtype.str) for k, a in arrays.items()]
+    specs = comm.bcast(specs, root=0)
     if comm.rank != 0:
         arrays = {k: np.empty(shape, dtype=np.dtype(dt)) for k, shape, dt in specs}
     for k, _, _ in specs:
-        comm.Bcast(arrays[k], root=0)  # one message per array (below 2 GiB here)
-    return arrays, lambda: None
+        comm.Bcast(arrays[k], root=0)  # one message per array (each below 2 GiB here)
+    return arrays, lambda: None, read_s
 
 
-def run_every_rank(comm, path, chunk):
-    return load_dataset(path)[1], lambda: None
+def run_every_rank(comm, path, chunk_bytes):
+    t = time.perf_counter()
+    arrays = load_dataset(path)[1]
+    return arrays, lambda: None, time.perf_counter() - t if comm.rank == 0 else None
 
 
-CONTENDERS = {"stream_private": run_stream(False), "stream_shared": run_stream(True), "pickle": run_pickle,
-              "whole": run_whole, "every_rank_reads": run_every_rank}
+def contenders(experiments: bool) -> dict:
+    c = {"stream_private": run_stream(False), "pickle": run_pickle, "whole": run_whole,
+         "stream_shared": run_stream(True), "every_rank_reads": run_every_rank}
+    if experiments:
+        c |= {"x_read_direct": run_stream(False, read_direct=True),
+              "x_fast": run_stream(False, read_direct=True, fast_crc=True),
+              "x_shared_prefault": run_stream(True, prefault=True),
+              "x_shared_fast": run_stream(True, read_direct=True, fast_crc=True, prefault=True)}
+    return c
 
 
-def model_speedup(payload: float, ranks: int = 27648, per_node: int = 4, fs: float = 2.5e12, link: float = 25e9,
-                  chunk: float = 64 * 2**20) -> float:
+def model_speedup(payload: float, chunk: float, ranks: int = 27648, per_node: int = 4, fs: float = 2.5e12,
+                  link: float = 25e9) -> float:
     every = ranks * payload / fs
     nodes = ranks // per_node
     ours = payload / min(fs, link) + math.log2(nodes) * min(chunk, payload) / link
     return every / ours
 
 
-def measure(comm, path, ref, payload, chunk, reps) -> dict:
-    rows = {name: {"t": [], "held": [], "root_peak": [], "opens": []} for name in CONTENDERS}
+# ---------------------------------------------------------------------------------------------------------
+# B1-B3 and time to ready
+
+
+def measure(comm, path, ref, payload, chunk, reps, runs) -> dict:
+    keys = ("t", "read", "held", "root_peak", "opens", "rchar", "minflt", "root_minflt")
+    rows = {name: {k: [] for k in keys} for name in runs}
     for rep in range(reps):
-        for name, run in CONTENDERS.items():
+        for name, run in runs.items():
             gc.collect()
             comm.Barrier()
             pss0, rss0 = proc_kb("/proc/self/smaps_rollup", "Pss"), proc_kb("/proc/self/status", "VmRSS")
             reset_peak()
-            opens0 = OPENS["n"]
+            opens0, rchar0, flt0 = OPENS["n"], rchar(), minflt()
             comm.Barrier()
             t0 = time.perf_counter()
-            arrays, close = run(comm, path, chunk)
+            arrays, close, read_s = run(comm, path, chunk)
             comm.Barrier()
             t = time.perf_counter() - t0
+            flt = minflt() - flt0
             peak = (proc_kb("/proc/self/status", "VmHWM") - rss0) * 1024
             held = (proc_kb("/proc/self/smaps_rollup", "Pss") - pss0) * 1024
+            opens, nread = OPENS["n"] - opens0, rchar() - rchar0
             ok = digest(arrays) == ref
             del arrays
             close()
             if not all(comm.allgather(ok)):
                 raise RuntimeError(f"{name}, rep {rep}: a rank received wrong data; no figures reported")
-            opens = comm.reduce(OPENS["n"] - opens0, op=MPI.SUM, root=0)
             t = comm.reduce(t, op=MPI.MAX, root=0)
-            held = comm.reduce(held, op=MPI.SUM, root=0)
+            sums = comm.reduce(np.array([held, opens, nread, flt], dtype=np.float64), op=MPI.SUM, root=0)
             if comm.rank == 0:
-                rows[name]["t"].append(t)
-                rows[name]["held"].append(held)
-                rows[name]["root_peak"].append(peak)
-                rows[name]["opens"].append(opens)
+                for k, v in zip(keys, (t, read_s or 0.0, sums[0], peak, sums[1], sums[2], sums[3], flt)):
+                    rows[name][k].append(v)
     if comm.rank != 0:
         return {}
     med = {name: {k: statistics.median(v) for k, v in r.items()} for name, r in rows.items()}
-    return {
-        "mib": payload / 2**20,
-        "per_contender": {name: {"seconds": m["t"], "gb_per_s": payload / 1e9 / m["t"], "held_mib": m["held"] / 2**20,
-                                 "root_peak_mib": m["root_peak"] / 2**20, "opens": m["opens"]} for name, m in med.items()},
-        "bcast_vs_pickle": med["pickle"]["t"] / med["stream_private"]["t"],
-        "bcast_vs_whole": med["whole"]["t"] / med["stream_private"]["t"],
-        "root_extra_mib": (med["stream_private"]["root_peak"] - payload) / 2**20,
+    per = {name: {"seconds": m["t"], "all_seconds": rows[name]["t"], "gb_per_s": payload / 1e9 / m["t"],
+                  "root_read_s": m["read"], "beyond_read_s": m["t"] - m["read"], "held_mib": m["held"] / 2**20,
+                  "root_peak_mib": m["root_peak"] / 2**20, "opens": m["opens"], "read_mib": m["rchar"] / 2**20,
+                  "minflt": m["minflt"], "root_minflt": m["root_minflt"]} for name, m in med.items()}
+    sp, out = med["stream_private"], {"mib": payload / 2**20, "per_contender": per}
+    ratio = lambda a, b: a / b if b > 0 else float("nan")  # noqa: E731
+    out |= {
+        "bcast_vs_pickle": med["pickle"]["t"] / sp["t"],
+        "bcast_vs_whole": med["whole"]["t"] / sp["t"],
+        "bcast_vs_pickle_delivery": ratio(per["pickle"]["beyond_read_s"], per["stream_private"]["beyond_read_s"]),
+        "bcast_vs_whole_delivery": ratio(per["whole"]["beyond_read_s"], per["stream_private"]["beyond_read_s"]),
+        "root_peak_mib": sp["root_peak"] / 2**20,
+        "root_extra_mib": (sp["root_peak"] - payload) / 2**20,
         "pickle_root_extra_mib": (med["pickle"]["root_peak"] - payload) / 2**20,
-        "shm_memory_ratio": med["stream_private"]["held"] / med["stream_shared"]["held"],
-        "opens_ratio": med["every_rank_reads"]["opens"] / max(1, med["stream_private"]["opens"]),
-        "model_speedup_27648": model_speedup(payload, chunk=chunk),
+        "shm_memory_ratio": sp["held"] / med["stream_shared"]["held"],
+        "opens_ratio": med["every_rank_reads"]["opens"] / max(1, sp["opens"]),
+        "read_bytes_ratio": ratio(med["every_rank_reads"]["rchar"], sp["rchar"]),
+        "model_speedup_27648": model_speedup(payload, chunk),
+        "shared_vs_private_ready": med["stream_shared"]["t"] / sp["t"],
     }
+    if "x_fast" in med:
+        out |= {"x_fast_vs_pickle": med["pickle"]["t"] / med["x_fast"]["t"],
+                "x_fast_vs_whole": med["whole"]["t"] / med["x_fast"]["t"],
+                "x_shared_prefault_vs_shared": med["stream_shared"]["t"] / med["x_shared_prefault"]["t"],
+                "x_shared_fast_vs_private": sp["t"] / med["x_shared_fast"]["t"]}
+    return out
+
+
+def report(comm, nodes, args, chunk, reps, results, experiments) -> None:
+    print(f"# bench_bcast  {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}  host={platform.node()}  "
+          f"cpus={os.cpu_count()}  load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}  ranks={comm.size}  nodes={nodes}  "
+          f"chunk={chunk / 2**20:g} MiB  reps={reps} (interleaved)  pickle protocol {MPI.pickle.PROTOCOL} in-band  "
+          f"isal={'yes' if _isal_zlib else 'no'}  {MPI.Get_library_version().splitlines()[0].strip()}")
+    print("# time to ready = the root's read + delivery, barrier to barrier, max over ranks, median over reps; "
+          "x_* rows are EXPERIMENTS (a proposed data_bcast patch, monkeypatched in this process)")
+    for r in results:
+        print(f"\n## {r['mib']:.1f} MiB")
+        print(f"{'contender':<18} {'ready s':>8} {'(reps)':>20} {'GB/s':>6} {'root read s':>11} {'beyond read s':>13} "
+              f"{'Pss sum MiB':>11} {'root peak MiB':>13} {'opens':>5} {'read MiB':>9} {'minflt sum':>10} {'root minflt':>11}")
+        for name, c in r["per_contender"].items():
+            allt = ",".join(f"{x:.2f}" for x in c["all_seconds"])
+            print(f"{name:<18} {c['seconds']:>8.3f} {allt:>20} {c['gb_per_s']:>6.2f} {c['root_read_s']:>11.3f} {c['beyond_read_s']:>13.3f} "
+                  f"{c['held_mib']:>11.1f} {c['root_peak_mib']:>13.1f} {c['opens']:>5.0f} {c['read_mib']:>9.1f} {c['minflt']:>10.0f} "
+                  f"{c['root_minflt']:>11.0f}")
+        print(f"B1 bcast_vs_pickle {r['bcast_vs_pickle']:.2f} (target >= 5)  bcast_vs_whole {r['bcast_vs_whole']:.2f} (target >= 1.0)  "
+              f"delivery only (beyond the root's read): vs pickle {r['bcast_vs_pickle_delivery']:.2f}, vs whole "
+              f"{r['bcast_vs_whole_delivery']:.2f}  root_peak_mib {r['root_peak_mib']:.1f} = own copy + {r['root_extra_mib']:.1f} "
+              f"(pickle: + {r['pickle_root_extra_mib']:.1f})")
+        print(f"B2 shm_memory_ratio {r['shm_memory_ratio']:.2f} (target >= {0.9 * comm.size / nodes:.1f})   "
+              f"B3 opens_ratio {r['opens_ratio']:.1f}  read_bytes_ratio {r['read_bytes_ratio']:.1f}  "
+              f"MODEL (not measured) speedup at 27,648 ranks {r['model_speedup_27648']:.0f}x   "
+              f"ready: shared/private {r['shared_vs_private_ready']:.2f}")
+        if experiments:
+            print(f"EXPERIMENTS  x_fast vs pickle {r['x_fast_vs_pickle']:.2f}, vs whole {r['x_fast_vs_whole']:.2f}  "
+                  f"stream_shared/x_shared_prefault {r['x_shared_prefault_vs_shared']:.2f}  "
+                  f"stream_private/x_shared_fast {r['x_shared_fast_vs_private']:.2f}")
+    last = results[-1]
+    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in last.items() if k != "per_contender"}
+                     | {"ranks": comm.size, "nodes": nodes, "quick": args.quick, "chunk_mib": chunk / 2**20,
+                        "sizes_mib": [round(r["mib"], 1) for r in results]}))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# --profile
+
+
+def best_of(f, n=3) -> float:
+    best = float("inf")
+    for _ in range(n):
+        t = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def profile(comm, path, payload, reps) -> None:
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    n = 256 << 20
+    line = {}
+    if comm.rank == 0:  # one process alone: the costs of the streaming loop's steps, per byte
+        src = np.random.default_rng(0).integers(0, 255, n, dtype=np.uint8)
+        dst = np.ones(n, np.uint8)
+        f32 = src.view(np.float32)
+
+        def fresh_copy():
+            np.copyto(np.empty(n, np.uint8), src)
+
+        def fresh_touch():
+            np.empty(n, np.uint8)[::PAGE] = 0
+        line |= {"memcpy_warm": n / 1e9 / best_of(lambda: np.copyto(dst, src)),
+                 "memcpy_into_fresh_private": n / 1e9 / best_of(fresh_copy),
+                 "first_touch_fresh_private": n / 1e9 / best_of(fresh_touch),
+                 "zlib_crc32": n / 1e9 / best_of(lambda: zlib.crc32(src)),
+                 "isal_crc32": n / 1e9 / best_of(lambda: _isal_zlib.crc32(src)) if _isal_zlib else None,
+                 "isfinite_all": n / 1e9 / best_of(lambda: np.isfinite(f32).all())}
+        with _real_file(path, "r") as f:
+            ds = f["train"]["x"]
+            out = np.empty(ds.shape, ds.dtype)
+            step = max(1, (64 << 20) // out[:1].nbytes)
+            blocks = [(a, min(len(out), a + step)) for a in range(0, len(out), step)]
+            line["h5py_copy_read"] = out.nbytes / 1e9 / best_of(lambda: [out.__setitem__(slice(a, b), ds[a:b]) for a, b in blocks])
+            line["h5py_read_direct"] = out.nbytes / 1e9 / best_of(
+                lambda: [ds.read_direct(out, np.s_[a:b], np.s_[a:b]) for a, b in blocks])
+    # a fresh shared window: the root touching all of it, or each rank of the node its share
+    for who in ("root alone", "every node rank its share"):
+        ts, fl = [], []
+        for _ in range(3):
+            comm.Barrier()
+            t = time.perf_counter()
+            f0 = minflt()
+            win = MPI.Win.Allocate_shared(n if node.rank == 0 else 0, 1, comm=node)
+            t_alloc = time.perf_counter() - t
+            if who == "root alone":
+                mem, _ = win.Shared_query(0)
+                if node.rank == 0:
+                    np.frombuffer(mem, np.uint8)[::PAGE] = 0
+                node.Barrier()
+            else:
+                prefault_window(win, node)
+            t = comm.reduce(time.perf_counter() - t, op=MPI.MAX, root=0)
+            f = comm.reduce(minflt() - f0, op=MPI.SUM, root=0)
+            win.Free()
+            if comm.rank == 0:
+                ts.append(t)
+                fl.append(f)
+        if comm.rank == 0:
+            line[f"shared_window_touch_{who.split()[0]}"] = n / 1e9 / min(ts)
+            line[f"shared_window_minflt_{who.split()[0]}"] = min(fl)
+            line["shared_window_alloc_s"] = t_alloc
+    # the chunk size of the stream
+    sizes = [1, 4, 16, 64, 256]
+    runs = {f"stream_private@{c}MiB": run_stream(False, chunk=c << 20) for c in sizes}
+    runs |= {f"x_fast@{c}MiB": run_stream(False, chunk=c << 20, read_direct=True, fast_crc=True) for c in (4, 64)}
+    ref = digest(load_dataset(path)[1]) if comm.rank == 0 else None
+    ref = comm.bcast(ref, root=0)
+    res = measure_simple(comm, path, ref, runs, reps)
+    if comm.rank == 0:
+        print(f"# bench_bcast --profile  {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}  host={platform.node()}  "
+              f"cpus={os.cpu_count()}  load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}  ranks={comm.size}  page={PAGE} B")
+        print("# GB/s, one process, 256 MiB, best of 3:")
+        for k, v in line.items():
+            if v is not None and "minflt" not in k and "alloc" not in k:
+                print(f"  {k:<40} {v:7.2f} GB/s  ({2**28 / PAGE / 1e3 / (2**28 / 1e9 / v) if 'touch' in k else 0:.0f} kpages/s)"
+                      if "touch" in k else f"  {k:<40} {v:7.2f} GB/s")
+            elif v is not None:
+                print(f"  {k:<40} {v:10.3f}")
+        print(f"# stream_private over chunk sizes, {payload / 2**20:.1f} MiB, time to ready (median of {reps}):")
+        for name, (t, allt, read_s) in res.items():
+            print(f"  {name:<22} {t:7.3f} s  ({', '.join(f'{x:.2f}' for x in allt)})  {payload / 1e9 / t:5.2f} GB/s  root read {read_s:.3f} s")
+        print(json.dumps({"profile": {k: round(v, 3) for k, v in line.items() if v is not None},
+                          "chunk_sweep_s": {k: round(v[0], 3) for k, v in res.items()}}))
+    node.Free()
+
+
+def measure_simple(comm, path, ref, runs, reps) -> dict:
+    times = {name: ([], []) for name in runs}
+    for _ in range(reps):
+        for name, run in runs.items():
+            gc.collect()
+            comm.Barrier()
+            t0 = time.perf_counter()
+            arrays, close, read_s = run(comm, path, None)
+            comm.Barrier()
+            t = comm.reduce(time.perf_counter() - t0, op=MPI.MAX, root=0)
+            ok = digest(arrays) == ref
+            del arrays
+            close()
+            if not all(comm.allgather(ok)):
+                raise RuntimeError(f"{name}: a rank received wrong data; no figures reported")
+            if comm.rank == 0:
+                times[name][0].append(t)
+                times[name][1].append(read_s or 0.0)
+    if comm.rank != 0:
+        return {}
+    return {name: (statistics.median(t), t, statistics.median(r)) for name, (t, r) in times.items()}
+
+
+# ---------------------------------------------------------------------------------------------------------
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="16 MiB, 3 reps: under a minute")
-    parser.add_argument("--mib", default="16,256", help="dataset sizes in MiB, comma-separated (default 16,256)")
-    parser.add_argument("--reps", type=int, default=0, help="repetitions (default 5, quick 3)")
-    parser.add_argument("--chunk-mib", type=float, default=4, help="chunk size in MiB (default 4; evens' default is 64)")
+    parser.add_argument("--mib", default="16,256,1024", help="dataset sizes in MiB, comma-separated (default 16,256,1024)")
+    parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions (default 3)")
+    parser.add_argument("--chunk-mib", type=float, default=64, help="chunk size in MiB (default 64, evens' data.chunk_mb)")
+    parser.add_argument("--no-experiments", dest="experiments", action="store_false", help="leave out the x_* experiments")
+    parser.add_argument("--profile", action="store_true", help="where the time goes (256 MiB unless --mib names one size)")
     args = parser.parse_args()
     fixed_mmap_threshold()
     comm = MPI.COMM_WORLD
     sizes = [16.0] if args.quick else [float(m) for m in args.mib.split(",")]
-    reps = args.reps or (3 if args.quick else 5)
+    if args.profile and args.mib == parser.get_default("mib"):
+        sizes = [256.0]
     chunk = int(args.chunk_mib * 2**20)
     nodes = comm.allreduce(int(comm.Split_type(MPI.COMM_TYPE_SHARED).rank == 0))
+    runs = contenders(args.experiments)
     results = []
     for mib in sizes:
         tmp = tempfile.mkdtemp(prefix="bench_bcast_") if comm.rank == 0 else None
         try:
             path = ref = None
             if comm.rank == 0:
-                path = make_file(tmp, mib * 2**20 / 1e6)
+                path = make_file(tmp, mib)
                 ref = digest(load_dataset(path)[1])
             path, ref = comm.bcast((path, ref), root=0)
             payload = float(sum(int(np.prod(s)) * np.dtype(d).itemsize for s, d, _ in ref.values()))
-            results.append(measure(comm, path, ref, payload, chunk, reps))
+            if args.profile:
+                profile(comm, path, payload, args.reps)
+            else:
+                results.append(measure(comm, path, ref, payload, chunk, args.reps, runs))
         finally:
             if comm.rank == 0:
                 shutil.rmtree(tmp, ignore_errors=True)
-    if comm.rank != 0:
-        return
-    print(f"# bench_bcast  {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}  host={platform.node()}  "
-          f"ranks={comm.size}  nodes={nodes}  chunk={args.chunk_mib:g} MiB  reps={reps}  (time to ready: read + deliver)")
-    for r in results:
-        print(f"\n## {r['mib']:.0f} MiB")
-        print(f"{'contender':<17} {'median s':>9} {'GB/s':>7} {'held MiB (sum Pss)':>19} {'root peak MiB':>14} {'opens':>6}")
-        for name, c in r["per_contender"].items():
-            print(f"{name:<17} {c['seconds']:>9.3f} {c['gb_per_s']:>7.2f} {c['held_mib']:>19.1f} {c['root_peak_mib']:>14.1f} {c['opens']:>6.0f}")
-        print(f"bcast_vs_pickle {r['bcast_vs_pickle']:.2f} (target >= 5)  bcast_vs_whole {r['bcast_vs_whole']:.2f} (target >= 1.0)  "
-              f"root_extra_mib {r['root_extra_mib']:.1f} (pickle: {r['pickle_root_extra_mib']:.1f})  "
-              f"shm_memory_ratio {r['shm_memory_ratio']:.2f} (target >= {0.9 * comm.size / nodes:.1f})  opens_ratio {r['opens_ratio']:.0f}  "
-              f"MODEL speedup at 27,648 ranks {r['model_speedup_27648']:.0f}x")
-    last = results[-1]
-    print(json.dumps({k: v for k, v in last.items() if k != "per_contender"} | {"ranks": comm.size, "quick": args.quick,
-                                                                               "sizes_mib": [r["mib"] for r in results]}))
+    if comm.rank == 0 and results:
+        report(comm, nodes, args, chunk, args.reps, results, args.experiments)
 
 
 if __name__ == "__main__":
