@@ -10,8 +10,10 @@ directory alone:
 
 * the checkpoint, if there is one, loads (evolve.checkpoint.load, and `evens status` as a user would);
 * every evaluation of the previous round's checkpoint is still there, unchanged (id, status, fitness);
-* which evaluations the killed job had finished (its --verbose log names each one) but its last
+* which trainings the killed job had finished (its --verbose log names each one) but its last
   checkpoint does not hold: the work lost, at most what arrived since the last checkpoint write.
+  (Individuals a resume records as `crashed` are not counted: they were not trained, and the next
+  resume marks them again.) Each round's log is kept beside the run as round-N.log.
 
 After the kills, one last resume runs to the end: it must finish the budget with nothing pending.
 Prints a line per round and, with --json, one JSON line with everything.
@@ -19,6 +21,7 @@ Prints a line per round and, with --json, one JSON line with everything.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import random
@@ -116,6 +119,10 @@ def start_args(config: str, run_dir: str, budget: int) -> list[str]:
     return [config, "--out", run_dir, *sets]
 
 
+def log_index(run_dir: str) -> int:
+    return len(glob.glob(os.path.join(os.path.dirname(run_dir), "round-*.log"))) + 1
+
+
 def one_round(config: str, run_dir: str, budget: int, delay: float, before: dict[int, tuple]) -> dict:
     proc = job(start_args(config, run_dir, budget), run_dir)
     deadline = time.monotonic() + delay
@@ -134,9 +141,12 @@ def one_round(config: str, run_dir: str, budget: int, delay: float, before: dict
         os.killpg(proc.pid, signal.SIGKILL)
         _, stderr = proc.communicate()
         return {"delay": delay, "killed": killed, "hung": True}
+    with open(os.path.join(os.path.dirname(run_dir), f"round-{log_index(run_dir)}.log"), "w") as f:
+        f.write(stderr)  # the killed job's own words, for whoever looks into a round
     row = {"delay": round(delay, 2), "killed": killed, "hung": False, "returncode": proc.returncode,
            "end_seconds": round(time.monotonic() - killed_at, 2)}
-    finished = {int(m.group(1)) for m in EVALUATION_LINE.finditer(stderr)}
+    # trained results only: an individual recorded `crashed` as a resume starts is marked again by the next one
+    finished = {int(m.group(1)) for m in EVALUATION_LINE.finditer(stderr) if m.group(2) != "crashed"}
     try:
         found = recorded(run_dir)
         row["loads"] = True
@@ -158,6 +168,7 @@ def one_round(config: str, run_dir: str, budget: int, delay: float, before: dict
 def chaos(kills: int, seed: int, budget: int, max_delay: float, work: str | None = None) -> dict:
     rng = random.Random(seed)
     work = work or tempfile.mkdtemp(prefix="evens_chaos_")
+    os.makedirs(work, exist_ok=True)
     data = os.path.join(work, "data.h5")
     write_data(data)
     config = os.path.join(work, "chaos.toml")
