@@ -369,11 +369,11 @@ class RowReader:
 
 
 def read_into(plan: DataPlan, arrays: dict[str, np.ndarray], block_bytes: int = ROW_BLOCK_BYTES) -> None:
-    """Fill ``arrays`` (named as ``plan.specs``) from the file, in blocks of about ``block_bytes``.
-    Raises :class:`DataError`."""
+    """Fill ``arrays`` (named as ``plan.specs``, all or some of them) from the file, in blocks of about
+    ``block_bytes``. Raises :class:`DataError`."""
     try:
         with RowReader(plan) as reader:
-            for spec in plan.specs:
+            for spec in (s for s in plan.specs if s.name in arrays):
                 out = arrays[spec.name]
                 rows = out.shape[0]
                 step = max(1, block_bytes // max(1, out[:1].nbytes))
@@ -383,6 +383,15 @@ def read_into(plan: DataPlan, arrays: dict[str, np.ndarray], block_bytes: int = 
         raise
     except DAMAGE as exc:
         raise DataError(f"{plan.path}: read failed, the file looks damaged ({type(exc).__name__}: {first_line(exc)})") from None
+
+
+def read_array(plan: DataPlan, name: str) -> np.ndarray:
+    """One planned array, whole, in private memory: e.g. ``"train/y"`` on the root in shard mode,
+    where each node holds only part of it. Raises :class:`DataError`."""
+    spec = plan.spec(name)
+    out = np.empty(spec.shape, dtype=spec.dtype)
+    read_into(plan, {name: out})
+    return out
 
 
 def load_dataset(path: str, val_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0) -> tuple[DataPlan, dict[str, np.ndarray]]:

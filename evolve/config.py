@@ -36,6 +36,7 @@ class DataConfig:
     chunk_mb: int = 64  # the broadcast sends the data in chunks of this many MiB
     shared_memory: bool = True  # one host copy per node (MPI-3 shared window)
     allow_external: bool = False  # read datasets whose data lives in other files (external links, virtual, external storage)
+    mode: str = "replicate"  # "replicate": every node holds all of train; "shard": each node a disjoint 1/nodes of train, for data beyond a node's memory (val/test stay whole; docs/data-format.md)
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ _BOUNDS = {
     "train.threads": (0, None),
     "train.workers_per_gpu": (0, None),
 }
-_CHOICES = {"train.device": ("auto", "cpu", "cuda"), "train.precision": ("fp32", "tf32", "bf16"), "ensemble.method": ("greedy", "top_k"), "search.mode": ("async", "generational", "nsga2"),
+_CHOICES = {"data.mode": ("replicate", "shard"), "train.device": ("auto", "cpu", "cuda"), "train.precision": ("fp32", "tf32", "bf16"), "ensemble.method": ("greedy", "top_k"), "search.mode": ("async", "generational", "nsga2"),
             "search.second_objective": ("params", "latency")}
 
 

@@ -3,6 +3,7 @@ chunk sizes that do not divide the arrays, a small message limit standing in for
 checksums that catch a flipped byte, and compressed input."""
 import json
 import os
+import subprocess
 import sys
 import zlib
 
@@ -10,10 +11,12 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import MPI_PROGRAMS, blob_splits, launch, write_blobs
+from conftest import MPI_PROGRAMS, ROOT, blob_splits, evens_cmd, launch, tiny_search, write_blobs, write_regression
 from data_bcast.broadcast import fingerprint
 from data_bcast.h5file import load_dataset, write_dataset
 from data_bcast.layout import ArraySpec, plan_chunks, plan_layout
+from ensemble.problem import Regression
+from evolve import checkpoint
 
 pytestmark = pytest.mark.mpi
 
@@ -161,3 +164,62 @@ def test_too_few_training_rows_for_the_nodes_is_one_error_on_every_rank(tmp_path
     proc = run_prog(ranks, "prog_bad_data.py", path, "shard", env=env, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr  # every rank raised the same DataError, none hung
     assert f"train has {nodes - 1} rows, fewer than the {nodes} nodes" in proc.stdout
+
+
+def evens_report(run_dir):
+    out = subprocess.run(evens_cmd() + ["report", run_dir, "--json"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.e2e
+def test_a_run_in_shard_mode_finishes_on_pretend_nodes(tmp_path):
+    data = write_blobs(tmp_path / "data.h5", sample_shape=(1, 6, 6), n=(90, 30, 30), classes=3)
+    out = str(tmp_path / "run")
+    args = ["run", "--out", out, "--set", f"data.path='{data}'", "--set", "data.mode='shard'", "--set", "data.chunk_mb=1",
+            "--set", "search.evaluations=6", "--set", "ensemble.size=3", *tiny_search()]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    proc = launch(4, evens_cmd() + [args[0], str(cfg), *args[1:]], timeout=240, cwd=ROOT, env={"EVENS_SIMULATED_NODES": "3"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "shard mode: each of 3 nodes holds about 30 of the 90 training rows" in proc.stderr
+    result = evens_report(out)
+    assert result["evaluations"] == 6 and 0 <= result["ensemble"]["test_accuracy"] <= 1
+
+
+@pytest.mark.e2e
+def test_a_shard_mode_regression_resumes_in_replicate_mode_on_other_nodes(tmp_path):
+    """The fingerprint and the targets' standardisation are the whole split's, so a run sharded over
+    two nodes resumes, unsharded, on one: the resume's checks of the data accept it."""
+    data = write_regression(tmp_path / "reg.h5", n=(91, 30, 30))
+    cfg = tmp_path / "reg.toml"
+    cfg.write_text(f'[data]\npath = "{data}"\nmode = "shard"\n')
+    out = str(tmp_path / "reg")
+    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out, "--set", "search.evaluations=4", *tiny_search("['mlp']")],
+                  timeout=240, cwd=ROOT, env={"EVENS_SIMULATED_NODES": "2"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "shard mode: each of 2 nodes holds about 45 of the 91 training rows" in proc.stderr
+    with h5py.File(data, "r") as f:
+        whole = f["train/y"][...]
+    _, info = checkpoint.load(os.path.join(out, "checkpoint.h5"))
+    assert info.data["problem"] == Regression.from_targets(whole).to_dict()  # the whole split's, bit for bit
+    assert info.data["problem"] != Regression.from_targets(whole[::2]).to_dict()  # not one node's
+    again = launch(3, evens_cmd() + ["run", "--resume", out, "--set", "data.mode='replicate'", "--set", "search.evaluations=6"],
+                   timeout=240, cwd=ROOT)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert evens_report(out)["evaluations"] == 6
+
+
+@pytest.mark.e2e
+def test_evens_run_refuses_a_bad_mode_and_too_few_rows_for_the_nodes_in_one_line(tmp_path):
+    data = str(tmp_path / "tiny.h5")
+    write_dataset(data, {split: (np.ones((n, 4), np.float32), np.arange(n) % 2) for split, n in (("train", 2), ("val", 4), ("test", 4))})
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[data]\npath = "{data}"\n')
+    cases = {"data.mode='bogus'": "data.mode must be one of replicate, shard, got 'bogus'",
+             "data.mode='shard'": "train has 2 rows, fewer than the 3 nodes that data.mode = \"shard\" gives a part each"}
+    for n, (override, expected) in enumerate(cases.items()):
+        proc = launch(4, evens_cmd() + ["run", str(cfg), "--out", str(tmp_path / f"run{n}"), "--set", override], timeout=120, cwd=ROOT,
+                      env={"EVENS_SIMULATED_NODES": "3"})
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("evens: error:")]
+        assert proc.returncode == 2 and len(errors) == 1 and expected in errors[0], proc.stderr

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from data_bcast.broadcast import SharedDataset, broadcast_dataset
-from data_bcast.h5file import DataError, first_line
+from data_bcast.h5file import DataError, first_line, read_array
 from ensemble.device import check_bindings, describe_device
 from ensemble.problem import Problem, problem_for
 from ensemble.train import DeviceData
@@ -144,9 +144,22 @@ def _prepare_resume(config_path: str | None, overrides: list[str], resume: str, 
     return Prepared(config, resume, lock, None, state, info)
 
 
-def data_problem(data: SharedDataset) -> Problem:
-    """What the data asks to learn; every rank computes the same from the same arrays."""
-    return problem_for(data.plan.kind, data.arrays["train/y"], data.plan.num_classes)
+def data_problem(comm, data: SharedDataset) -> Problem:
+    """What the data asks to learn, the same on every rank. A regression's standardisation is fitted
+    on the whole training split: in shard mode a node holds only part of it, so the master reads
+    the split's targets and gives every rank the problem (a collective then; the same branch on all)."""
+    if data.shard is None or data.plan.kind != "regression":
+        return problem_for(data.plan.kind, data.arrays["train/y"], data.plan.num_classes)
+    problem, error = None, None
+    if comm.rank == MASTER:
+        try:
+            problem = problem_for("regression", read_array(data.plan, "train/y"))
+        except DataError as exc:
+            error = str(exc)
+    problem, error = comm.bcast((problem, error), root=MASTER)
+    if error:
+        raise DataError(error)
+    return problem
 
 
 def data_facts(data: SharedDataset, problem: Problem) -> dict:
@@ -244,6 +257,8 @@ def _run_prepared(comm, config_dict: dict, prepared: Prepared | None, started: f
             chunk_bytes=config.data.chunk_mb << 20,
             shared=config.data.shared_memory,
             allow_external=config.data.allow_external,
+            mode=config.data.mode,
+            root_trains=comm.size == 1,  # the master trains only when alone
         )
     except DataError as exc:
         debug_traceback()
@@ -262,7 +277,7 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
     local_index = data.node_rank - (1 if data.root_here else 0)
     ranks_here = data.node_size - (1 if data.root_here and comm.size > 1 else 0)
     try:
-        problem = data_problem(data)
+        problem = data_problem(comm, data)
         if is_master:
             space = config.space.for_sample_shape(data.plan.sample_shape)
             if prepared.info is not None:
@@ -308,6 +323,8 @@ def _master(
     say(
         f"data {data.plan.path}: {stats['bytes'] / 1e6:.1f} MB read in {stats.get('read_seconds', 0):.2f} s, "
         f"broadcast to {comm.size} ranks in {stats.get('broadcast_seconds', 0):.2f} s"
+        + (f"; shard mode: each of {data.shard.count} nodes holds about {data.shard.total_rows // data.shard.count} "
+           f"of the {data.shard.total_rows} training rows" if data.shard else "")
     )
     if state is None:
         state = SearchState.fresh(config.search.seed, config.ensemble.candidates)
