@@ -139,7 +139,7 @@ def broadcast_dataset(
 
     ``mode="shard"`` gives each node a disjoint part of the training split (round robin over its
     rows; together they cover it), and val and test whole; ``root_trains=False`` says that the
-    root does not train, so a node holding only the root gets no part. A node left without rows
+    root does not train, so a node holding only the root gets no part. A part of fewer than 2 rows
     is a :class:`DataError` on every rank before anything is sent.
 
     >>> data = broadcast_dataset(MPI.COMM_WORLD, "digits.h5")   # doctest: +SKIP

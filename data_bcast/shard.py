@@ -29,6 +29,7 @@ from .h5file import DataError, DataPlan, RowReader
 from .layout import ArraySpec, deal_chunk, plan_chunks, plan_layout, shard_members, shard_rows
 
 SPLIT = "train"  # the split that is sharded; val and test stay whole
+MIN_ROWS = 2  # rows a shard needs: training needs two, as inspect_file requires of a whole split
 
 
 @dataclass(frozen=True)
@@ -49,16 +50,16 @@ class Shard:
 
 
 def plan_shards(plan: DataPlan, nodes: int, node_index: int, root_alone: bool, root_trains: bool) -> Shard:
-    """Which shard each node holds, the same on every rank; raises :class:`DataError` if a node would
-    get no rows. Node 0 is the root's; a node holding only the root gets no shard unless
-    ``root_trains`` (its rows would never be trained on)."""
+    """Which shard each node holds, the same on every rank; raises :class:`DataError` if a shard would
+    get fewer than the 2 rows that training needs (as a whole split must have). Node 0 is the root's;
+    a node holding only the root gets no shard unless ``root_trains`` (its rows would go untrained)."""
     skip = 1 if (root_alone and not root_trains and nodes > 1) else 0
     count = nodes - skip
     carriers = tuple([-1] * skip + list(range(count)))
     total = plan.spec(f"{SPLIT}/y").shape[0]
-    if total < count:
-        raise DataError(f"{plan.path}: train has {total} rows, fewer than the {count} nodes that data.mode = \"shard\" "
-                        f"gives a part each; use fewer nodes or data.mode = \"replicate\"")
+    if total < MIN_ROWS * count:
+        raise DataError(f"{plan.path}: train has {total} rows, too few for the {count} nodes that data.mode = \"shard\" gives "
+                        f"a part each (each needs at least {MIN_ROWS}); use fewer nodes or data.mode = \"replicate\"")
     index = carriers[node_index]
     return Shard(index, count, int(shard_rows(total, count, index)) if index >= 0 else 0, total, carriers)
 

@@ -158,12 +158,12 @@ def test_a_flipped_byte_in_a_shard_is_caught_on_every_rank(tmp_path, ranks):
 @pytest.mark.parametrize("ranks, nodes", [(3, 3), (4, 4)])
 def test_too_few_training_rows_for_the_nodes_is_one_error_on_every_rank(tmp_path, ranks, nodes):
     path = str(tmp_path / "d.h5")
-    rows = nodes - 1
+    rows = 2 * nodes - 1  # one node would get a single row; training needs two
     write_dataset(path, {split: (np.ones((n, 4), np.float32), np.arange(n) % 2) for split, n in (("train", rows), ("val", 5), ("test", 5))})
     env = {"EVENS_SIMULATED_NODES": str(nodes)}
     proc = run_prog(ranks, "prog_bad_data.py", path, "shard", env=env, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr  # every rank raised the same DataError, none hung
-    assert f"train has {nodes - 1} rows, fewer than the {nodes} nodes" in proc.stdout
+    assert f"train has {rows} rows, too few for the {nodes} nodes" in proc.stdout and "(each needs at least 2)" in proc.stdout
 
 
 def evens_report(run_dir):
@@ -213,13 +213,27 @@ def test_a_shard_mode_regression_resumes_in_replicate_mode_on_other_nodes(tmp_pa
 @pytest.mark.e2e
 def test_evens_run_refuses_a_bad_mode_and_too_few_rows_for_the_nodes_in_one_line(tmp_path):
     data = str(tmp_path / "tiny.h5")
-    write_dataset(data, {split: (np.ones((n, 4), np.float32), np.arange(n) % 2) for split, n in (("train", 2), ("val", 4), ("test", 4))})
+    write_dataset(data, {split: (np.ones((n, 4), np.float32), np.arange(n) % 2) for split, n in (("train", 5), ("val", 4), ("test", 4))})
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[data]\npath = "{data}"\n')
     cases = {"data.mode='bogus'": "data.mode must be one of replicate, shard, got 'bogus'",
-             "data.mode='shard'": "train has 2 rows, fewer than the 3 nodes that data.mode = \"shard\" gives a part each"}
+             "data.mode='shard'": "train has 5 rows, too few for the 3 nodes that data.mode = \"shard\" gives a part each"}
     for n, (override, expected) in enumerate(cases.items()):
         proc = launch(4, evens_cmd() + ["run", str(cfg), "--out", str(tmp_path / f"run{n}"), "--set", override], timeout=120, cwd=ROOT,
                       env={"EVENS_SIMULATED_NODES": "3"})
         errors = [line for line in proc.stderr.splitlines() if line.startswith("evens: error:")]
         assert proc.returncode == 2 and len(errors) == 1 and expected in errors[0], proc.stderr
+
+
+@pytest.mark.parametrize("nodes, root_part", [(3, 0.0), (2, 0.5)])
+def test_the_root_never_holds_the_whole_training_split(tmp_path, nodes, root_part):
+    """48 MiB of train in 1 MiB chunks: the root's peak memory grows by its own node's part (none when
+    it is alone on its node, half on two nodes) and a few chunks, never by the whole split (57 MiB on one node)."""
+    rows, features = 12288, 1024
+    x = np.random.default_rng(0).normal(size=(rows, features)).astype(np.float32)
+    path = str(tmp_path / "big.h5")
+    write_dataset(path, {"train": (x, np.arange(rows) % 2), "val": (x[:64], np.arange(64) % 2), "test": (x[:64], np.arange(64) % 2)})
+    report = run_shards(path, 3, nodes, chunk=str(1 << 20), root_trains="0")
+    train_bytes = x.nbytes
+    growth = report["ranks"][0]["peak_growth_bytes"]
+    assert growth < root_part * train_bytes + 16 * (1 << 20), (growth, train_bytes)  # measured: 8.6 and 33 MiB

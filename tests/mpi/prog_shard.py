@@ -2,10 +2,12 @@
 
 Usage: prog_shard.py DATA.h5 shared|private CHUNK_BYTES ROOT_TRAINS(1|0)
 Rank 0 prints one JSON line: per rank, its node (the world rank of its leader), its shard, the rows of
-the split that the shard holds, a CRC-32 of each array and the files it tried to open; and the stats.
+the split that the shard holds, a CRC-32 of each array, the files it tried to open and how much the
+load raised its peak memory; and the stats.
 The test judges it; this program only checks that every rank got through.
 """
 import json
+import resource
 import sys
 import zlib
 
@@ -24,8 +26,10 @@ if comm.rank != 0:  # record (and refuse) any attempt by a worker to open an HDF
 
     h5py.File = spy
 
+peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
 data = broadcast_dataset(comm, path if comm.rank == 0 else "/nonexistent/workers-must-not-read.h5", chunk_bytes=chunk,
                          shared=(mode == "shared"), mode="shard", root_trains=root_trains)
+peak_growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) * 1024
 node = node_communicator(comm)
 leader = node.bcast(comm.rank, root=0)
 
@@ -53,6 +57,7 @@ fact = {
     "checksums": {name: zlib.crc32(a.tobytes()) for name, a in sorted(data.arrays.items())},
     "opened": opened,
     "sees_leader_write": sees_leader_write,
+    "peak_growth_bytes": peak_growth,  # how far the load raised this rank's peak resident memory
 }
 facts = comm.gather(fact, root=0)
 if comm.rank == 0:
