@@ -28,11 +28,12 @@ import json
 import os
 import random
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import h5py
 import numpy as np
 
+from ensemble.hall_of_fame import HallOfFame
 from ensemble.problem import problem_from_dict
 from ensemble.store import GROUP, RUN_FILE_NAME, StoredEnsemble, checksummed, read_ensemble, write_ensemble
 
@@ -43,7 +44,8 @@ from .tempfiles import exclusive_temp
 from .segments import Segment, merged, read_segment, remove_unlisted, write_segment
 
 FORMAT = "evens-checkpoint"
-FORMAT_VERSION = 6  # 6: typed genes (the genome has a gene per name in gene_names)
+FORMAT_VERSION = 7  # 7: segments of plain arrays (fixed-width status and operators, flat curves); 6: typed genes
+OLDEST_VERSION = 6  # the oldest format this evens reads (6: its segments are converted when next merged)
 CHECKPOINT_NAME = RUN_FILE_NAME
 _STR = h5py.string_dtype()
 
@@ -91,10 +93,11 @@ def _listed(path: str) -> tuple[list[Segment], int]:
         return [], -1
 
 
-# The ensemble group of the state file this process last wrote, by path: if the hall of fame and the
-# rest of the group are unchanged, the next checkpoint copies the group from that file with HDF5's own
-# object copy (C, a few ms) instead of writing every member again (some 50 ms for 32 small members).
-_written: dict[str, tuple] = {}  # path -> (file identity, signature, val labels, test labels)
+# The state file this process last wrote, by path. If that file is still in place, the next checkpoint
+# takes its segment listing from here instead of reading it, and copies its ensemble group with HDF5's own
+# object copy (C, a few ms) instead of writing every member again (some 50 ms for 32 small members): the
+# members that left the hall are deleted from the copy and only those that entered are written.
+_written: dict[str, tuple] = {}  # path -> (file identity, group signature, member ids, val labels, test labels, listing)
 
 
 def _identity(path: str) -> tuple:
@@ -103,25 +106,52 @@ def _identity(path: str) -> tuple:
 
 
 def _signature(stored: StoredEnsemble) -> tuple:
-    """Everything of the ensemble group but the labels (compared apart) and the members' contents (a
-    member, once in the hall, never changes: the same id is the same trained network)."""
-    hall = stored.hall_of_fame
-    return (tuple(m.id for m in hall), hall.capacity, json.dumps(stored.selection.to_dict()) if stored.selection else "",
-            json.dumps(stored.problem.to_dict(), sort_keys=True), tuple(stored.sample_shape), stored.x_dtype)
+    """What the ensemble group holds besides the labels (compared apart) and the members (a member, once in
+    the hall, never changes: the same id is the same trained network)."""
+    return json.dumps(stored.problem.to_dict(), sort_keys=True), tuple(stored.sample_shape), stored.x_dtype
 
 
-def _unchanged_group(path: str, stored: StoredEnsemble) -> bool:
-    """Does the state file at ``path`` hold, as written by this process, exactly the ensemble group ``stored`` makes?"""
+def _previous(path: str, stored: StoredEnsemble | None = None) -> tuple | None:
+    """What this process wrote at ``path``, if the file there is still that one (and, given ``stored``,
+    its ensemble group differs from what ``stored`` makes in its members, capacity or selection at most)."""
     last = _written.get(os.path.abspath(path))
-    if last is None or any(m.weights is None for m in stored.hall_of_fame):
-        return False  # (write_ensemble refuses members read without their weights: let it say so)
-    identity, signature, val_y, test_y = last
+    if last is None:
+        return None
     try:
-        same_file = _identity(path) == identity
+        if _identity(path) != last[0]:
+            return None
     except OSError:
-        return False
-    return (same_file and signature == _signature(stored) and all(
-        a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b) for a, b in ((val_y, stored.val_y), (test_y, stored.test_y))))
+        return None
+    if stored is not None:
+        if any(m.weights is None for m in stored.hall_of_fame):
+            return None  # (write_ensemble refuses members read without their weights: let it say so)
+        if last[1] != _signature(stored) or not all(a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+                                                    for a, b in ((last[3], stored.val_y), (last[4], stored.test_y))):
+            return None
+    return last
+
+
+def _copy_group(previous_path: str, f: h5py.File, stored: StoredEnsemble, members: tuple) -> None:
+    """The ensemble group ``stored`` makes, from the previous state file's (whose members are ``members``):
+    copied, without the members that left, with those that entered written (as write_ensemble writes them)."""
+    with h5py.File(previous_path, "r") as previous:
+        previous.copy(previous[GROUP], f, GROUP)
+        attrs = dict(previous[GROUP].attrs)
+    group = f[GROUP]
+    hall = stored.hall_of_fame
+    entered = [m for m in hall if m.id not in set(members)]
+    selection = json.dumps(stored.selection.to_dict()) if stored.selection else ""
+    if not entered and [m.id for m in hall] == list(members) and attrs.get("capacity") == hall.capacity \
+            and attrs.get("selection") == selection:
+        return  # the very same group
+    for ident in set(members) - {m.id for m in hall}:
+        del group["members"][str(ident)]
+    scratch = f.create_group("scratch")
+    write_ensemble(scratch, replace(stored, hall_of_fame=HallOfFame(hall.capacity, entered)))
+    for m in entered:
+        f.move(f"scratch/members/{m.id}", f"{GROUP}/members/{m.id}")
+    group.attrs.update(dict(scratch.attrs))
+    del f["scratch"]
 
 
 def save(path: str, state: SearchState, info: RunInfo) -> None:
@@ -133,7 +163,8 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
     folder = segments_folder(path)
     os.makedirs(folder, exist_ok=True)
     n_genes = len(info.gene_names)
-    segments, last_id = _listed(path)
+    previous = _previous(path)
+    segments, last_id = (list(previous[5][0]), previous[5][1]) if previous is not None else _listed(path)
     committed = sum(s.rows for s in segments)
     if committed > len(state.records) or (committed and state.records[committed - 1].id != last_id):
         segments, committed = [], 0  # not this state's log: write it whole
@@ -141,7 +172,7 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
         segments.append(write_segment(folder, state.records[committed:], n_genes))
     segments = merged(folder, segments, n_genes)
     stored = stored_ensemble(state, info)
-    copy = _unchanged_group(path, stored)
+    copy = _previous(path, stored)
     _written.pop(os.path.abspath(path), None)  # until this write is complete
     tmp = exclusive_temp(path)  # unpredictable, created exclusively: a planted symlink is never followed
     try:
@@ -176,9 +207,8 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
             checksummed(pend, "parents", np.asarray([p.parents for p in state.pending], dtype=np.int64).reshape(len(state.pending), 2))
             checksummed(pend, "attempts", np.asarray([p.attempts for p in state.pending], dtype=np.int64))
             pend.create_dataset("operators", data=np.asarray([p.operators for p in state.pending], dtype=object), dtype=_STR)
-            if copy:
-                with h5py.File(path, "r") as previous:
-                    previous.copy(previous[GROUP], f, GROUP)
+            if copy is not None:
+                _copy_group(path, f, stored, copy[2])
             else:
                 write_ensemble(f.create_group(GROUP), stored)
         with open(tmp, "rb") as fh:
@@ -186,7 +216,8 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
         _sync_directory(folder)  # the segments are in place before the file that lists them
         os.replace(tmp, path)
         _sync_directory(os.path.dirname(os.path.abspath(path)))  # make the rename itself durable
-        _written[os.path.abspath(path)] = (_identity(path), _signature(stored), stored.val_y.copy(), stored.test_y.copy())
+        _written[os.path.abspath(path)] = (_identity(path), _signature(stored), tuple(m.id for m in stored.hall_of_fame),
+                                           stored.val_y.copy(), stored.test_y.copy(), (tuple(segments), state.records[-1].id if state.records else -1))
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -304,7 +335,7 @@ def load(path: str, weights: bool = True) -> tuple[SearchState, RunInfo]:
         version = int(f.attrs["format_version"])
         if version > FORMAT_VERSION:
             raise RunDirError(f"{path}: checkpoint format {version} is newer than this evens reads")
-        if version < FORMAT_VERSION:
+        if version < OLDEST_VERSION:
             raise RunDirError(
                 f"{path}: checkpoint format {version} is from an older evens and cannot be resumed or reported by this one; "
                 "its ensemble still predicts (evens predict), or start a new run"

@@ -229,16 +229,18 @@ def breed_batch(genomes: np.ndarray, fitness: np.ndarray, gen: np.random.Generat
     swap = (gen.random(count) < params.crossover_prob)[:, None] & (gen.random((count, genes)) < 0.5)
     child = np.where(swap, genomes[fathers], mother)
     crossed = (child != mother).any(axis=1)
-    # DEAP's mutPolynomialBounded with bounds 0 and 1, gene by gene where ``hit``
+    # DEAP's mutPolynomialBounded with bounds 0 and 1, gene by gene where ``hit`` (computed there only)
     hit = gen.random((count, genes)) <= params.mutation_prob
-    rand = gen.random((count, genes))
+    rand = gen.random((count, genes))[hit]
+    x = child[hit]
     eta = params.mutation_eta
     power, mut_pow = eta + 1, 1.0 / (eta + 1.0)
     below = rand < 0.5
-    xy = np.where(below, 1.0 - child, 1.0 - (1.0 - child))
-    val = np.where(below, 2.0 * rand + (1.0 - 2.0 * rand) * xy**power, 2.0 * (1.0 - rand) + 2.0 * (rand - 0.5) * xy**power)
-    delta_q = np.where(below, val**mut_pow - 1.0, 1.0 - val**mut_pow)
-    mutant = np.where(hit, np.clip(child + delta_q, 0.0, 1.0), child)
+    xy_power = np.where(below, 1.0 - x, 1.0 - (1.0 - x)) ** power
+    val_pow = np.where(below, 2.0 * rand + (1.0 - 2.0 * rand) * xy_power, 2.0 * (1.0 - rand) + 2.0 * (rand - 0.5) * xy_power) ** mut_pow
+    delta_q = np.where(below, val_pow - 1.0, 1.0 - val_pow)
+    mutant = child.copy()
+    mutant[hit] = np.clip(x + delta_q, 0.0, 1.0)
     mutated = (mutant != child).any(axis=1)
     return Brood(mutant, mothers, fathers, crossed, mutated)
 

@@ -5,16 +5,25 @@ the genome's key (:meth:`~evolve.space.SearchSpace.key`); each worker is sent th
 search space once (its config, ``TAG_SPACE``) and builds the network and
 training settings from the key itself, so the master never builds them (a
 space whose config does not parse back to it is sent as settings, a pickled
-dict). A result is a small pickled header (status, fitness, metrics, times: a
-few hundred bytes). A worker whose network cleared the task's entry bar offers
-its payload in the header (the arrays' names, shapes and dtypes); the master
-answers ``TAG_WANT`` only if the network enters the hall of fame now, and the
-worker then sends predictions and weights packed into one aligned byte buffer
-with a single buffer-based ``Send`` (never pickled). An unwanted offer is simply
-never answered: the worker learns it from the next message, which is its next
-task or the stop. Both ends learn that a message is waiting with ``Iprobe``,
-yielding the CPU between probes and then sleeping (see :func:`_wait_for`), so
-the master stays responsive to signals and a waiting rank uses almost no CPU.
+dict). (Packing the key into binary in Python cost the master more than
+pickling the tuple in C: measured 12 us against 6 per task.) A result is a
+compact binary header (:mod:`evolve.wire`: status, fitness, metrics, times,
+curve; a few hundred bytes), never pickled, which the master receives into a
+preallocated buffer through one persistent receive from any worker, started
+again after each result: no probe, no unpickling, and decoding it executes
+nothing. A header longer than that buffer is announced by a short marker and
+follows on its own tag.
+
+A worker whose network cleared the task's entry bar offers its payload in the
+header (the arrays' names, shapes and dtypes); the master answers ``TAG_WANT``
+only if the network enters the hall of fame now, and the worker then sends
+predictions and weights packed into one aligned byte buffer with a single
+buffer-based ``Send`` (never pickled). An unwanted offer is simply never
+answered: the worker learns it from the next message, which is its next task or
+the stop. Both ends wait by testing (the master its receive, a worker with
+``Iprobe``), yielding the CPU between tests and then sleeping (see
+:func:`_wait_for`), so the master stays responsive to signals and a waiting rank
+uses almost no CPU.
 """
 from __future__ import annotations
 
@@ -29,8 +38,10 @@ from ensemble.results import Evaluation
 
 from .protocol import Result, Task, Wants, want_all
 from .space import parse_space
+from .wire import long_marker, long_size, pack_result, unpack_result
 
-TAG_TASK, TAG_STOP, TAG_RESULT, TAG_PAYLOAD, TAG_WANT, TAG_SPACE, TAG_KEYED = 11, 12, 13, 14, 15, 16, 17
+TAG_TASK, TAG_STOP, TAG_RESULT, TAG_PAYLOAD, TAG_WANT, TAG_SPACE, TAG_KEYED, TAG_LONG = 11, 12, 13, 14, 15, 16, 17, 18
+RESULT_BYTES = 1 << 16  # the master's result buffer; a longer header follows a marker, on TAG_LONG
 
 
 def send_arrays(comm: MPI.Comm, header: dict, arrays: dict[str, np.ndarray], dest: int, tag: int, payload_tag: int) -> None:
@@ -69,13 +80,18 @@ def _wait_for(comm: MPI.Comm, source: int, tag: int, status: MPI.Status, timeout
     """Wait until a message from ``source`` with ``tag`` is waiting (True; ``status`` describes it) or
     ``timeout`` seconds pass (False)."""
     iprobe = comm.Iprobe
+    return _wait_until(lambda: iprobe(source=source, tag=tag, status=status), timeout, spins)
+
+
+def _wait_until(ready, timeout: float | None, spins: int = SPINS) -> bool:
+    """Call ``ready()`` until it is true (True) or ``timeout`` seconds pass (False), yielding, then napping."""
     for _ in range(spins):
         os.sched_yield()
-        if iprobe(source=source, tag=tag, status=status):
+        if ready():
             return True
     deadline = None if timeout is None else time.monotonic() + timeout
     nap = 1e-4
-    while not iprobe(source=source, tag=tag, status=status):
+    while not ready():
         if deadline is not None and time.monotonic() >= deadline:
             return False
         time.sleep(nap)
@@ -93,6 +109,9 @@ class MPIMasterTransport:
         self._space = None  # the search space of the last keyed task ...
         self._space_travels = False  # ... whether it survives its config's round trip (then workers decode keys)
         self._told: set[int] = set()  # the workers that have that space
+        self._buffer = bytearray(RESULT_BYTES)  # where results arrive ...
+        self._request: MPI.Prequest | None = None  # ... through this persistent receive from any worker
+        self._waiting = False  # whether it is started and not yet completed
 
     def send(self, worker: int, task: Task) -> None:
         if task.key is not None and self._decodes(worker, task.space):
@@ -113,23 +132,50 @@ class MPIMasterTransport:
             self._told.add(worker)
         return True
 
+    def _arrived(self) -> bool:
+        """Has the persistent receive a result (in ``self._buffer``, described by ``self._status``)? Starts it if need be."""
+        if not self._waiting:
+            if self._request is None:
+                self._request = self.comm.Recv_init([self._buffer, MPI.BYTE], source=MPI.ANY_SOURCE, tag=TAG_RESULT)
+            self._request.Start()
+            self._waiting = True
+        if self._request.Test(self._status):
+            self._waiting = False
+            return True
+        return False
+
     def receive(self, timeout: float | None = None, wants: Wants = want_all) -> tuple[int, Result] | None:
-        status = self._status
-        if not self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=TAG_RESULT, status=status) and not _wait_for(
-                self.comm, MPI.ANY_SOURCE, TAG_RESULT, status, timeout):
+        if not self._arrived() and not _wait_until(self._arrived, timeout):
             return None
-        worker = status.Get_source()
-        header = self.comm.recv(source=worker, tag=TAG_RESULT)
-        task_id, offer = header.pop("task_id"), header.pop("offer")
-        payload = None
-        if offer and wants(task_id, header["fitness"]):
+        status = self._status
+        worker, count = status.Get_source(), status.Get_count(MPI.BYTE)
+        message = self._buffer
+        size = long_size(message, count)
+        if size is not None:  # a long header: it follows on its own tag
+            message = bytearray(size)
+            self.comm.Recv([message, MPI.BYTE], source=worker, tag=TAG_LONG)
+            count = size
+        try:
+            task_id, evaluation, offer = unpack_result(message, count)
+        except ValueError as exc:
+            raise ValueError(f"a malformed result from worker rank {worker}: {exc}") from None
+        if offer and wants(task_id, evaluation.fitness):
             self.comm.send(None, dest=worker, tag=TAG_WANT)
             buffer = np.empty(packed_size(offer), dtype=np.uint8)
             self.comm.Recv([buffer, MPI.BYTE], source=worker, tag=TAG_PAYLOAD)
             payload = unpack_arrays(offer, buffer)
-        return worker, Result(task_id, Evaluation.from_parts(header, payload))
+            evaluation.val_pred, evaluation.test_pred = payload["val_pred"], payload["test_pred"]
+            evaluation.weights = {name[2:]: w for name, w in payload.items() if name.startswith("w/")}
+        return worker, Result(task_id, evaluation)
 
     def stop(self) -> None:
+        if self._request is not None:
+            if self._waiting:  # nothing will come now (a result that did is dropped, as one never received would be)
+                self._request.Cancel()
+                self._request.Wait()
+                self._waiting = False
+            self._request.Free()
+            self._request = None
         requests = [self.comm.isend(None, dest=w, tag=TAG_STOP) for w in self.workers]
         MPI.Request.Waitall(requests)
 
@@ -171,7 +217,12 @@ class MPIWorkerChannel:
         ev = result.evaluation
         arrays = ev.payload()
         offer = array_specs(arrays) if arrays else None
-        self.comm.send({"task_id": result.task_id, **ev.header(), "offer": offer}, dest=self.master, tag=TAG_RESULT)
+        message = pack_result(result.task_id, ev, offer)
+        if len(message) > RESULT_BYTES:
+            self.comm.Send([long_marker(len(message)), MPI.BYTE], dest=self.master, tag=TAG_RESULT)
+            self.comm.Send([message, MPI.BYTE], dest=self.master, tag=TAG_LONG)
+        else:
+            self.comm.Send([message, MPI.BYTE], dest=self.master, tag=TAG_RESULT)
         if not offer:
             return
         self.offers += 1

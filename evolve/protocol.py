@@ -57,7 +57,13 @@ class Task:
     @classmethod
     def from_key(cls, ident: int, space, key: tuple, seed: int, entry_bar: tuple[float, int] = OPEN, watch: dict | None = None) -> Task:
         """The task of the genome whose ``space.key`` is ``key``; its settings are decoded when first asked for."""
-        return cls(ident, None, None, seed, entry_bar, watch, key=key, space=space)
+        if key is None or space is None:
+            raise ValueError("a task needs its network and training settings, or a key and the space that decodes it")
+        task = cls.__new__(cls)  # what __init__ does, without its checks: once per evaluation on the master
+        task.id, task.seed, task.entry_bar, task.watch = ident, seed, tuple(entry_bar), {} if watch is None else watch
+        task._network = task._training = None
+        task.key, task.space = key, space
+        return task
 
     @property
     def network(self) -> dict:

@@ -11,17 +11,25 @@ the two writes) is ignored, and removed by the next checkpoint.
 Segments are merged like the digits of a binary counter (a new segment merges
 with the one before it while that one is no larger), so a run of n evaluations
 has at most log2(n) + 1 of them and each record is rewritten O(log n) times in
-all. Only numbers, strings and variable-length rows of numbers are stored.
+all. Only numbers and strings are stored. Every column is a plain array (checkpoint
+format 7): ``status`` and ``operators`` fixed-width strings, the curves one flat
+float64 array ``curve`` with ``curve_length`` per row, and only ``message`` a
+variable-length string; a merge is then a concatenation of arrays, and the
+columns of the segments this process wrote are kept in memory for it, so a merge
+never reads a file back. Segments of format 6 (``curve`` and ``status`` and
+``operators`` variable-length) are still read, and a merge rewrites them in the
+new layout.
 """
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import os
 import secrets
-import typing
 import zlib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import Callable
 
 import h5py
@@ -31,7 +39,10 @@ from .tempfiles import exclusive_temp
 from .records import Record
 
 _STR = h5py.string_dtype()
-_CURVE = h5py.vlen_dtype(np.float64)  # one float per epoch trained, a row per evaluation
+_INTS = ("id", "epochs_done", "worker")
+_FLOATS = ("fitness", "seconds", "started", "finished")
+_NAMES = ("status", "operators")  # a few short values each: fixed-width strings
+CACHED_ROWS = 1 << 17  # the columns of segments up to this many rows stay in memory for the next merge
 
 
 @dataclass(frozen=True)
@@ -43,57 +54,73 @@ class Segment:
     crc32: int
 
 
-# Record fields by type: how each is stored as a column, and read back.
-_RECORD_TYPES = typing.get_type_hints(Record)
-_SCALARS = {int: (np.int64, int), float: (np.float64, float)}
+def _fixed(values: list[str]) -> np.ndarray:
+    """Strings as a fixed-width byte array (UTF-8)."""
+    return np.array([v.encode() for v in values], dtype=bytes) if values else np.zeros(0, dtype="S1")
 
 
-def _write_records(group: h5py.Group, records: list[Record], n_genes: int) -> None:
+def _record_columns(records: list[Record], n_genes: int) -> dict:
+    """The columns of ``records`` (arrays, and the metrics as a dict of arrays), as a segment stores them."""
     n = len(records)
-    for f in fields(Record):
-        values = [getattr(r, f.name) for r in records]
-        kind = _RECORD_TYPES[f.name]
-        if f.name == "genome":
-            group[f.name] = np.asarray(values, dtype=np.float64).reshape(n, n_genes)
-        elif f.name == "parents":
-            group[f.name] = np.asarray(values, dtype=np.int64).reshape(n, 2)
-        elif f.name == "curve":
-            rows = np.empty(n, dtype=object)  # filled one by one: numpy would stack rows of equal length into 2-D
-            for i, v in enumerate(values):
-                rows[i] = np.asarray(v, dtype=np.float64)
-            group.create_dataset(f.name, (n,), dtype=_CURVE, data=rows if n else None)
-        elif f.name == "metrics":
-            metrics = group.create_group("metrics")
-            for name in sorted({k for r in records for k in r.metrics}):
-                metrics[name] = np.asarray([r.metrics.get(name, math.nan) for r in records], dtype=np.float64)
-        elif kind is str:
-            group.create_dataset(f.name, data=np.asarray(values, dtype=object), dtype=_STR)
-        else:
-            group[f.name] = np.asarray(values, dtype=_SCALARS[kind][0])
+    columns = {name: np.fromiter(map(attrgetter(name), records), np.int64, n) for name in _INTS}
+    columns.update({name: np.fromiter(map(attrgetter(name), records), np.float64, n) for name in _FLOATS})
+    columns.update({name: _fixed(list(map(attrgetter(name), records))) for name in _NAMES})
+    columns["genome"] = np.fromiter(itertools.chain.from_iterable(map(attrgetter("genome"), records)), np.float64, n * n_genes).reshape(n, n_genes)
+    columns["parents"] = np.fromiter(itertools.chain.from_iterable(map(attrgetter("parents"), records)), np.int64, 2 * n).reshape(n, 2)
+    curves = list(map(attrgetter("curve"), records))
+    columns["curve_length"] = np.fromiter(map(len, curves), np.int64, n)
+    columns["curve"] = np.fromiter(itertools.chain.from_iterable(curves), np.float64, int(columns["curve_length"].sum()))
+    messages = np.empty(n, dtype=object)
+    messages[:] = list(map(attrgetter("message"), records))
+    columns["message"] = messages
+    metrics = list(map(attrgetter("metrics"), records))
+    columns["metrics"] = {name: np.fromiter((m.get(name, math.nan) for m in metrics), np.float64, n)
+                          for name in sorted({k for m in metrics for k in m})}
+    return columns
 
 
-def _read_records(group: h5py.Group) -> list[Record]:
-    columns = {}
-    for f in fields(Record):
-        kind = _RECORD_TYPES[f.name]
-        if f.name == "genome":
-            columns[f.name] = [[float(g) for g in row] for row in group[f.name][...]]
-        elif f.name == "parents":
-            columns[f.name] = [(int(a), int(b)) for a, b in group[f.name][...]]
-        elif f.name == "curve":
-            columns[f.name] = [[float(v) for v in row] for row in group[f.name][...]]
-        elif f.name == "metrics":
-            named = {name: group["metrics"][name][...] for name in group["metrics"]}
-            n = len(group["id"])
-            columns[f.name] = [{k: float(v[i]) for k, v in named.items() if not math.isnan(v[i])} for i in range(n)]
-        elif kind is str:
-            columns[f.name] = [str(v) for v in group[f.name].asstr()[...]]
+def _fill(f: h5py.File, columns: dict) -> None:
+    for key, values in columns.items():
+        if key == "metrics":
+            group = f.create_group("metrics")
+            for metric, column in values.items():
+                group[metric] = column
+        elif values.dtype.kind == "O":
+            f.create_dataset(key, data=values, dtype=_STR)
         else:
-            columns[f.name] = [_SCALARS[kind][1](v) for v in group[f.name][...]]
-    lengths = {name: len(values) for name, values in columns.items()}
+            f[key] = values
+
+
+def _decoded(values: np.ndarray) -> list[str]:
+    """Fixed-width (or variable-length) strings as ``str``, each distinct value decoded once."""
+    seen: dict[bytes, str] = {}
+    out = []
+    for v in values.tolist():
+        s = seen.get(v)
+        if s is None:
+            s = seen[v] = v.decode() if isinstance(v, bytes) else str(v)
+        out.append(s)
+    return out
+
+
+def _records(columns: dict) -> list[Record]:
+    """The records of a segment's columns (as :func:`_columns` gives them)."""
+    n = len(columns["id"])
+    lengths = {name: len(v) for name, v in columns.items() if name not in ("metrics", "curve")}
+    lengths.update({f"metrics/{name}": len(v) for name, v in columns["metrics"].items()})
     if len(set(lengths.values())) > 1:
         raise ValueError(f"the evaluation columns have different lengths ({lengths})")
-    return [Record(**dict(zip(columns, row))) for row in zip(*columns.values())]
+    ends = np.cumsum(columns["curve_length"]).tolist()
+    if (ends[-1] if ends else 0) != len(columns["curve"]) or (columns["curve_length"] < 0).any():
+        raise ValueError("the curves do not add up to their lengths")
+    flat = columns["curve"].tolist()
+    curves = [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
+    named = {name: v.tolist() for name, v in columns["metrics"].items()}
+    metrics = [{k: v[i] for k, v in named.items() if v[i] == v[i]} for i in range(n)]  # NaN: no such metric
+    return list(map(Record, columns["id"].tolist(), columns["genome"].tolist(), map(tuple, columns["parents"].tolist()),
+                    _decoded(columns["status"]), columns["fitness"].tolist(), metrics, columns["seconds"].tolist(),
+                    columns["epochs_done"].tolist(), columns["worker"].tolist(), columns["started"].tolist(),
+                    columns["finished"].tolist(), _decoded(columns["message"]), _decoded(columns["operators"]), curves))
 
 
 def _new_segment(folder: str, rows: int, fill: Callable[[h5py.File], None]) -> Segment:
@@ -114,13 +141,23 @@ def _new_segment(folder: str, rows: int, fill: Callable[[h5py.File], None]) -> S
     return Segment(name, rows, crc)
 
 
+_cache: dict[tuple[str, str, int], dict] = {}  # (folder, name, crc32) -> the columns of a segment this process wrote
+
+
+def _remember(folder: str, segment: Segment, columns: dict) -> None:
+    if segment.rows <= CACHED_ROWS:
+        _cache[(os.path.abspath(folder), segment.name, segment.crc32)] = columns
+
+
 def write_segment(folder: str, records: list[Record], n_genes: int) -> Segment:
     """Write ``records`` as a new segment in ``folder``, durably; returns its listing."""
-    return _new_segment(folder, len(records), lambda f: _write_records(f, records, n_genes))
+    columns = _record_columns(records, n_genes)
+    segment = _new_segment(folder, len(records), lambda f: _fill(f, columns))
+    _remember(folder, segment, columns)
+    return segment
 
 
-def read_segment(folder: str, segment: Segment) -> list[Record]:
-    """The records of a listed segment; ``ValueError`` if it is missing, changed or damaged."""
+def _checked_bytes(folder: str, segment: Segment) -> bytes:
     path = os.path.join(folder, segment.name)
     try:
         with open(path, "rb") as fh:
@@ -129,68 +166,65 @@ def read_segment(folder: str, segment: Segment) -> list[Record]:
         raise ValueError(f"segment {segment.name} cannot be read ({exc.strerror or exc})") from None
     if zlib.crc32(data) != segment.crc32:
         raise ValueError(f"segment {segment.name} does not match its checksum (changed or damaged)")
-    with h5py.File(io.BytesIO(data), "r") as f:  # the very bytes that were checked
-        records = _read_records(f)
-    if len(records) != segment.rows:
-        raise ValueError(f"segment {segment.name} holds {len(records)} records, not the {segment.rows} listed")
-    return records
+    return data
 
 
-def _columns(folder: str, segment: Segment) -> dict:
-    """A listed segment's raw columns (checked against its checksum): arrays, and the metrics as a dict."""
-    path = os.path.join(folder, segment.name)
-    with open(path, "rb") as fh:
-        data = fh.read()
-    if zlib.crc32(data) != segment.crc32:
-        raise ValueError(f"segment {segment.name} does not match its checksum (changed or damaged)")
-    with h5py.File(io.BytesIO(data), "r") as f:
+def _columns(folder: str, segment: Segment, cached: bool = False) -> dict:
+    """A listed segment's columns, in the present layout (see :func:`_record_columns`): from its file
+    (checked against its checksum; format 6 converted), or with ``cached`` from memory if this process
+    wrote it (what a merge rewrites)."""
+    if cached:
+        columns = _cache.get((os.path.abspath(folder), segment.name, segment.crc32))
+        if columns is not None:
+            return columns
+    with h5py.File(io.BytesIO(_checked_bytes(folder, segment)), "r") as f:  # the very bytes that were checked
         columns = {name: f[name][...] for name in f if name != "metrics"}
         columns["metrics"] = {name: f["metrics"][name][...] for name in f["metrics"]}
+    if "curve_length" not in columns:  # format 6: variable-length curves and strings
+        rows = columns["curve"]
+        columns["curve_length"] = np.fromiter(map(len, rows), np.int64, len(rows))
+        columns["curve"] = np.concatenate([np.asarray(r, dtype=np.float64) for r in rows]) if len(rows) else np.zeros(0)
+        for name in _NAMES:
+            columns[name] = _fixed(_decoded(columns[name]))
     return columns
 
 
-def _write_columns(folder: str, columns: dict, rows: int) -> Segment:
-    """A new segment from raw columns (as :func:`_columns` reads them)."""
-
-    def fill(f: h5py.File) -> None:
-        for key, values in columns.items():
-            if key == "metrics":
-                group = f.create_group("metrics")
-                for metric, column in values.items():
-                    group[metric] = column
-            elif key == "curve":
-                f.create_dataset(key, (rows,), dtype=_CURVE, data=values if rows else None)
-            elif values.dtype.kind == "O":
-                f.create_dataset(key, data=values, dtype=_STR)
-            else:
-                f[key] = values
-
-    return _new_segment(folder, rows, fill)
+def read_segment(folder: str, segment: Segment) -> list[Record]:
+    """The records of a listed segment; ``ValueError`` if it is missing, changed or damaged."""
+    records = _records(_columns(folder, segment))
+    if len(records) != segment.rows:
+        raise ValueError(f"segment {segment.name} holds {len(records)} records, not the {segment.rows} listed")
+    return records
 
 
 def merged(folder: str, segments: list[Segment], n_genes: int) -> list[Segment]:
     """``segments`` after binary-counter merges of the newest: at most log2(rows) + 1 remain.
 
     A merge concatenates the two segments' columns as arrays (no records are built): metrics
-    that only one side has are NaN on the other, as in :func:`_write_records`.
+    that only one side has are NaN on the other, as in :func:`_record_columns`.
     """
     segments = list(segments)
     while len(segments) >= 2 and segments[-2].rows <= segments[-1].rows:
         older, newer = segments[-2], segments[-1]
-        a, b = _columns(folder, older), _columns(folder, newer)
+        a, b = _columns(folder, older, cached=True), _columns(folder, newer, cached=True)
         columns = {key: np.concatenate([a[key], b[key]]) for key in a if key != "metrics"}
         columns["metrics"] = {
             metric: np.concatenate([a["metrics"].get(metric, np.full(older.rows, math.nan)),
                                     b["metrics"].get(metric, np.full(newer.rows, math.nan))])
             for metric in sorted(set(a["metrics"]) | set(b["metrics"]))
         }
-        segments[-2:] = [_write_columns(folder, columns, older.rows + newer.rows)]
+        segment = _new_segment(folder, older.rows + newer.rows, lambda f: _fill(f, columns))
+        _remember(folder, segment, columns)
+        segments[-2:] = [segment]
     return segments
 
 
 def remove_unlisted(folder: str, segments: list[Segment]) -> None:
     """Delete the segment files (and temporary files) the state file no longer lists."""
     keep = {s.name for s in segments}
+    where = os.path.abspath(folder)
+    for key in [k for k in _cache if k[0] == where and k[1] not in keep]:
+        del _cache[key]
     for name in os.listdir(folder):
         if (name.startswith("seg-") or name.startswith(".seg-")) and name not in keep:
             try:

@@ -39,8 +39,9 @@ import numpy as np
 
 from .ga import (GAParams, Individual, admit, breed_batch, breed_child, crowded_tournament, nsga2_survivors, pareto_individual, pareto_ranks,
                  random_genome)
+from .batch_keys import BatchKeys
 from .records import Pending, Record
-from .space import Choice, SearchSpace
+from .space import SearchSpace
 
 MODES = ("async", "generational", "nsga2")
 # NSGA-II's second objective (minimised) -> the evaluation metric that holds it (ensemble.train.train_and_evaluate).
@@ -80,112 +81,6 @@ class Strategy(Protocol):
 def candidate_key(space: SearchSpace, genome) -> tuple:
     """What a genome decodes to: two genomes with the same key train the same network."""
     return space.key(genome)
-
-
-class BatchKeys:
-    """:meth:`SearchSpace.key` of many genomes at once: ``keys(matrix)[i] == space.key(matrix[i])``,
-    value for value (a test holds it to that on several spaces).
-
-    Each gene is decoded as a whole column: a choice is one index (``min(int(u * n), n - 1)``) into its
-    options, an integer range an offset from its low end, a float range the same arithmetic as
-    :class:`~evolve.space.Range` (log-uniform values through ``math.exp`` itself, as the space does),
-    and a conditional gene is active where every gene it depends on is active and holds an allowed
-    value; an inactive gene takes its default.
-    """
-
-    def __init__(self, space: SearchSpace):
-        self.space = space
-        genes = space.genes
-        position = {g.name: i for i, g in enumerate(genes)}
-        width = len(genes)
-        # Every column in one pass: code = min(int(u * n), n - 1) for choices and integer ranges (n: how
-        # many values), value = low + u * span for float ranges (the exponent, for log ranges).
-        self.n = np.ones(width)
-        self.low, self.span = np.zeros(width), np.ones(width)
-        self.kinds = []  # per gene: ("choice", options) | ("int", low) | ("float",) | ("log", Range)
-        for i, g in enumerate(genes):
-            domain = g.domain
-            if isinstance(domain, Choice):
-                self.n[i] = len(domain.options)
-                self.kinds.append(("choice", domain.options))
-            elif domain.integer and not domain.log:
-                self.n[i] = int(domain.high) - int(domain.low) + 1
-                self.kinds.append(("int", int(domain.low)))
-            elif domain.log:
-                self.low[i] = math.log(domain.low)
-                self.span[i] = math.log(domain.high) - self.low[i]
-                self.kinds.append(("log", domain))
-            else:
-                self.low[i], self.span[i] = domain.low, domain.high - domain.low
-                self.kinds.append(("float",))
-        self.counted = np.array([k[0] in ("choice", "int") for k in self.kinds])
-        order, seen = [], set()
-
-        def visit(i: int) -> None:  # conditions first (a space's conditions never form a cycle)
-            if i not in seen:
-                seen.add(i)
-                for other, _ in genes[i].conditions():
-                    visit(position[other])
-                order.append(i)
-
-        for i in range(width):
-            visit(i)
-        # per conditional gene, in order: [(gene j, table: is the value with code c allowed?)]
-        self.plan = []
-        for i in order:
-            needs = genes[i].conditions()
-            if needs:
-                self.plan.append((i, [(position[other], self._allowed(genes[position[other]], frozenset(values))) for other, values in needs]))
-
-    @staticmethod
-    def _allowed(gene, allowed: frozenset) -> np.ndarray:
-        """A table: is the value with code c in ``allowed`` (a choice's option index, an integer's offset)?"""
-        domain = gene.domain
-        values = domain.options if isinstance(domain, Choice) else domain.values()
-        return np.array([v in allowed for v in values], dtype=bool)
-
-    def keys(self, genomes: np.ndarray) -> list[tuple]:
-        u = np.clip(np.asarray(genomes, dtype=np.float64), 0.0, 1.0)
-        count, width = u.shape
-        if width != len(self.kinds):
-            raise ValueError(f"genomes have {width} genes, the space has {len(self.kinds)}")
-        codes = np.minimum((u * self.n).astype(np.int64), (self.n - 1).astype(np.int64))  # (count, genes)
-        numbers = self.low + u * self.span
-        code_columns, number_columns = codes.T.tolist(), numbers.T.tolist()
-        columns = []
-        for i, kind in enumerate(self.kinds):
-            tag = kind[0]
-            if tag == "choice":
-                options = kind[1]
-                columns.append([options[c] for c in code_columns[i]])
-            elif tag == "int":
-                low = kind[1]
-                columns.append([low + c for c in code_columns[i]])
-            elif tag == "float":
-                columns.append(number_columns[i])
-            else:
-                domain, exp = kind[1], math.exp
-                values = [exp(x) for x in number_columns[i]]
-                if domain.integer:
-                    lo, hi = int(domain.low), int(domain.high)
-                    values = [min(max(int(round(v)), lo), hi) for v in values]
-                    codes[:, i] = values
-                    codes[:, i] -= lo
-                columns.append(values)
-        active: list[np.ndarray | None] = [None] * width  # None: active everywhere
-        for i, needs in self.plan:
-            here = None
-            for j, table in needs:
-                ok = table[codes[:, j]]
-                if active[j] is not None:
-                    ok &= active[j]
-                here = ok if here is None else here & ok
-            active[i] = here
-            if not here.all():
-                default, column = self.space.genes[i].default, columns[i]
-                for row in np.flatnonzero(~here).tolist():
-                    column[row] = default
-        return list(zip(*columns))
 
 
 class _Breeder:
@@ -259,9 +154,9 @@ class SteadyState(_Breeder):
         brood = self._brood = breed_batch(genomes, fitness, self._gen, self.params, self._brood_size)
         self._brood_keys = self._keys.keys(brood.genomes)
         self._genomes = brood.genomes.tolist()
-        ids = [ind.ident for ind in self.population]
-        self._parents = [(ids[m], ids[f]) for m, f in zip(brood.mothers.tolist(), brood.fathers.tolist())]
-        self._operators = [_OPERATORS[c, m] for c, m in zip(brood.crossed.tolist(), brood.mutated.tolist())]
+        # parents and operators are looked up for the children asked for only (a brood may be dropped early)
+        self._ids = [ind.ident for ind in self.population]
+        self._made = (brood.mothers.tolist(), brood.fathers.tolist(), brood.crossed.tolist(), brood.mutated.tolist())
         self._next = 0
 
     def ask(self) -> Proposal:
@@ -276,7 +171,9 @@ class SteadyState(_Breeder):
             key = self._brood_keys[i]
             if key not in seen or attempt == self.ATTEMPTS - 1:
                 seen.add(key)
-                return Proposal(self._genomes[i], self._parents[i], self._operators[i], key)
+                mothers, fathers, crossed, mutated = self._made
+                ids = self._ids
+                return Proposal(self._genomes[i], (ids[mothers[i]], ids[fathers[i]]), _OPERATORS[crossed[i], mutated[i]], key)
 
     def tell(self, record: Record) -> None:
         if record.status != "ok":

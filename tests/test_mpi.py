@@ -51,3 +51,9 @@ def test_a_bad_file_fails_on_every_rank_with_one_message(tmp_path, ranks, flaw):
 def test_search_over_mpi_messages(ranks):
     proc = launch_python(ranks, "prog_transport.py", TESTS)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_results_longer_than_the_receive_buffer_arrive_whole(ranks):
+    proc = launch_python(ranks, "prog_long_result.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
