@@ -142,3 +142,62 @@ def test_an_unchanged_ensemble_group_is_copied_and_loads_the_same(tmp_path, monk
     labels.val_y[0] = (labels.val_y[0] + 1) % 3
     checkpoint.save(path, state, labels)
     assert len(written) == 6
+
+
+def _as_format_6(path):
+    """Rewrite a checkpoint's segments in format 6's layout (status, operators and curve variable-length,
+    no curve_length) and mark it format 6, as an evens of that format wrote it."""
+    import zlib
+
+    import h5py
+    import numpy as np
+
+    folder = segments_folder(path)
+    with h5py.File(path, "r+") as f:
+        names = [n.decode() for n in f["segments/name"][...]]
+        crcs = []
+        for name in names:
+            seg = os.path.join(folder, name)
+            with h5py.File(seg, "r+") as s:
+                lengths, flat = s["curve_length"][...], s["curve"][...]
+                rows = np.empty(len(lengths), dtype=object)
+                for i, (a, b) in enumerate(zip(np.concatenate([[0], np.cumsum(lengths)[:-1]]), np.cumsum(lengths))):
+                    rows[i] = flat[a:b]
+                del s["curve"], s["curve_length"]
+                s.create_dataset("curve", (len(rows),), dtype=h5py.vlen_dtype(np.float64), data=rows if len(rows) else None)
+                for column in ("status", "operators"):
+                    values = s[column].asstr()[...]
+                    del s[column]
+                    s.create_dataset(column, data=np.asarray(values, dtype=object), dtype=h5py.string_dtype())
+            with open(seg, "rb") as fh:
+                crcs.append(zlib.crc32(fh.read()))
+        del f["segments/crc32"]
+        f["segments"].create_dataset("crc32", data=np.asarray(crcs, dtype=np.uint32), fletcher32=True)
+        f.attrs["format_version"] = 6
+
+
+def test_a_run_of_format_6_loads_resumes_and_is_rewritten_as_it_merges(tmp_path):
+    from evolve.master import run_search
+    from evolve.protocol import InProcessTransport
+    from evolve.ga import GAParams
+    from evolve.master import SearchSettings
+    from checkpoint_fixture import SPACE
+    from simulate import landscape
+
+    path = str(tmp_path / "c.h5")
+    list(growing_saves(path))
+    expected = checkpoint.load(path)[0].records
+    _as_format_6(path)
+    checkpoint._written.clear()  # as a new job would find it
+    old, _ = checkpoint.load(path)
+    assert old.records == expected
+    run_search(old, InProcessTransport(landscape, 2), SPACE, SearchSettings(len(expected) + 40, GAParams(population=4), 3, 0))
+    checkpoint.save(path, old, info())  # the new segment merges with the old ones
+    again, _ = checkpoint.load(path)
+    assert again.records == old.records and again.records[: len(expected)] == expected
+    listed, _ = checkpoint._listed(path)
+    assert len(listed) == 1  # 30 old rows + 40 new: one merged segment, in the new layout
+    import h5py
+
+    with h5py.File(os.path.join(segments_folder(path), listed[0].name), "r") as s:
+        assert "curve_length" in s and s["status"].dtype.kind == "S"
