@@ -100,7 +100,8 @@ def scatter_shards(carriers: MPI.Comm, plan: DataPlan, shard: Shard, reader: Row
                 t = time.perf_counter()
                 try:
                     message = messages[k % 2][: chunk.nbytes]
-                    _read_dealt(reader, spec, chunk, deal, row_bytes, staging, message, row_cache, crcs)
+                    _read_dealt(reader, spec, chunk, deal, row_bytes, staging, message, row_cache, crcs,
+                                lambda: pending[0].Test() if pending else None)
                 except DataError as exc:
                     error = str(exc)
                 read_seconds += time.perf_counter() - t
@@ -144,20 +145,23 @@ def _per_carrier(per_shard: np.ndarray, carrier_shards: tuple[int, ...]) -> np.n
 
 
 def _read_dealt(reader: RowReader, spec: ArraySpec, chunk, deal, row_bytes: int, staging: np.ndarray, message: np.ndarray,
-                row_cache: dict, crcs: dict[str, int]) -> None:
+                row_cache: dict, crcs: dict[str, int], progress) -> None:
     """The root's part of one chunk: read its rows in the split's order (chaining the array's
-    CRC-32 over them), then lay them out shard after shard in ``message``."""
+    CRC-32 over them), then lay them out shard after shard in ``message``. ``progress`` lets the
+    message in flight move (MPI progresses a non-blocking collective inside MPI calls)."""
     first, last = chunk.rows
     sample = tuple(spec.shape[1:])
     if deal.order is not None:
         rows = staging[: chunk.nbytes].view(np.dtype(spec.dtype)).reshape((last - first,) + sample)
         reader.read_into(spec.name, first, last, rows)
+        progress()
         crcs[spec.name] = zlib.crc32(staging[: chunk.nbytes], crcs.get(spec.name, 0))
         np.take(rows, deal.order, axis=0, out=message.view(np.dtype(spec.dtype)).reshape(rows.shape))
         return
     if row_cache.get("row") != (spec.name, first):
         row = np.empty((1,) + sample, dtype=np.dtype(spec.dtype))
         reader.read_into(spec.name, first, first + 1, row)
+        progress()
         row_cache.update(row=(spec.name, first), bytes=row.view(np.uint8).reshape(-1))
     skip = chunk.offset - first * row_bytes
     message[:] = row_cache["bytes"][skip : skip + chunk.nbytes]
