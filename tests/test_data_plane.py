@@ -1,6 +1,8 @@
 """The streaming data plane under real MPI: pretend nodes so that several leaders really broadcast,
 chunk sizes that do not divide the arrays, a small message limit standing in for the 2 GiB one,
-checksums that catch a flipped byte, and compressed input."""
+checksums that catch a flipped byte, and compressed input; and shard mode (each pretend node its own
+part of train): parts disjoint and covering, the same bytes on every rank of a node, val and test
+whole, the fingerprint of replicate mode, the root's memory bounded, and end-to-end runs."""
 import json
 import os
 import subprocess
