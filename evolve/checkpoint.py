@@ -41,7 +41,7 @@ from .errors import RunDirError
 from .master import SearchState
 from .records import Pending, Record
 from .tempfiles import exclusive_temp
-from .segments import Segment, merged, read_segment, remove_unlisted, write_segment
+from .segments import Segment, append, merged, read_segment, remove_unlisted
 
 FORMAT = "evens-checkpoint"
 FORMAT_VERSION = 7  # 7: segments of plain arrays (fixed-width status and operators, flat curves); 6: typed genes
@@ -169,8 +169,9 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
     if committed > len(state.records) or (committed and state.records[committed - 1].id != last_id):
         segments, committed = [], 0  # not this state's log: write it whole
     if len(state.records) > committed:
-        segments.append(write_segment(folder, state.records[committed:], n_genes))
-    segments = merged(folder, segments, n_genes)
+        segments = append(folder, segments, state.records[committed:], n_genes)
+    else:
+        segments = merged(folder, segments, n_genes)
     stored = stored_ensemble(state, info)
     copy = _previous(path, stored)
     _written.pop(os.path.abspath(path), None)  # until this write is complete

@@ -149,14 +149,6 @@ def _remember(folder: str, segment: Segment, columns: dict) -> None:
         _cache[(os.path.abspath(folder), segment.name, segment.crc32)] = columns
 
 
-def write_segment(folder: str, records: list[Record], n_genes: int) -> Segment:
-    """Write ``records`` as a new segment in ``folder``, durably; returns its listing."""
-    columns = _record_columns(records, n_genes)
-    segment = _new_segment(folder, len(records), lambda f: _fill(f, columns))
-    _remember(folder, segment, columns)
-    return segment
-
-
 def _checked_bytes(folder: str, segment: Segment) -> bytes:
     path = os.path.join(folder, segment.name)
     try:
@@ -197,25 +189,55 @@ def read_segment(folder: str, segment: Segment) -> list[Record]:
     return records
 
 
+def _concatenated(parts: list[dict]) -> dict:
+    """One segment's columns from several (oldest first): metrics that only some have are NaN in the others."""
+    if len(parts) == 1:
+        return parts[0]
+    columns = {key: np.concatenate([p[key] for p in parts]) for key in parts[0] if key != "metrics"}
+    names = sorted({metric for p in parts for metric in p["metrics"]})
+    columns["metrics"] = {metric: np.concatenate([p["metrics"].get(metric, np.full(len(p["id"]), math.nan)) for p in parts]) for metric in names}
+    return columns
+
+
+def _write_columns(folder: str, columns: dict) -> Segment:
+    rows = len(columns["id"])
+    segment = _new_segment(folder, rows, lambda f: _fill(f, columns))
+    _remember(folder, segment, columns)
+    return segment
+
+
+def append(folder: str, segments: list[Segment], records: list[Record], n_genes: int) -> list[Segment]:
+    """``segments`` with ``records`` appended, merged like the digits of a binary counter (the newest
+    segment merges with the one before it while that one is no larger: at most log2(rows) + 1 remain).
+
+    The new records and the segments they would merge with, one after the other, are written as one
+    file: the listing is the one pairwise merges would make, without their intermediate files.
+    """
+    segments = list(segments)
+    rows, k = len(records), 0
+    while k < len(segments) and segments[-1 - k].rows <= rows:
+        rows += segments[-1 - k].rows
+        k += 1
+    parts = [_columns(folder, segment, cached=True) for segment in segments[len(segments) - k:]]
+    columns = _concatenated(parts + [_record_columns(records, n_genes)])
+    segments[len(segments) - k:] = [_write_columns(folder, columns)]
+    return segments
+
+
 def merged(folder: str, segments: list[Segment], n_genes: int) -> list[Segment]:
     """``segments`` after binary-counter merges of the newest: at most log2(rows) + 1 remain.
 
-    A merge concatenates the two segments' columns as arrays (no records are built): metrics
-    that only one side has are NaN on the other, as in :func:`_record_columns`.
+    A merge concatenates the segments' columns as arrays (no records are built); the segments that
+    merge in a row are written as one file.
     """
     segments = list(segments)
-    while len(segments) >= 2 and segments[-2].rows <= segments[-1].rows:
-        older, newer = segments[-2], segments[-1]
-        a, b = _columns(folder, older, cached=True), _columns(folder, newer, cached=True)
-        columns = {key: np.concatenate([a[key], b[key]]) for key in a if key != "metrics"}
-        columns["metrics"] = {
-            metric: np.concatenate([a["metrics"].get(metric, np.full(older.rows, math.nan)),
-                                    b["metrics"].get(metric, np.full(newer.rows, math.nan))])
-            for metric in sorted(set(a["metrics"]) | set(b["metrics"]))
-        }
-        segment = _new_segment(folder, older.rows + newer.rows, lambda f: _fill(f, columns))
-        _remember(folder, segment, columns)
-        segments[-2:] = [segment]
+    k = 1
+    while k < len(segments) and segments[-1 - k].rows <= sum(s.rows for s in segments[len(segments) - k:]):
+        k += 1
+    if k == 1:
+        return segments
+    parts = [_columns(folder, segment, cached=True) for segment in segments[len(segments) - k:]]
+    segments[len(segments) - k:] = [_write_columns(folder, _concatenated(parts))]
     return segments
 
 

@@ -28,20 +28,20 @@ def test_an_appended_checkpoint_loads_to_the_same_state_as_one_written_whole(tmp
 
 
 def test_each_checkpoint_writes_what_is_new_and_segments_stay_few(tmp_path, monkeypatch):
-    written = []
-    real = segments.write_segment
+    written = []  # the rows of each segment file written
+    real = segments._new_segment
 
-    def spy(folder, records, n_genes):
-        written.append(len(records))
-        return real(folder, records, n_genes)
+    def spy(folder, rows, fill):
+        written.append(rows)
+        return real(folder, rows, fill)
 
-    monkeypatch.setattr(segments, "write_segment", spy)
-    monkeypatch.setattr(checkpoint, "write_segment", spy)
+    monkeypatch.setattr(segments, "_new_segment", spy)
     path = str(tmp_path / "c.h5")
     list(growing_saves(path))
     n = STEPS[-1]
     new_rows = [b - a for a, b in zip((0,) + STEPS, STEPS)]
     assert written[: 1] == new_rows[:1] and sum(written) <= n * (math.log2(n) + 1)  # appends, and merges bounded
+    assert len(written) == len(STEPS)  # one file a checkpoint: the new records with the segments they merge with
     listed, _ = checkpoint._listed(path)
     assert len(listed) <= math.log2(n) + 1 and sum(s.rows for s in listed) == n
     assert sorted(os.listdir(segments_folder(path))) == sorted(s.name for s in listed)  # nothing else is left
@@ -52,7 +52,7 @@ def test_a_state_saved_again_without_new_records_writes_no_segment(tmp_path, mon
     state = full_state()
     checkpoint.save(path, state, info())
     calls = []
-    monkeypatch.setattr(checkpoint, "write_segment", lambda *a: calls.append(a))
+    monkeypatch.setattr(segments, "_new_segment", lambda *a: calls.append(a))
     checkpoint.save(path, state, info())
     assert calls == [] and checkpoint.load(path)[0].records == state.records
 
