@@ -66,13 +66,18 @@ def from_fixed(limbs: np.ndarray) -> np.ndarray:
     return limbs[..., 0] / _HI + limbs[..., 1] / _LO
 
 
+def normalized(probs: np.ndarray) -> np.ndarray:
+    """Rows made to sum to 1 (in float64)."""
+    return probs / np.maximum(np.sum(probs, axis=-1, keepdims=True), EPS)
+
+
 def entropy(probs: np.ndarray) -> np.ndarray:
     """Shannon entropy in nats along the last axis, of ``probs`` renormalized to sum to 1.
 
     A network's float32 softmax sums to 1 only to ~1e-7, enough to put an entropy computed as is
     above log(classes); the rows are made distributions first (in float64), so it never does.
     """
-    p = probs / np.maximum(np.sum(probs, axis=-1, keepdims=True), EPS)
+    p = normalized(probs)
     return -np.sum(p * np.log(np.clip(p, EPS, 1.0)), axis=-1)
 
 
@@ -99,17 +104,21 @@ def combine(
     k, n = problem.outputs, n_samples
     preds = [np.asarray(p, dtype=np.float64).reshape(n, k) for p in member_preds]
     if problem.kind == "classification":
-        sums = np.zeros((n, k + 1, 2), dtype=np.int64)  # the weighted mean, and the members' weighted entropy
+        # the weighted mean as the members give it (an ensemble of one is that network exactly), the
+        # weighted mean of the members as distributions (rows renormalized: the uncertainties are
+        # those of distributions, so total = aleatoric + epistemic holds), and their weighted entropy
+        sums = np.zeros((n, 2 * k + 1, 2), dtype=np.int64)
         for p, w in zip(preds, weights):
             sums[:, :k] += to_fixed(w * p)
-            sums[:, k] += to_fixed(w * entropy(p))
+            sums[:, k:2 * k] += to_fixed(w * normalized(p))
+            sums[:, 2 * k] += to_fixed(w * entropy(p))
         sums = from_fixed(_summed(sums, allreduce))
-        mean, aleatoric = sums[:, :k], sums[:, k]
+        mean, as_distributions, aleatoric = sums[:, :k], sums[:, k:2 * k], sums[:, 2 * k]
         label = np.argmax(mean, axis=1)
         disagreeing = np.zeros((n, 2), dtype=np.int64)
         for p, w in zip(preds, weights):
             disagreeing += to_fixed(w * (np.argmax(p, axis=1) != label))
-        total = entropy(mean)
+        total = entropy(as_distributions)
         return {
             "probabilities": mean,
             "label": label,
