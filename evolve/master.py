@@ -346,19 +346,6 @@ def _record(individual: Pending, result: Result, worker: int, started: float, fi
     status, fitness, message = ev.status, float(ev.fitness), ev.message
     if status == "ok" and not math.isfinite(fitness):  # a worker's bug must not put NaN into the search
         status, fitness, message = "error", -math.inf, f"the worker returned a fitness of {fitness}"
-    return Record(
-        id=individual.id,
-        genome=list(individual.genome),
-        parents=tuple(individual.parents),
-        status=status,
-        fitness=fitness,
-        metrics={k: float(v) for k, v in ev.metrics.items()},
-        seconds=float(ev.seconds),
-        epochs_done=int(ev.epochs_done),
-        worker=worker,
-        started=started,
-        finished=finished,
-        message=message,
-        operators=individual.operators,
-        curve=[float(f) for f in ev.curve],
-    )
+    return Record(individual.id, list(individual.genome), tuple(individual.parents), status, fitness,
+                  {k: float(v) for k, v in ev.metrics.items()}, float(ev.seconds), int(ev.epochs_done), worker, started,
+                  finished, message, individual.operators, [float(f) for f in ev.curve])
