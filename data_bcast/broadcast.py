@@ -24,6 +24,7 @@ gathered from every rank and the first is given to all, so all ranks raise the s
 from __future__ import annotations
 
 import os
+import socket
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -102,9 +103,15 @@ def message_limit() -> int:
     return min(INT_COUNT_LIMIT, asked) if asked > 0 else INT_COUNT_LIMIT
 
 
+def located(message: str) -> str:
+    """An error message that says where it happened: ``message (rank R on HOST)``, R in the world."""
+    return f"{message} (rank {MPI.COMM_WORLD.rank} on {socket.gethostname()})"
+
+
 def first_error(comm: MPI.Comm, error: str | None, root: int) -> str | None:
-    """Collective: every rank's error (or None) gathered, and the first given to every rank."""
-    errors = comm.gather(error, root=root)
+    """Collective: every rank's error (or None) gathered, and the first given to every rank, saying
+    on which rank and host it happened."""
+    errors = comm.gather(error and located(error), root=root)
     first = next((e for e in errors if e), None) if comm.rank == root else None
     return comm.bcast(first, root=root)
 
@@ -153,7 +160,7 @@ def broadcast_dataset(
         try:
             plan_dict = inspect_file(path, val_fraction, test_fraction, seed, allow_external).to_dict()
         except DataError as exc:
-            error = str(exc)
+            error = located(str(exc))
     plan_dict, error = comm.bcast((plan_dict, error), root=root)
     if error is not None:
         raise DataError(error)
@@ -274,7 +281,7 @@ def _broadcast_chunks(carriers: MPI.Comm, plan: DataPlan, chunks: list[Chunk], f
                 view = buffer[done_chunk.offset : done_chunk.offset + done_chunk.nbytes]
                 got = zlib.crc32(view)
                 if got != sent_crc:
-                    error = (f"{plan.path}: the data arrived damaged on rank {MPI.COMM_WORLD.rank}: chunk {k - 1} of "
+                    error = (f"{plan.path}: the data arrived damaged: chunk {k - 1} of "
                              f"{done_chunk.name} (rows {done_chunk.rows[0]}..{done_chunk.rows[1] - 1}) has CRC-32 "
                              f"{got:08x}, the root sent {sent_crc:08x}")
         if chunk is None:

@@ -119,7 +119,7 @@ def scatter_shards(carriers: MPI.Comm, plan: DataPlan, shard: Shard, reader: Row
             request.Wait()
             pending = None
             if received.size and error is None and zlib.crc32(received) != expected:
-                error = (f"{plan.path}: the data arrived damaged on rank {MPI.COMM_WORLD.rank}: chunk {done_k} of "
+                error = (f"{plan.path}: the data arrived damaged: chunk {done_k} of "
                          f"{done_spec.name} (rows {done_chunk.rows[0]}..{done_chunk.rows[1] - 1}) has CRC-32 "
                          f"{zlib.crc32(received):08x} for this node's part, the root sent {expected:08x}")
         if item is None:

@@ -3,6 +3,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 
@@ -184,6 +185,9 @@ def test_bad_input_ends_every_rank_fast_with_one_line(tmp_path, small_config, ca
     assert proc.returncode != 0
     errors = [line for line in proc.stderr.splitlines() if line.startswith("evens: error:")]
     assert len(errors) == 1 and expected in errors[0], proc.stderr
+    if case != "bad flag":  # a usage error comes before MPI starts; every other says where it happened
+        where = re.search(rf"\(rank (\d+) on {re.escape(socket.gethostname())}\)$", errors[0])
+        assert where and (where.group(1) != "0") == (case == "no gpu"), errors[0]  # a worker has no GPU; the rest is the master's
     assert "Traceback" not in proc.stderr
     assert elapsed < 60
     assert (tmp_path / "used" / "notes.txt").read_text() == "the user's notes"

@@ -5,6 +5,7 @@ part of train): parts disjoint and covering, the same bytes on every rank of a n
 whole, the fingerprint of replicate mode, the root's memory bounded, and end-to-end runs."""
 import json
 import os
+import re
 import subprocess
 import sys
 import zlib
@@ -66,7 +67,8 @@ def test_a_flipped_byte_is_caught_by_the_leaders_on_every_rank(tmp_path, ranks):
     env = {"EVENS_SIMULATED_NODES": str(ranks), "EVENS_MAX_MESSAGE_BYTES": "1000", "EVENS_TEST_FLIP_CHUNK": "3"}
     proc = run_prog(ranks, "prog_bad_data.py", path, env=env, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr  # every rank raised the same DataError
-    assert "the data arrived damaged on rank" in proc.stdout and "chunk 3 of train/x" in proc.stdout
+    assert "the data arrived damaged: chunk 3 of train/x" in proc.stdout
+    assert re.search(r"\(rank [1-9]\d* on [^)]+\)", proc.stdout), proc.stdout  # where: a leader that received it, not the root
 
 
 def test_compressed_and_chunked_input_gives_the_same_arrays(tmp_path):
@@ -154,7 +156,8 @@ def test_a_flipped_byte_in_a_shard_is_caught_on_every_rank(tmp_path, ranks):
     env = {"EVENS_SIMULATED_NODES": str(ranks), "EVENS_MAX_MESSAGE_BYTES": "1000", "EVENS_TEST_FLIP_CHUNK": "3"}
     proc = run_prog(ranks, "prog_bad_data.py", path, "shard", env=env, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr  # every rank raised the same DataError
-    assert "the data arrived damaged on rank" in proc.stdout and "chunk 3 of train/x" in proc.stdout
+    assert "the data arrived damaged: chunk 3 of train/x" in proc.stdout
+    assert re.search(r"\(rank [1-9]\d* on [^)]+\)", proc.stdout), proc.stdout  # where: a leader that received it, not the root
 
 
 @pytest.mark.parametrize("ranks, nodes", [(3, 3), (4, 4)])

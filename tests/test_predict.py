@@ -1,7 +1,9 @@
 """`evens predict` and `load_ensemble`: the stored ensemble, applied to data, on 1, 2 and 3 ranks."""
 import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 
 import h5py
@@ -134,7 +136,7 @@ BAD = {
         "NaN or infinite",
     ),
     "no weights": (lambda run, tmp: [_no_weights(run, tmp), run["data"], "--split", "test"], "has no stored weights"),
-    "nan weights on one rank": (_nan_member, "rank 1: member"),
+    "nan weights on one rank": (_nan_member, "member"),
     "no such split": (lambda run, tmp: [run["dir"], run["data"], "--split", "holdout"], "no group 'holdout'"),
     "no root x": (lambda run, tmp: [run["dir"], run["data"]], "name a group with --split"),
     "missing input": (lambda run, tmp: [run["dir"], str(tmp / "absent.h5")], "no such input file"),
@@ -150,6 +152,8 @@ def test_bad_input_is_one_line_and_exit_2_on_every_rank(run, tmp_path, case):
     proc = predict(3, *make(run, tmp_path), "--out", str(out), timeout=60)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("evens: error:")]
     assert proc.returncode == 2 and len(errors) == 1 and expected in errors[0], proc.stderr
+    where = re.search(rf"\(rank (\d+) on {re.escape(socket.gethostname())}\)$", errors[0])
+    assert where and where.group(1) == ("1" if case == "nan weights on one rank" else "0"), errors[0]
     assert "Traceback" not in proc.stderr
     assert not out.exists() and not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]  # nothing half-written
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from data_bcast.broadcast import SharedDataset, broadcast_dataset
+from data_bcast.broadcast import SharedDataset, broadcast_dataset, located
 from data_bcast.h5file import DataError, first_line, read_array
 from ensemble.device import check_bindings, describe_device
 from ensemble.problem import Problem, problem_for
@@ -30,7 +30,7 @@ from ..config import Config, apply_overrides, config_from_dict, load_config
 from ..errors import ConfigError, EvensError, RunDirError, debug_traceback
 from ..ga import GAParams
 from ..master import HungWorker, SearchSettings, SearchState, run_search
-from ..mpi_transport import MPIMasterTransport, MPIWorkerChannel, abort, first_error, world
+from ..mpi_transport import MPIMasterTransport, MPIWorkerChannel, abort, world
 from ..protocol import InProcessTransport
 from ..space import SearchSpace
 from ..worker import serve, trainer_for
@@ -74,11 +74,6 @@ class Prepared:
             self.claim.release()
         else:
             self.lock.release()
-
-
-def located(message: str, rank: int) -> str:
-    """An error message that says where it happened: ``message (rank R on HOST)``."""
-    return f"{message} (rank {rank} on {socket.gethostname()})"
 
 
 def say(message: str) -> None:
@@ -232,7 +227,7 @@ def run(config_path: str | None, overrides: list[str], out: str | None = None, r
             prepared.status_seconds = status_seconds
         except EvensError as exc:
             debug_traceback()
-            error = located(str(exc), comm.rank)
+            error = located(str(exc))
     config_dict, error = comm.bcast((prepared.config.to_dict() if prepared else None, error), root=MASTER)
     if error:
         return _fail(is_master, error)
@@ -288,19 +283,21 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
             torch.set_num_threads(1)
     except (EvensError, DataError) as exc:
         debug_traceback()
-        error = located(str(exc), comm.rank)
+        error = str(exc)
     except Exception as exc:  # a device that fails to start, say
-        error = located(f"{type(exc).__name__}: {exc}", comm.rank)
+        error = f"{type(exc).__name__}: {exc}"
     binding = None
     if trainer_data is not None:
         binding = dict(describe_device(trainer_data.device), rank=comm.rank, host=socket.gethostname(), cores=usable_cores())
-    bindings = comm.gather(binding, root=MASTER)
+    gathered = comm.gather((error and located(error), binding), root=MASTER)
     device_lines: list[str] = []
-    if is_master and error is None:
-        found = [b for b in bindings if b is not None]
-        error, device_lines = check_bindings(found, config.train.workers_per_gpu, {b["host"]: b["cores"] for b in found})
-        prepared.devices = found
-    error = first_error(comm, error, root=MASTER)
+    if is_master:
+        error = next((e for e, _ in gathered if e), None)  # the first rank's, saying where
+        if error is None:  # the bindings are checked together; a bad one's message names its ranks and host
+            found = [b for _, b in gathered if b is not None]
+            error, device_lines = check_bindings(found, config.train.workers_per_gpu, {b["host"]: b["cores"] for b in found})
+            prepared.devices = found
+    error = comm.bcast(error if is_master else None, root=MASTER)
     if error:
         return _fail(is_master, error)
     if is_master:
@@ -395,7 +392,7 @@ def _master(
         save(state)
     except RunDirError as exc:
         progress.close()
-        say(f"error: {located(str(exc), comm.rank)}")
+        say(f"error: {located(str(exc))}")
         if comm.size > 1:
             abort(comm, 2)  # the workers may be mid-training: nothing more can be recorded
         return 2
@@ -408,7 +405,7 @@ def _master(
         try:
             save(state)
         except RunDirError as failed:
-            say(f"error: {located(str(failed), comm.rank)}")
+            say(f"error: {located(str(failed))}")
         else:
             say(f"checkpoint saved with {len(state.records)} evaluations; evaluation {exc.ident} is redone once on resume; "
                 f"continue with: evens run --resume {run_dir} (exit status {EXIT_HUNG})")

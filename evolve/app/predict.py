@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
+from data_bcast.broadcast import first_error, located
 from data_bcast.h5file import DataError, open_hdf5
 from ensemble.combine import ensemble_prediction
 from ensemble.hall_of_fame import Member
@@ -33,7 +34,7 @@ from ensemble.train import EVAL_BATCH
 
 from ..errors import EvensError, debug_traceback
 from ..tempfiles import exclusive_temp
-from ..mpi_transport import first_error, node_rank, recv_arrays, send_arrays, sum_over_ranks, world
+from ..mpi_transport import node_rank, recv_arrays, send_arrays, sum_over_ranks, world
 from .local import take_device
 
 ROOT = 0
@@ -166,7 +167,7 @@ def _predict(comm, job, stored, chosen, x_name, y_name, writer, run_dir, input_p
         ensemble = build_ensemble(problem, job.sample_shape, job.x_dtype, mine, take_device(device, local, here))
     except (EnsembleError, ValueError, RuntimeError) as exc:
         debug_traceback()
-        error = f"rank {comm.rank}: {exc}".splitlines()[0]
+        error = str(exc).splitlines()[0]
     error = first_error(comm, error, ROOT)
     if error:
         return 2, f"error: {error}"
@@ -207,7 +208,7 @@ def stream(comm, job: Job, ensemble, source: h5py.File | None, x_name: str, writ
                 xb = as_input(source[x_name][start : start + rows], job.x_dtype, where=where)
             except (EnsembleError, OSError) as exc:
                 debug_traceback()
-                error = str(exc)
+                error = located(str(exc))
         error = comm.bcast(error, root=ROOT)
         if error:
             return error
@@ -218,7 +219,7 @@ def stream(comm, job: Job, ensemble, source: h5py.File | None, x_name: str, writ
             preds, error = ensemble.member_predictions(xb), None
         except (EnsembleError, RuntimeError, MemoryError, ValueError) as exc:  # damaged weights, out of memory
             debug_traceback()
-            preds, error = None, f"rank {comm.rank}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            preds, error = None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         error = first_error(comm, error, ROOT)
         if error:
             return error
