@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
+from .checksum import crc32
 from .h5file import ROW_BLOCK_BYTES, DataError, DataPlan, RowReader, first_line, inspect_file
 from .layout import Chunk, array_views, chunk_ranges, plan_chunks, plan_layout, shard_specs
 from .shard import SPLIT, Shard, plan_shards, scatter_shards
@@ -93,6 +94,18 @@ def node_communicator(comm: MPI.Comm, root: int = 0) -> MPI.Comm:
     if simulated > 1:
         return comm.Split((comm.rank - root) % simulated, key=key)
     return comm.Split_type(MPI.COMM_TYPE_SHARED, key=key)
+
+
+def prefault(buffer: np.ndarray, node: MPI.Comm) -> None:
+    """Collective on ``node``: every rank writes one byte a page of its share of a fresh shared window
+    (zeros, which it holds already), then all wait. A shared window gets 4 KiB pages (no transparent
+    huge pages for shmem unless the kernel allows them), and the kernel's work for each first touch
+    otherwise falls on the root alone while it reads; this spreads it over the node's cores."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    share = -(-buffer.size // node.size // page) * page
+    lo = min(buffer.size, node.rank * share)
+    buffer[lo : min(buffer.size, lo + share) : page] = 0
+    node.Barrier()  # no rank still touching when the root starts to write
 
 
 def message_limit() -> int:
@@ -188,6 +201,7 @@ def broadcast_dataset(
         window = MPI.Win.Allocate_shared(layout.total_bytes if is_leader else 0, 1, comm=node)
         mem, _ = window.Shared_query(0)
         buffer = np.frombuffer(mem, dtype=np.uint8, count=layout.total_bytes)
+        prefault(buffer, node)
     else:
         buffer = np.empty(layout.total_bytes, dtype=np.uint8)
     # Leaders carry the payload; with private copies in replicate mode every rank does. (Sharded
@@ -270,8 +284,8 @@ def _broadcast_chunks(carriers: MPI.Comm, plan: DataPlan, chunks: list[Chunk], f
             read_seconds += time.perf_counter() - t
             if error is None:
                 view = buffer[chunk.offset : chunk.offset + chunk.nbytes]
-                crc = zlib.crc32(view)
-                crcs[chunk.name] = zlib.crc32(view, crcs.get(chunk.name, 0))
+                crc = crc32(view)
+                crcs[chunk.name] = crc32(view, crcs.get(chunk.name, 0))
                 _fault_hook(k, view)
         if pending is not None:
             request, done_chunk, sent_crc = pending
@@ -279,7 +293,7 @@ def _broadcast_chunks(carriers: MPI.Comm, plan: DataPlan, chunks: list[Chunk], f
             pending = None
             if not is_root and error is None:
                 view = buffer[done_chunk.offset : done_chunk.offset + done_chunk.nbytes]
-                got = zlib.crc32(view)
+                got = crc32(view)
                 if got != sent_crc:
                     error = (f"{plan.path}: the data arrived damaged: chunk {k - 1} of "
                              f"{done_chunk.name} (rows {done_chunk.rows[0]}..{done_chunk.rows[1] - 1}) has CRC-32 "

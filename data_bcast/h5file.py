@@ -351,7 +351,9 @@ class RowReader:
         rows = self._rows[split]
         try:
             with np.errstate(over="ignore"):  # overflow becomes inf, refused just below
-                if rows is None:
+                if rows is None and ds.dtype == out.dtype and out.flags.c_contiguous and last > first:
+                    ds.read_direct(out, np.s_[first:last], np.s_[0 : last - first])  # no temporary, no second copy
+                elif rows is None:
                     out[...] = ds[first:last]
                 else:
                     wanted = rows[first:last]

@@ -19,12 +19,12 @@ by the broadcast of :mod:`data_bcast.broadcast`.
 from __future__ import annotations
 
 import time
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
 
+from .checksum import crc32
 from .h5file import DataError, DataPlan, RowReader
 from .layout import ArraySpec, deal_chunk, plan_chunks, plan_layout, shard_members, shard_rows
 
@@ -109,7 +109,7 @@ def scatter_shards(carriers: MPI.Comm, plan: DataPlan, shard: Shard, reader: Row
                     headers = np.zeros((carriers.size, 2), dtype=np.int64)
                     for r in range(carriers.size):
                         if counts[r]:
-                            headers[r, 1] = zlib.crc32(message[displacements[r] : displacements[r] + counts[r]])
+                            headers[r, 1] = crc32(message[displacements[r] : displacements[r] + counts[r]])
                     if fault is not None:
                         fault(k, message)
             if is_root and error is not None:
@@ -118,10 +118,10 @@ def scatter_shards(carriers: MPI.Comm, plan: DataPlan, shard: Shard, reader: Row
             request, done_spec, done_chunk, done_k, expected, received = pending
             request.Wait()
             pending = None
-            if received.size and error is None and zlib.crc32(received) != expected:
+            if received.size and error is None and crc32(received) != expected:
                 error = (f"{plan.path}: the data arrived damaged: chunk {done_k} of "
                          f"{done_spec.name} (rows {done_chunk.rows[0]}..{done_chunk.rows[1] - 1}) has CRC-32 "
-                         f"{zlib.crc32(received):08x} for this node's part, the root sent {expected:08x}")
+                         f"{crc32(received):08x} for this node's part, the root sent {expected:08x}")
         if item is None:
             break
         carriers.Scatter([headers, MPI.INT64_T] if is_root else None, [header, MPI.INT64_T], root=0)
@@ -155,7 +155,7 @@ def _read_dealt(reader: RowReader, spec: ArraySpec, chunk, deal, row_bytes: int,
         rows = staging[: chunk.nbytes].view(np.dtype(spec.dtype)).reshape((last - first,) + sample)
         reader.read_into(spec.name, first, last, rows)
         progress()
-        crcs[spec.name] = zlib.crc32(staging[: chunk.nbytes], crcs.get(spec.name, 0))
+        crcs[spec.name] = crc32(staging[: chunk.nbytes], crcs.get(spec.name, 0))
         np.take(rows, deal.order, axis=0, out=message.view(np.dtype(spec.dtype)).reshape(rows.shape))
         return
     if row_cache.get("row") != (spec.name, first):
@@ -165,4 +165,4 @@ def _read_dealt(reader: RowReader, spec: ArraySpec, chunk, deal, row_bytes: int,
         row_cache.update(row=(spec.name, first), bytes=row.view(np.uint8).reshape(-1))
     skip = chunk.offset - first * row_bytes
     message[:] = row_cache["bytes"][skip : skip + chunk.nbytes]
-    crcs[spec.name] = zlib.crc32(message, crcs.get(spec.name, 0))
+    crcs[spec.name] = crc32(message, crcs.get(spec.name, 0))

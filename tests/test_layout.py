@@ -87,3 +87,15 @@ def test_shard_specs_cut_only_the_training_arrays():
     specs = (ArraySpec("train/x", (10, 3), "float32"), ArraySpec("train/y", (10,), "int64"), ArraySpec("val/x", (4, 3), "float32"))
     cut = shard_specs(specs, 3)
     assert [s.shape for s in cut] == [(3, 3), (3,), (4, 3)] and [s.dtype for s in cut] == ["float32", "int64", "float32"]
+
+
+@given(st.binary(max_size=5000), st.binary(max_size=300), st.integers(0, 2**32 - 1))
+def test_the_data_planes_crc32_is_zlibs_whichever_library_computes_it(data, more, start):
+    import zlib
+
+    from data_bcast.checksum import crc32
+
+    assert crc32(data) == zlib.crc32(data)
+    assert crc32(more, crc32(data, start)) == zlib.crc32(more, zlib.crc32(data, start))  # chained, as per-array CRCs are
+    view = np.frombuffer(data, dtype=np.uint8)  # the plane passes numpy views of its buffer
+    assert crc32(view) == zlib.crc32(data)
