@@ -245,13 +245,6 @@ def abort(comm: MPI.Comm, code: int) -> None:
     comm.Abort(code)
 
 
-def first_error(comm: MPI.Comm, error: str | None, root: int = 0) -> str | None:
-    """Collective: gather each rank's error (or None) and give every rank the first one."""
-    errors = comm.gather(error, root=root)
-    first = next((e for e in errors if e), None) if comm.rank == root else None
-    return comm.bcast(first, root=root)
-
-
 def node_rank(comm: MPI.Comm) -> tuple[int, int]:
     """(this rank's index among the ranks on its node, how many ranks the node runs)."""
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
