@@ -10,6 +10,8 @@ import zlib
 import h5py
 from mpi4py import MPI
 
+from node_checks import leader_write_is_seen
+
 from data_bcast.broadcast import broadcast_dataset, node_communicator
 from data_bcast.h5file import load_dataset
 
@@ -30,17 +32,7 @@ checksums = {name: zlib.crc32(a.tobytes()) for name, a in sorted(data.arrays.ite
 
 # One host copy per node: a write by the node leader is seen by every rank of the node.
 node = node_communicator(comm)  # the real node, or a pretend one under EVENS_SIMULATED_NODES
-x = data.arrays["train/x"]
-before = x.flat[0]
-mark = 123 if x.dtype.kind == "u" else 12345.0
-comm.Barrier()
-if node.rank == 0:
-    x.flat[0] = mark
-comm.Barrier()
-sees_leader_write = bool(x.flat[0] == mark and before != mark)
-comm.Barrier()
-if node.rank == 0:
-    x.flat[0] = before
+sees_leader_write = leader_write_is_seen(comm, node, data.arrays["train/x"])
 
 facts = comm.gather({"rank": comm.rank, "checksums": checksums, "opened": opened, "sees": sees_leader_write, "node_rank": data.node_rank}, root=0)
 ok = True

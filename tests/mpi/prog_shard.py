@@ -14,6 +14,8 @@ import zlib
 import h5py
 from mpi4py import MPI
 
+from node_checks import leader_write_is_seen
+
 from data_bcast.broadcast import broadcast_dataset, node_communicator
 
 path, mode, chunk, root_trains = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
@@ -34,18 +36,7 @@ node = node_communicator(comm)
 leader = node.bcast(comm.rank, root=0)
 
 # One host copy per node: a write by the node leader is seen by every rank of the node (shared mode).
-x = data.arrays["val/x"]
-before = x.flat[0]
-mark = 123 if x.dtype.kind == "u" else 12345.0
-comm.Barrier()
-if node.rank == 0:
-    x.flat[0] = mark
-comm.Barrier()
-sees_leader_write = bool(x.flat[0] == mark and before != mark)
-comm.Barrier()
-if node.rank == 0:
-    x.flat[0] = before
-comm.Barrier()
+sees_leader_write = leader_write_is_seen(comm, node, data.arrays["val/x"])
 
 fact = {
     "rank": comm.rank,
