@@ -77,7 +77,10 @@ def entropy(probs: np.ndarray) -> np.ndarray:
     A network's float32 softmax sums to 1 only to ~1e-7, enough to put an entropy computed as is
     above log(classes); the rows are made distributions first (in float64), so it never does.
     """
-    p = normalized(probs)
+    return _entropy_of_distributions(normalized(probs))
+
+
+def _entropy_of_distributions(p: np.ndarray) -> np.ndarray:
     return -np.sum(p * np.log(np.clip(p, EPS, 1.0)), axis=-1)
 
 
@@ -109,9 +112,10 @@ def combine(
         # those of distributions, so total = aleatoric + epistemic holds), and their weighted entropy
         sums = np.zeros((n, 2 * k + 1, 2), dtype=np.int64)
         for p, w in zip(preds, weights):
+            q = normalized(p)
             sums[:, :k] += to_fixed(w * p)
-            sums[:, k:2 * k] += to_fixed(w * normalized(p))
-            sums[:, 2 * k] += to_fixed(w * entropy(p))
+            sums[:, k:2 * k] += to_fixed(w * q)
+            sums[:, 2 * k] += to_fixed(w * _entropy_of_distributions(q))
         sums = from_fixed(_summed(sums, allreduce))
         mean, as_distributions, aleatoric = sums[:, :k], sums[:, k:2 * k], sums[:, 2 * k]
         label = np.argmax(mean, axis=1)
