@@ -2,7 +2,7 @@
 
 Run from the repository root (after ./scripts/setup.sh)::
 
-    .venv/bin/python scripts/bench_master.py            # np=2 and np=4, 20,000 evaluations each
+    .venv/bin/python scripts/bench_master.py            # np=2 and np=4, three launches each, 24,608 evaluations each
     .venv/bin/python scripts/bench_master.py --quick    # np=4 only, and the simulated figures at 27,648 workers:
                                                         # under a minute; ends with one JSON line
 
@@ -12,13 +12,27 @@ Each launch (`mpiexec -n NP`) runs two contenders over the same ranks, one after
   with a zero-work function (submit, wait for the first to finish, submit again): the cost of
   handing out tasks and taking results with the standard tool;
 * ``evens``: the real search loop (``run_search`` over ``MPIMasterTransport``, async strategy with
-  breeding, the hall of fame, early-stopping bars, and a checkpoint every second into a temporary
-  run directory) with workers whose "training" returns at once.
+  breeding, the hall of fame, early-stopping bars, and checkpoints into a temporary run directory)
+  with workers whose "training" returns at once.
 
 Timed: rank 0's CPU time (``time.process_time``) per completed evaluation, so waiting for workers
-does not count. ``growth_20k_vs_1k`` is the evens master's CPU per evaluation between the 19,000th
-and the 20,000th evaluation over that between the 1,000th and the 2,000th: it must not grow with
-the history. Then, with that cost, the simulated scale figures at 27,648 workers
+counts only as the CPU it takes (yields and naps between tests of the receive), not as time.
+``master_us_per_eval`` is all of the evens master's CPU over the whole search (start-up, the hall
+of fame filling, every checkpoint) divided by its evaluations.
+
+Checkpoints are written every :data:`CHECKPOINT_EVERY` evaluations (4,608: what the default
+10-second interval gives a search of 27,648 workers whose trainings take 60 s), counted, not timed:
+run_search's clock is the number of evaluations recorded. With zero-work trainings a 1-second
+interval would fall anywhere from every 2,000 to every 20,000 evaluations depending on the load, and
+a window of evaluations would hold 0, 1 or 2 checkpoints by chance. Each checkpoint's CPU is
+reported too (``checkpoint_ms``).
+
+``growth_20k_vs_1k``: the master's CPU per evaluation over the :data:`CHECKPOINT_EVERY` evaluations
+after the 20,000th, over that after the 1,000th. Each window holds exactly one checkpoint, and
+everything else the master does per result; it must not grow with the history (target <= 1.5).
+With several launches (``--repeats``) every figure is the median over launches.
+
+Then, with the measured cost, the simulated scale figures at 27,648 workers
 (``scripts/bench_sim.py``): ``sim_util_27648_60s``, ``sim_min_task_s_95`` and
 ``async_vs_generational_27648``. Prints a table and one JSON line with ``master_us_per_eval`` (np=4),
 ``vs_futures``, ``growth_20k_vs_1k`` and those three.
@@ -36,9 +50,17 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+
+CHECKPOINT_EVERY = 4608  # evaluations: the default 10 s at 27,648 workers with 60 s trainings (27,648 / 60 x 10)
+WINDOW_STARTS = (1000, 20_000)  # growth_20k_vs_1k compares the CHECKPOINT_EVERY evaluations after these two
+EVALUATIONS = WINDOW_STARTS[-1] + CHECKPOINT_EVERY
+FUTURES_TASKS = 10_000  # the futures loop's cost per task does not depend on how many
 
 
 def zero_work(task_id: int) -> dict:
@@ -48,7 +70,6 @@ def zero_work(task_id: int) -> dict:
 
 def measure(evaluations: int) -> dict | None:
     """Collective: both contenders on this MPI world; rank 0 returns the figures."""
-    import numpy as np
     from mpi4py import MPI
     from mpi4py.futures import MPICommExecutor, wait, FIRST_COMPLETED
 
@@ -71,14 +92,14 @@ def measure(evaluations: int) -> dict | None:
     with MPICommExecutor(comm, root=0) as executor:
         if executor is not None:
             start = time.process_time()
-            running = {executor.submit(zero_work, i) for i in range(min(workers, evaluations))}
+            running = {executor.submit(zero_work, i) for i in range(min(workers, FUTURES_TASKS))}
             submitted, done = len(running), 0
             while running:
                 finished, running = wait(running, return_when=FIRST_COMPLETED)
                 for f in finished:
                     f.result()
                     done += 1
-                    if submitted < evaluations:
+                    if submitted < FUTURES_TASKS:
                         running.add(executor.submit(zero_work, submitted))
                         submitted += 1
             figures["futures_us"] = 1e6 * (time.process_time() - start) / done
@@ -100,29 +121,37 @@ def measure(evaluations: int) -> dict | None:
         return ev
 
     if comm.rank == 0:
-        marks = {}
+        marks, saves = {}, []
+        windows = [(start, start + CHECKPOINT_EVERY) for start in WINDOW_STARTS if start + CHECKPOINT_EVERY <= evaluations]
+        wanted = {n for window in windows for n in window}
 
         def on_result(record, state):
-            n = len(state.records)
-            if n in (1000, 2000, evaluations - 1000, evaluations):
-                marks[n] = time.process_time()
+            if len(state.records) in wanted:
+                marks[len(state.records)] = time.process_time()
 
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "checkpoint.h5")
             data = {"problem": problem.to_dict(), "sample_shape": [1, 8, 8], "x_dtype": "float32"}
             info = RunInfo({"search": {"evaluations": evaluations}, "ensemble": {"size": 5, "method": "greedy"}}, list(GENE_NAMES), data, val_y, test_y)
             state = SearchState.fresh(0, candidates=32)
-            settings = SearchSettings(evaluations, GAParams(population=10), 32, 0, checkpoint_seconds=1.0, early_stopping=True, warmup=1)
+
+            def save(s) -> None:
+                began = time.process_time()
+                checkpoint.save(path, s, info)
+                saves.append((len(s.records), 1e3 * (time.process_time() - began)))
+
+            # run_search's clock counts evaluations, so a checkpoint falls every CHECKPOINT_EVERY of them
+            settings = SearchSettings(evaluations, GAParams(population=10), 32, 0, checkpoint_seconds=CHECKPOINT_EVERY,
+                                      early_stopping=True, warmup=1)
             transport = MPIMasterTransport(comm)
             start = time.process_time()
-            run_search(state, transport, space, settings, checkpoint=lambda s: checkpoint.save(path, s, info), on_result=on_result,
-                       poll_seconds=0.05)
+            run_search(state, transport, space, settings, checkpoint=save, on_result=on_result, poll_seconds=0.05,
+                       clock=lambda: float(len(state.records)))
             total = time.process_time() - start
             transport.stop()
         figures["evens_us"] = 1e6 * total / len(state.records)
-        if evaluations >= 4000:
-            figures["evens_us_at_1k"] = 1e6 * (marks[2000] - marks[1000]) / 1000
-            figures["evens_us_at_end"] = 1e6 * (marks[evaluations] - marks[evaluations - 1000]) / 1000
+        figures["windows"] = {str(a): 1e6 * (marks[b] - marks[a]) / (b - a) for a, b in windows}
+        figures["checkpoint_ms"] = saves
         figures["workers"] = workers
         figures["evaluations"] = len(state.records)
         return figures
@@ -140,11 +169,26 @@ def launch(np_: int, evaluations: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def median_row(launches: list[dict]) -> dict:
+    """One row from several launches at the same rank count: the median of each figure."""
+    med = lambda values: float(np.median(values))  # noqa: E731
+    row = {key: med([r[key] for r in launches]) for key in ("futures_us", "evens_us")}
+    row["windows"] = {w: med([r["windows"][w] for r in launches]) for w in launches[0]["windows"]}
+    ends, starts = row["windows"].get(str(WINDOW_STARTS[-1])), row["windows"].get(str(WINDOW_STARTS[0]))
+    row["growth"] = med([r["windows"][str(WINDOW_STARTS[-1])] / r["windows"][str(WINDOW_STARTS[0])] for r in launches]) \
+        if ends is not None and starts is not None else None
+    row["vs_futures"] = med([r["evens_us"] / r["futures_us"] for r in launches])
+    row["checkpoint_ms"] = [[round(ms, 1) for _, ms in r["checkpoint_ms"]] for r in launches]
+    row["workers"], row["evaluations"], row["launches"] = launches[0]["workers"], launches[0]["evaluations"], len(launches)
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one launch per rank count, under a minute in all")
-    parser.add_argument("--evaluations", type=int, default=20_000)
+    parser.add_argument("--quick", action="store_true", help="np=4 only, one launch: under a minute in all")
+    parser.add_argument("--evaluations", type=int, default=EVALUATIONS)
     parser.add_argument("--ranks", default="2,4", help="rank counts, comma separated")
+    parser.add_argument("--repeats", type=int, default=3, help="launches per rank count, alternated (default 3; --quick: 1)")
     parser.add_argument("--role", default="lead", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "measure":
@@ -153,21 +197,30 @@ def main() -> None:
             print(json.dumps(figures), flush=True)
         return
 
-    ranks = ["4"] if args.quick else args.ranks.split(",")
-    rows = {int(np_): launch(int(np_), args.evaluations) for np_ in ranks}
+    ranks = [4] if args.quick else [int(n) for n in args.ranks.split(",")]
+    repeats = 1 if args.quick else args.repeats
+    launches: dict[int, list[dict]] = {n: [] for n in ranks}
+    for _ in range(repeats):  # alternated, so a change of load touches every rank count alike
+        for n in ranks:
+            launches[n].append(launch(n, args.evaluations))
+    rows = {n: median_row(launches[n]) for n in ranks}
+    first, last = (str(w) for w in WINDOW_STARTS)
     print(f"# bench_master  {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}  host={platform.node()}  "
-          f"cpus={os.cpu_count()}  evaluations={args.evaluations} per launch, zero-work trainings")
-    print(f"{'np':>3} {'workers':>7} {'futures us/eval':>16} {'evens us/eval':>14} {'evens/futures':>14} {'evens at 1k':>12} {'at 20k':>8} {'growth':>7}")
-    for np_, r in rows.items():
-        growth = r["evens_us_at_end"] / r["evens_us_at_1k"] if "evens_us_at_1k" in r else float("nan")
-        print(f"{np_:>3} {r['workers']:>7} {r['futures_us']:>16.1f} {r['evens_us']:>14.1f} {r['evens_us'] / r['futures_us']:>14.2f} "
-              f"{r.get('evens_us_at_1k', float('nan')):>12.1f} {r.get('evens_us_at_end', float('nan')):>8.1f} {growth:>7.2f}")
+          f"cpus={os.cpu_count()}  load={' '.join(f'{v:.2f}' for v in os.getloadavg())}  {args.evaluations} evaluations per "
+          f"launch, zero-work trainings, a checkpoint every {CHECKPOINT_EVERY}; medians over {repeats} launch(es)")
+    print(f"{'np':>3} {'workers':>7} {'futures us/eval':>16} {'evens us/eval':>14} {'evens/futures':>14} "
+          f"{'evens after ' + first:>17} {'after ' + last:>12} {'growth':>7}  checkpoint ms (each launch)")
+    for n, r in rows.items():
+        growth = r["growth"] if r["growth"] is not None else float("nan")
+        print(f"{n:>3} {r['workers']:>7} {r['futures_us']:>16.1f} {r['evens_us']:>14.1f} {r['vs_futures']:>14.2f} "
+              f"{r['windows'].get(first, float('nan')):>17.1f} {r['windows'].get(last, float('nan')):>12.1f} {growth:>7.2f}  "
+              f"{r['checkpoint_ms']}")
     main_np = max(rows)
     r = rows[main_np]
     result = {
         "master_us_per_eval": r["evens_us"],
-        "vs_futures": r["evens_us"] / r["futures_us"],
-        "growth_20k_vs_1k": r["evens_us_at_end"] / r["evens_us_at_1k"] if "evens_us_at_1k" in r else None,
+        "vs_futures": r["vs_futures"],
+        "growth_20k_vs_1k": r["growth"],
         "np": main_np,
         "rows": rows,
     }
