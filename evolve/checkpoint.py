@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import stat
 from dataclasses import dataclass, replace
 
 import h5py
@@ -38,6 +37,7 @@ from ensemble.problem import problem_from_dict
 from ensemble.store import GROUP, RUN_FILE_NAME, StoredEnsemble, checksummed, read_ensemble, write_ensemble
 
 from .errors import RunDirError
+from .inflight import InFlightLog, inflight_path, merge_into  # noqa: F401 (InFlightLog, inflight_path: the run's API)
 from .master import SearchState
 from .records import Pending, Record
 from .tempfiles import exclusive_temp
@@ -225,88 +225,6 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
     remove_unlisted(folder, segments)
 
 
-def inflight_path(path: str) -> str:
-    """The in-flight log beside the state file ``path``: ``checkpoint.h5`` -> ``checkpoint.inflight``."""
-    return os.path.splitext(path)[0] + ".inflight"
-
-
-class InFlightLog:
-    """What went out, and what came back, since the last checkpoint: one JSON line per event.
-
-    A job that dies (a worker killed by the out-of-memory killer ends the whole MPI job) leaves here
-    the individuals that were out when it died, though they went out after the last checkpoint;
-    :func:`load` adds them to the pending ones with their attempts counted, so a network that kills
-    its worker is not proposed again as new and sent out forever. Each line is one ``write`` to a
-    file opened for appending, without a sync: the lines survive the death of the process (they are
-    in the kernel's cache), not that of the machine. :meth:`reset` empties it after each checkpoint.
-    """
-
-    def __init__(self, path: str):
-        self.path = inflight_path(path)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-
-    def _write(self, entry: dict) -> None:
-        os.write(self._fd, (json.dumps(entry, separators=(",", ":")) + "\n").encode())
-
-    def sent(self, individual: Pending) -> None:
-        """``individual`` went out; its attempts count this job as one it is out at."""
-        self._write({"sent": individual.id, "genome": list(individual.genome), "parents": list(individual.parents),
-                     "operators": individual.operators, "attempts": individual.attempts})
-
-    def done(self, ident: int) -> None:
-        self._write({"done": ident})
-
-    def reset(self) -> None:
-        """Forget everything: a checkpoint now holds it."""
-        os.ftruncate(self._fd, 0)
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
-def _merge_inflight(path: str, state: SearchState, n_genes: int) -> None:
-    """Add what the in-flight log beside ``path`` says was out and never came back to ``state.pending``
-    (an individual already pending keeps the larger of the two attempt counts)."""
-    try:
-        fd = os.open(inflight_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise RunDirError(f"{inflight_path(path)}: cannot read the in-flight log ({exc.strerror})") from None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise RunDirError(f"{inflight_path(path)}: not a regular file")
-        lines = fh.read(64 << 20).splitlines()
-    sent: dict[int, Pending] = {}
-    for line in lines:
-        try:
-            entry = json.loads(line)
-            if "done" in entry:
-                sent.pop(int(entry["done"]), None)
-                continue
-            genome = [float(g) for g in entry["genome"]]
-            parents = tuple(int(p) for p in entry["parents"])
-            if len(genome) != n_genes or len(parents) != 2:
-                continue
-            sent[int(entry["sent"])] = Pending(int(entry["sent"]), genome, parents, str(entry["operators"]), int(entry["attempts"]))
-        except (ValueError, KeyError, TypeError):
-            continue  # a line cut short: its write never finished
-    if not sent:
-        return
-    recorded = {r.id for r in state.records}
-    pending = {p.id: p for p in state.pending}
-    for ident, individual in sent.items():
-        if ident in recorded:
-            continue
-        if ident in pending:
-            pending[ident].attempts = max(pending[ident].attempts, individual.attempts)
-        else:
-            state.pending.append(individual)
-            state.next_id = max(state.next_id, ident + 1)
-
-
 def _sync_directory(directory: str) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -343,7 +261,7 @@ def load(path: str, weights: bool = True) -> tuple[SearchState, RunInfo]:
             )
         try:
             state, info = _read(f, weights)
-            _merge_inflight(path, state, len(info.gene_names))
+            merge_into(path, state, len(info.gene_names))
             return state, info
         except (KeyError, ValueError, TypeError, IndexError, AttributeError, OSError) as exc:
             raise RunDirError(f"{path}: damaged checkpoint ({type(exc).__name__}: {exc})") from None

@@ -113,11 +113,13 @@ class HungWorker(Exception):
 
 class Journal(Protocol):
     """Where the master notes each dispatch and each result between checkpoints (see
-    :class:`evolve.checkpoint.InFlightLog`), so a job that dies knows what was out."""
+    :class:`evolve.inflight.InFlightLog`), so a job that dies knows what was out."""
 
     def sent(self, individual: Pending) -> None: ...
 
     def done(self, ident: int) -> None: ...
+
+    def flush(self) -> None: ...  # the master is about to wait: what is noted must be written now
 
 
 def run_search(
@@ -277,6 +279,8 @@ def run_search(
             state.pending = []
             last_checkpoint, unsaved = clock(), False
         timeout = poll_seconds if drain_until is None else max(0.0, min(poll_seconds, drain_until - now))
+        if journal is not None:
+            journal.flush()
         got = receive(timeout=timeout, wants=wants)
         if got is None:
             continue

@@ -11,9 +11,10 @@ Each launch (`mpiexec -n NP`) runs two contenders over the same ranks, one after
 * ``futures``: an ``mpi4py.futures.MPICommExecutor`` on the world, rank 0 keeping every worker busy
   with a zero-work function (submit, wait for the first to finish, submit again): the cost of
   handing out tasks and taking results with the standard tool;
-* ``evens``: the real search loop (``run_search`` over ``MPIMasterTransport``, async strategy with
-  breeding, the hall of fame, early-stopping bars, and checkpoints into a temporary run directory)
-  with workers whose "training" returns at once.
+* ``evens``: the real search loop as ``evens run`` runs it (``run_search`` over
+  ``MPIMasterTransport``, async strategy with breeding, the hall of fame, early-stopping bars, the
+  in-flight log, a batch job's status lines, and checkpoints with the ensemble chosen again into a
+  temporary run directory) with workers whose "training" returns at once.
 
 Timed: rank 0's CPU time (``time.process_time``) per completed evaluation, so waiting for workers
 counts only as the CPU it takes (yields and naps between tests of the receive), not as time.
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import json
 import math
 import os
@@ -77,7 +79,9 @@ def measure(evaluations: int) -> dict | None:
     from ensemble.problem import Classification
     from ensemble.results import Evaluation
     from evolve import checkpoint
-    from evolve.checkpoint import RunInfo
+    from evolve.app.progress import Progress
+    from evolve.app.selection import SelectionCache
+    from evolve.checkpoint import InFlightLog, RunInfo
     from evolve.ga import GAParams
     from evolve.master import SearchSettings, SearchState, run_search
     from evolve.mpi_transport import MPIMasterTransport, MPIWorkerChannel
@@ -125,32 +129,42 @@ def measure(evaluations: int) -> dict | None:
         windows = [(start, start + CHECKPOINT_EVERY) for start in WINDOW_STARTS if start + CHECKPOINT_EVERY <= evaluations]
         wanted = {n for window in windows for n in window}
 
-        def on_result(record, state):
-            if len(state.records) in wanted:
-                marks[len(state.records)] = time.process_time()
-
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "checkpoint.h5")
             data = {"problem": problem.to_dict(), "sample_shape": [1, 8, 8], "x_dtype": "float32"}
             info = RunInfo({"search": {"evaluations": evaluations}, "ensemble": {"size": 5, "method": "greedy"}}, list(GENE_NAMES), data, val_y, test_y)
             state = SearchState.fresh(0, candidates=32)
 
-            def save(s) -> None:
+            choose = SelectionCache(info)
+            journal = InFlightLog(path)
+            progress = Progress(evaluations, 0, workers=workers, stream=io.StringIO())  # a batch job's status lines
+
+            def save(s) -> None:  # as evens run saves: the ensemble chosen again if the hall changed, the log emptied
                 began = time.process_time()
+                s.selection = choose(s.hall_of_fame)
                 checkpoint.save(path, s, info)
+                journal.reset()
                 saves.append((len(s.records), 1e3 * (time.process_time() - began)))
+
+            def on_result(record, state):
+                progress(record, state)
+                if len(state.records) in wanted:
+                    marks[len(state.records)] = time.process_time()
 
             # run_search's clock counts evaluations, so a checkpoint falls every CHECKPOINT_EVERY of them
             settings = SearchSettings(evaluations, GAParams(population=10), 32, 0, checkpoint_seconds=CHECKPOINT_EVERY,
                                       early_stopping=True, warmup=1)
             transport = MPIMasterTransport(comm)
             start = time.process_time()
-            run_search(state, transport, space, settings, checkpoint=save, on_result=on_result, poll_seconds=0.05,
+            run_search(state, transport, space, settings, checkpoint=save, on_result=on_result, journal=journal,
                        clock=lambda: float(len(state.records)))
             total = time.process_time() - start
             transport.stop()
+            journal.close()
         figures["evens_us"] = 1e6 * total / len(state.records)
         figures["windows"] = {str(a): 1e6 * (marks[b] - marks[a]) / (b - a) for a, b in windows}
+        if WINDOW_STARTS[0] in marks:  # the start: the hall of fame fills (every network's payload is wanted)
+            figures["first_us"] = 1e6 * (marks[WINDOW_STARTS[0]] - start) / WINDOW_STARTS[0]
         figures["checkpoint_ms"] = saves
         figures["workers"] = workers
         figures["evaluations"] = len(state.records)
@@ -172,7 +186,7 @@ def launch(np_: int, evaluations: int) -> dict:
 def median_row(launches: list[dict]) -> dict:
     """One row from several launches at the same rank count: the median of each figure."""
     med = lambda values: float(np.median(values))  # noqa: E731
-    row = {key: med([r[key] for r in launches]) for key in ("futures_us", "evens_us")}
+    row = {key: med([r[key] for r in launches]) for key in ("futures_us", "evens_us", "first_us") if key in launches[0]}
     row["windows"] = {w: med([r["windows"][w] for r in launches]) for w in launches[0]["windows"]}
     ends, starts = row["windows"].get(str(WINDOW_STARTS[-1])), row["windows"].get(str(WINDOW_STARTS[0]))
     row["growth"] = med([r["windows"][str(WINDOW_STARTS[-1])] / r["windows"][str(WINDOW_STARTS[0])] for r in launches]) \
@@ -209,11 +223,11 @@ def main() -> None:
           f"cpus={os.cpu_count()}  load={' '.join(f'{v:.2f}' for v in os.getloadavg())}  {args.evaluations} evaluations per "
           f"launch, zero-work trainings, a checkpoint every {CHECKPOINT_EVERY}; medians over {repeats} launch(es)")
     print(f"{'np':>3} {'workers':>7} {'futures us/eval':>16} {'evens us/eval':>14} {'evens/futures':>14} "
-          f"{'evens after ' + first:>17} {'after ' + last:>12} {'growth':>7}  checkpoint ms (each launch)")
+          f"{'first ' + first:>11} {'evens after ' + first:>17} {'after ' + last:>12} {'growth':>7}  checkpoint ms (each launch)")
     for n, r in rows.items():
         growth = r["growth"] if r["growth"] is not None else float("nan")
         print(f"{n:>3} {r['workers']:>7} {r['futures_us']:>16.1f} {r['evens_us']:>14.1f} {r['vs_futures']:>14.2f} "
-              f"{r['windows'].get(first, float('nan')):>17.1f} {r['windows'].get(last, float('nan')):>12.1f} {growth:>7.2f}  "
+              f"{r.get('first_us', float('nan')):>11.1f} {r['windows'].get(first, float('nan')):>17.1f} {r['windows'].get(last, float('nan')):>12.1f} {growth:>7.2f}  "
               f"{r['checkpoint_ms']}")
     main_np = max(rows)
     r = rows[main_np]

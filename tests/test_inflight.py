@@ -1,0 +1,108 @@
+"""The in-flight log (evolve.inflight): binary frames, one write per loop turn, torn ends ignored, old JSON logs read."""
+from __future__ import annotations
+
+import json
+import os
+
+from hypothesis import given, settings, strategies as st
+
+from evolve.inflight import InFlightLog, inflight_path, read_log
+from evolve.records import Pending
+
+GENES = 4
+
+
+def _pending(ident: int, attempts: int = 1) -> Pending:
+    return Pending(ident, [ident + 0.25 * g for g in range(GENES)], (ident - 2, ident - 1), "crossover+mutation", attempts)
+
+
+def _log_bytes(tmp_path, events) -> bytes:
+    path = str(tmp_path / "checkpoint.h5")
+    if os.path.exists(inflight_path(path)):
+        os.remove(inflight_path(path))
+    log = InFlightLog(path)
+    for kind, ident in events:
+        if kind == "sent":
+            log.sent(_pending(ident))
+        elif kind == "done":
+            log.done(ident)
+        else:
+            log.flush()
+    log.close()
+    with open(inflight_path(path), "rb") as fh:
+        return fh.read()
+
+
+def _expected(events) -> dict[int, Pending]:
+    out: dict[int, Pending] = {}
+    for kind, ident in events:
+        if kind == "sent":
+            out[ident] = _pending(ident)
+        elif kind == "done":
+            out.pop(ident, None)
+    return out
+
+
+events = st.lists(st.tuples(st.sampled_from(["sent", "done", "flush"]), st.integers(0, 20)), max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(events)
+def test_what_is_read_is_what_was_sent_and_not_done(tmp_path_factory, evs):
+    data = _log_bytes(tmp_path_factory.mktemp("log"), evs)
+    assert read_log(data, GENES) == _expected(evs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(events, st.data())
+def test_a_log_cut_anywhere_reads_as_a_prefix_of_its_writes(tmp_path_factory, evs, data):
+    """A machine that dies mid-write leaves a prefix of the file: it reads as the state after some
+    earlier write, never as garbage or an error."""
+    whole = _log_bytes(tmp_path_factory.mktemp("log"), evs)
+    cut = data.draw(st.integers(0, len(whole)))
+    got = read_log(whole[:cut], GENES)
+    prefixes = [_expected(evs[:i]) for i in range(len(evs) + 1)]
+    assert got in prefixes
+
+
+def test_done_is_written_with_the_next_sent_in_one_write(tmp_path):
+    path = str(tmp_path / "checkpoint.h5")
+    log = InFlightLog(path)
+    log.sent(_pending(5))
+    size = os.path.getsize(inflight_path(path))
+    log.done(5)
+    assert os.path.getsize(inflight_path(path)) == size  # held ...
+    log.sent(_pending(6))
+    assert read_log(open(inflight_path(path), "rb").read(), GENES) == {6: _pending(6)}  # ... and out with the next task
+    log.done(6)
+    log.flush()  # the master is about to wait: out now
+    assert read_log(open(inflight_path(path), "rb").read(), GENES) == {}
+    log.done(7)
+    log.reset()  # a checkpoint holds everything: nothing held survives it
+    log.close()
+    assert os.path.getsize(inflight_path(path)) == 0
+
+
+def test_garbage_and_flipped_bytes_end_the_log_without_an_error(tmp_path):
+    whole = _log_bytes(tmp_path, [("sent", 1), ("sent", 2), ("done", 1), ("sent", 3)])
+    assert read_log(whole, GENES) == {2: _pending(2), 3: _pending(3)}
+    for at in range(len(whole)):
+        flipped = bytearray(whole)
+        flipped[at] ^= 0x40
+        got = read_log(bytes(flipped), GENES)
+        assert got in ({}, {1: _pending(1)}, {1: _pending(1), 2: _pending(2)})  # the log ends before the damaged write
+    assert isinstance(read_log(os.urandom(4096), GENES), dict)  # random bytes: no error
+    assert read_log(b"\x00" * 64, GENES) == {}
+
+
+def test_a_json_lines_log_from_an_older_evens_is_read(tmp_path):
+    lines = [{"sent": 4, "genome": [0.0] * GENES, "parents": [1, 2], "operators": "mutation", "attempts": 2},
+             {"sent": 5, "genome": [1.0] * GENES, "parents": [1, 2], "operators": "random", "attempts": 1},
+             {"done": 5}]
+    data = b"".join(json.dumps(line).encode() + b"\n" for line in lines) + b'{"sent": 6, "genome": [1.0'
+    assert read_log(data, GENES) == {4: Pending(4, [0.0] * GENES, (1, 2), "mutation", 2)}
+
+
+def test_entries_for_another_number_of_genes_are_skipped(tmp_path):
+    data = _log_bytes(tmp_path, [("sent", 1)])
+    assert read_log(data, GENES + 1) == {}
