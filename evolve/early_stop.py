@@ -49,14 +49,16 @@ class RunningMedian:
         return len(self._low) + len(self._high)
 
     def add(self, value: float) -> None:
-        if self._low and value > -self._low[0]:
-            heapq.heappush(self._high, value)
+        low, high = self._low, self._high
+        if low and value > -low[0]:
+            if len(high) < len(low):
+                heapq.heappush(high, value)
+            else:  # the upper half is full: its smallest moves down
+                heapq.heappush(low, -heapq.heappushpop(high, value))
+        elif len(low) > len(high):  # the lower half is full: its largest moves up
+            heapq.heappush(high, -heapq.heappushpop(low, -value))
         else:
-            heapq.heappush(self._low, -value)
-        if len(self._low) > len(self._high) + 1:
-            heapq.heappush(self._high, -heapq.heappop(self._low))
-        elif len(self._high) > len(self._low):
-            heapq.heappush(self._low, -heapq.heappop(self._high))
+            heapq.heappush(low, -value)
 
     def median(self) -> float:
         if not self:
@@ -91,10 +93,14 @@ class MedianRule:
             self.tell(record)
 
     def tell(self, record: Record) -> None:
-        for epoch, average in enumerate(running_averages(record.curve)):
-            while len(self._by_epoch) <= epoch:
-                self._by_epoch.append(RunningMedian())
-            self._by_epoch[epoch].add(average)
+        by_epoch, total = self._by_epoch, 0.0
+        for epoch, fitness in enumerate(record.curve):  # (running_averages, inline: this runs for every result)
+            if not math.isfinite(fitness):
+                break
+            total += fitness
+            if epoch == len(by_epoch):
+                by_epoch.append(RunningMedian())
+            by_epoch[epoch].add(total / (epoch + 1))
 
     def bars(self, epochs: int) -> tuple[float, ...]:
         """The bar for a network planned for ``epochs`` epochs, after each of them (index e: after epoch e + 1).

@@ -56,12 +56,13 @@ class InFlightLog:
         """``individual`` went out; its attempts count this job as one it is out at."""
         genome, operators = individual.genome, individual.operators.encode()
         packer = self._genomes.get(len(genome))
-        if packer is None:
-            packer = self._genomes[len(genome)] = struct.Struct(f"<{len(genome)}d")
-        entry = _SENT.pack(b"S", individual.id, individual.parents[0], individual.parents[1], individual.attempts, len(genome),
-                           len(operators)) + packer.pack(*genome) + operators
+        if packer is None:  # _SENT and the genes, in one struct
+            packer = self._genomes[len(genome)] = struct.Struct(_SENT.format + f"{len(genome)}d")
+        parents = individual.parents
+        entry = packer.pack(b"S", individual.id, parents[0], parents[1], individual.attempts, len(genome), len(operators), *genome) + operators
         if self._done:
-            entry = b"".join(self._done) + entry
+            self._done.append(entry)
+            entry = b"".join(self._done)
             self._done.clear()
         self._write(entry)
 

@@ -249,7 +249,8 @@ def run_search(
                 watch["measure_latency"] = True
             task = Task.from_key(individual.id, space, key, task_seed(seed, individual.id), hall.entry_bar(), watch)
             if journal is not None:
-                journal.sent(replace(individual, attempts=individual.attempts + 1))
+                journal.sent(Pending(individual.id, individual.genome, individual.parents, individual.operators,
+                                     individual.attempts + 1))  # (dataclasses.replace costs 20 us here)
             send(worker, task)
             inflight[worker] = (individual, task, clock(), wall_clock())
         if not inflight:
