@@ -18,8 +18,10 @@ A worker whose network cleared the task's entry bar offers its payload in the
 header (the arrays' names, shapes and dtypes); the master answers ``TAG_WANT``
 only if the network enters the hall of fame now, and the worker then sends
 predictions and weights packed into one aligned byte buffer with a single
-buffer-based ``Send`` (never pickled). An unwanted offer is simply never
-answered: the worker learns it from the next message, which is its next task or
+buffer-based ``Send`` (never pickled). The master receives it in the background
+(``Irecv``) and goes on taking other results; the result is handed to the
+search once its payload is whole (the hall may turn it away by then, if better
+networks arrived meanwhile). An unwanted offer is simply never answered: the worker learns it from the next message, which is its next task or
 the stop. Both ends wait by testing (the master its receive, a worker with
 ``Iprobe``), yielding the CPU between tests and then sleeping (see
 :func:`_wait_for`), so the master stays responsive to signals and a waiting rank
@@ -42,6 +44,7 @@ from .wire import long_marker, long_size, pack_result, unpack_result
 
 TAG_TASK, TAG_STOP, TAG_RESULT, TAG_PAYLOAD, TAG_WANT, TAG_SPACE, TAG_KEYED, TAG_LONG = 11, 12, 13, 14, 15, 16, 17, 18
 RESULT_BYTES = 1 << 16  # the master's result buffer; a longer header follows a marker, on TAG_LONG
+PAYLOAD_DRAIN_SECONDS = 60.0  # at stop, how long the payloads still on their way are waited for
 
 
 def send_arrays(comm: MPI.Comm, header: dict, arrays: dict[str, np.ndarray], dest: int, tag: int, payload_tag: int) -> None:
@@ -112,6 +115,7 @@ class MPIMasterTransport:
         self._buffer = bytearray(RESULT_BYTES)  # where results arrive ...
         self._request: MPI.Prequest | None = None  # ... through this persistent receive from any worker
         self._waiting = False  # whether it is started and not yet completed
+        self._payloads: list[tuple] = []  # wanted payloads on their way: (worker, result, offer, buffer, Irecv request)
 
     def send(self, worker: int, task: Task) -> None:
         if task.key is not None and self._decodes(worker, task.space):
@@ -145,8 +149,39 @@ class MPIMasterTransport:
         return False
 
     def receive(self, timeout: float | None = None, wants: Wants = want_all) -> tuple[int, Result] | None:
-        if not self._arrived() and not _wait_until(self._arrived, timeout):
-            return None
+        got = self._poll(wants)
+        if got is None:
+            box: list = []
+            if not _wait_until(lambda: box.append(self._poll(wants)) or box[-1] is not None, timeout):
+                return None
+            got = box[-1]
+        return got
+
+    def _poll(self, wants: Wants) -> tuple[int, Result] | None:
+        """A finished result if one is here now: a wanted payload that has arrived whole, or a result
+        that needs none. A wanted payload is received in the background (``Irecv``): the master never
+        waits on a worker's payload while others have results for it."""
+        for i, (worker, result, offer, buffer, request) in enumerate(self._payloads):
+            if request.Test():
+                del self._payloads[i]
+                payload = unpack_arrays(offer, buffer)
+                ev = result.evaluation
+                ev.val_pred, ev.test_pred = payload["val_pred"], payload["test_pred"]
+                ev.weights = {name[2:]: w for name, w in payload.items() if name.startswith("w/")}
+                return worker, result
+        while self._arrived():
+            worker, result, offer = self._decode()
+            if offer and wants(result.task_id, result.evaluation.fitness):
+                self.comm.send(None, dest=worker, tag=TAG_WANT)
+                buffer = np.empty(packed_size(offer), dtype=np.uint8)
+                request = self.comm.Irecv([buffer, MPI.BYTE], source=worker, tag=TAG_PAYLOAD)
+                self._payloads.append((worker, result, offer, buffer, request))
+                continue  # the worker is sending it: meanwhile, the next result
+            return worker, result
+        return None
+
+    def _decode(self) -> tuple[int, Result, list | None]:
+        """The result the persistent receive just took: (worker, result without payload, payload offered)."""
         status = self._status
         worker, count = status.Get_source(), status.Get_count(MPI.BYTE)
         message = self._buffer
@@ -159,16 +194,14 @@ class MPIMasterTransport:
             task_id, evaluation, offer = unpack_result(message, count)
         except ValueError as exc:
             raise ValueError(f"a malformed result from worker rank {worker}: {exc}") from None
-        if offer and wants(task_id, evaluation.fitness):
-            self.comm.send(None, dest=worker, tag=TAG_WANT)
-            buffer = np.empty(packed_size(offer), dtype=np.uint8)
-            self.comm.Recv([buffer, MPI.BYTE], source=worker, tag=TAG_PAYLOAD)
-            payload = unpack_arrays(offer, buffer)
-            evaluation.val_pred, evaluation.test_pred = payload["val_pred"], payload["test_pred"]
-            evaluation.weights = {name[2:]: w for name, w in payload.items() if name.startswith("w/")}
-        return worker, Result(task_id, evaluation)
+        return worker, Result(task_id, evaluation), offer
 
     def stop(self) -> None:
+        # payloads on their way are taken first: their workers are inside a Send that must complete
+        if self._payloads and not _wait_until(lambda: all(p[4].Test() for p in self._payloads), PAYLOAD_DRAIN_SECONDS):
+            for p in self._payloads:  # a worker that never finishes sending: let the job's end deal with it
+                p[4].Cancel()
+        self._payloads = []
         if self._request is not None:
             if self._waiting:  # nothing will come now (a result that did is dropped, as one never received would be)
                 self._request.Cancel()

@@ -57,3 +57,8 @@ def test_search_over_mpi_messages(ranks):
 def test_results_longer_than_the_receive_buffer_arrive_whole(ranks):
     proc = launch_python(ranks, "prog_long_result.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_master_takes_other_results_while_a_payload_is_on_its_way():
+    proc = launch_python(3, "prog_slow_payload.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
