@@ -68,17 +68,6 @@ class RunningMedian:
         return (-self._low[0] + self._high[0]) / 2
 
 
-def running_averages(curve: list[float]) -> list[float]:
-    """The mean of ``curve[:e + 1]`` for each e, up to (not including) its first non-finite value."""
-    averages, total = [], 0.0
-    for epoch, fitness in enumerate(curve):
-        if not math.isfinite(fitness):
-            break
-        total += fitness
-        averages.append(total / (epoch + 1))
-    return averages
-
-
 class MedianRule:
     """Per-epoch running medians of the running averages of every network that reported its curve.
 
@@ -94,7 +83,7 @@ class MedianRule:
 
     def tell(self, record: Record) -> None:
         by_epoch, total = self._by_epoch, 0.0
-        for epoch, fitness in enumerate(record.curve):  # (running_averages, inline: this runs for every result)
+        for epoch, fitness in enumerate(record.curve):  # the running average after each epoch, to the first non-finite value
             if not math.isfinite(fitness):
                 break
             total += fitness

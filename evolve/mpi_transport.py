@@ -21,11 +21,11 @@ predictions and weights packed into one aligned byte buffer with a single
 buffer-based ``Send`` (never pickled). The master receives it in the background
 (``Irecv``) and goes on taking other results; the result is handed to the
 search once its payload is whole (the hall may turn it away by then, if better
-networks arrived meanwhile). An unwanted offer is simply never answered: the worker learns it from the next message, which is its next task or
-the stop. Both ends wait by testing (the master its receive, a worker with
-``Iprobe``), yielding the CPU between tests and then sleeping (see
-:func:`_wait_for`), so the master stays responsive to signals and a waiting rank
-uses almost no CPU.
+networks arrived meanwhile). An unwanted offer is simply never answered: the
+worker learns it from the next message, which is its next task or the stop.
+Both ends wait by testing (the master its receive, a worker with ``Iprobe``),
+yielding the CPU between tests and then sleeping (see :func:`_wait_for`), so
+the master stays responsive to signals and a waiting rank uses almost no CPU.
 """
 from __future__ import annotations
 
@@ -149,13 +149,13 @@ class MPIMasterTransport:
         return False
 
     def receive(self, timeout: float | None = None, wants: Wants = want_all) -> tuple[int, Result] | None:
-        got = self._poll(wants)
-        if got is None:
-            box: list = []
-            if not _wait_until(lambda: box.append(self._poll(wants)) or box[-1] is not None, timeout):
-                return None
-            got = box[-1]
-        return got
+        found: list = []
+
+        def ready() -> bool:
+            found.append(self._poll(wants))
+            return found[-1] is not None
+
+        return found[-1] if ready() or _wait_until(ready, timeout) else None
 
     def _poll(self, wants: Wants) -> tuple[int, Result] | None:
         """A finished result if one is here now: a wanted payload that has arrived whole, or a result

@@ -16,7 +16,7 @@ from ensemble.problem import Classification
 from ensemble.results import Evaluation
 from ensemble.specs import NetworkSpec, TrainSpec
 from ensemble.train import DeviceData, Watch, train_and_evaluate
-from evolve.early_stop import MedianRule, RunningMedian, running_averages
+from evolve.early_stop import MedianRule, RunningMedian
 from evolve.ga import GAParams
 from evolve.master import SearchSettings, SearchState, run_search
 from evolve.protocol import InProcessTransport, Task
@@ -47,10 +47,16 @@ def test_bars_need_peers_and_ignore_nan():
     assert bars[0] == pytest.approx(0.2) and math.isnan(bars[1]) and math.isnan(bars[2])  # epoch 2 has 4 finite values
 
 
-def test_running_averages_end_at_the_first_non_finite_value():
-    assert running_averages([0.2, 0.4, 0.9]) == pytest.approx([0.2, 0.3, 0.5])
-    assert running_averages([0.2, -math.inf, 0.9]) == pytest.approx([0.2])
-    assert running_averages([math.nan, 0.5]) == [] and running_averages([]) == []
+def test_a_curve_counts_up_to_its_first_non_finite_value():
+    """The bars are medians of running averages (0.2, 0.3, 0.5 for this curve), and a curve stops
+    counting at its first NaN or infinity: a diverged network never moves a median."""
+    rule = MedianRule([record(i, [0.2, 0.4, 0.9]) for i in range(5)], min_peers=5, planned_fraction=0.0)
+    assert rule.bars(3) == pytest.approx((0.2, 0.3, 0.5))
+    curves = [[0.2, -math.inf, 0.9]] * 24 + [[0.2, 0.4, math.inf]] * 12 + [[math.nan, 0.5]] * 3
+    for i, curve in enumerate(curves):
+        rule.tell(record(5 + i, curve))
+    # counted, the infinities would be the medians after epochs 2 and 3: only finite averages joined (0.2, 0.3)
+    assert rule.bars(3) == pytest.approx((0.2, 0.3, 0.5))
 
 
 @given(st.lists(st.lists(st.floats(0, 1), min_size=1, max_size=8), min_size=5, max_size=30))
