@@ -70,7 +70,7 @@ def zero_work(task_id: int) -> dict:
     return {"task_id": task_id, "status": "ok", "fitness": 0.5, "metrics": {"val_accuracy": 0.5}, "seconds": 0.0}
 
 
-def measure(evaluations: int) -> dict | None:
+def measure(evaluations: int, curve_epochs: int = 2) -> dict | None:
     """Collective: both contenders on this MPI world; rank 0 returns the figures."""
     from mpi4py import MPI
     from mpi4py.futures import MPICommExecutor, wait, FIRST_COMPLETED
@@ -114,10 +114,11 @@ def measure(evaluations: int) -> dict | None:
     val_y, test_y = np.array([0, 1, 1, 0]), np.array([1, 0, 1, 1, 0, 0])
 
     def instant(task) -> Evaluation:
-        """A 'training' that returns at once: a fitness from the decoded genes, a short curve."""
+        """A 'training' that returns at once: a fitness from the decoded genes, a curve of ``curve_epochs`` epochs."""
         net, tr = task.network, task.training
         score = min(max(0.5 + 0.1 * net["depth"] / 3 + 0.1 * net["width"] / 128 - 0.05 * abs(math.log10(tr["learning_rate"]) + 2.5), 0.0), 1.0)
-        ev = Evaluation("ok", score, {"val_accuracy": score, "test_accuracy": score}, 0.0, 2, curve=[score / 2, score])
+        curve = [score * (e + 1) / curve_epochs for e in range(curve_epochs)]
+        ev = Evaluation("ok", score, {"val_accuracy": score, "test_accuracy": score}, 0.0, curve_epochs, curve=curve)
         if clears(score, task.id, task.entry_bar):
             ev.val_pred = np.full((4, 2), 0.5, np.float32)
             ev.test_pred = np.full((6, 2), 0.5, np.float32)
@@ -173,10 +174,10 @@ def measure(evaluations: int) -> dict | None:
     return None
 
 
-def launch(np_: int, evaluations: int) -> dict:
+def launch(np_: int, evaluations: int, curve_epochs: int) -> dict:
     bindir = os.path.dirname(sys.executable)
     cmd = [os.path.join(bindir, "mpiexec"), "-n", str(np_), sys.executable, os.path.abspath(__file__), "--role", "measure",
-           "--evaluations", str(evaluations)]
+           "--evaluations", str(evaluations), "--curve-epochs", str(curve_epochs)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900, env=dict(os.environ, OMP_NUM_THREADS="1"))
     if proc.returncode != 0:
         raise SystemExit(f"mpiexec -n {np_} failed:\n{proc.stderr}")
@@ -203,10 +204,12 @@ def main() -> None:
     parser.add_argument("--evaluations", type=int, default=EVALUATIONS)
     parser.add_argument("--ranks", default="2,4", help="rank counts, comma separated")
     parser.add_argument("--repeats", type=int, default=3, help="launches per rank count, alternated (default 3; --quick: 1)")
+    parser.add_argument("--curve-epochs", type=int, default=2,
+                        help="epochs in each result's curve (default 2): the median rule takes in every one")
     parser.add_argument("--role", default="lead", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "measure":
-        figures = measure(args.evaluations)
+        figures = measure(args.evaluations, args.curve_epochs)
         if figures is not None:
             print(json.dumps(figures), flush=True)
         return
@@ -216,12 +219,13 @@ def main() -> None:
     launches: dict[int, list[dict]] = {n: [] for n in ranks}
     for _ in range(repeats):  # alternated, so a change of load touches every rank count alike
         for n in ranks:
-            launches[n].append(launch(n, args.evaluations))
+            launches[n].append(launch(n, args.evaluations, args.curve_epochs))
     rows = {n: median_row(launches[n]) for n in ranks}
     first, last = (str(w) for w in WINDOW_STARTS)
     print(f"# bench_master  {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}  host={platform.node()}  "
           f"cpus={os.cpu_count()}  load={' '.join(f'{v:.2f}' for v in os.getloadavg())}  {args.evaluations} evaluations per "
-          f"launch, zero-work trainings, a checkpoint every {CHECKPOINT_EVERY}; medians over {repeats} launch(es)")
+          f"launch, zero-work trainings with {args.curve_epochs}-epoch curves, a checkpoint every {CHECKPOINT_EVERY}; "
+          f"medians over {repeats} launch(es)")
     print(f"{'np':>3} {'workers':>7} {'futures us/eval':>16} {'evens us/eval':>14} {'evens/futures':>14} "
           f"{'first ' + first:>11} {'evens after ' + first:>17} {'after ' + last:>12} {'growth':>7}  checkpoint ms (each launch)")
     for n, r in rows.items():
