@@ -111,9 +111,8 @@ def _signature(stored: StoredEnsemble) -> tuple:
     return json.dumps(stored.problem.to_dict(), sort_keys=True), tuple(stored.sample_shape), stored.x_dtype
 
 
-def _previous(path: str, stored: StoredEnsemble | None = None) -> tuple | None:
-    """What this process wrote at ``path``, if the file there is still that one (and, given ``stored``,
-    its ensemble group differs from what ``stored`` makes in its members, capacity or selection at most)."""
+def _previous(path: str) -> tuple | None:
+    """What this process wrote at ``path`` (its entry in ``_written``), if the file there is still that one."""
     last = _written.get(os.path.abspath(path))
     if last is None:
         return None
@@ -122,13 +121,16 @@ def _previous(path: str, stored: StoredEnsemble | None = None) -> tuple | None:
             return None
     except OSError:
         return None
-    if stored is not None:
-        if any(m.weights is None for m in stored.hall_of_fame):
-            return None  # (write_ensemble refuses members read without their weights: let it say so)
-        if last[1] != _signature(stored) or not all(a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
-                                                    for a, b in ((last[3], stored.val_y), (last[4], stored.test_y))):
-            return None
     return last
+
+
+def _group_reusable(last: tuple, stored: StoredEnsemble) -> bool:
+    """Does the ensemble group written with ``last`` differ from what ``stored`` makes in its members,
+    capacity or selection at most (so that :func:`_copy_group` can make it from that one)?"""
+    if any(m.weights is None for m in stored.hall_of_fame):
+        return False  # (write_ensemble refuses members read without their weights: let it say so)
+    return last[1] == _signature(stored) and all(a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+                                                 for a, b in ((last[3], stored.val_y), (last[4], stored.test_y)))
 
 
 def _copy_group(previous_path: str, f: h5py.File, stored: StoredEnsemble, members: tuple) -> None:
@@ -139,12 +141,13 @@ def _copy_group(previous_path: str, f: h5py.File, stored: StoredEnsemble, member
         attrs = dict(previous[GROUP].attrs)
     group = f[GROUP]
     hall = stored.hall_of_fame
-    entered = [m for m in hall if m.id not in set(members)]
+    before = set(members)
+    entered = [m for m in hall if m.id not in before]
     selection = json.dumps(stored.selection.to_dict()) if stored.selection else ""
     if not entered and [m.id for m in hall] == list(members) and attrs.get("capacity") == hall.capacity \
             and attrs.get("selection") == selection:
         return  # the very same group
-    for ident in set(members) - {m.id for m in hall}:
+    for ident in before - {m.id for m in hall}:
         del group["members"][str(ident)]
     scratch = f.create_group("scratch")
     write_ensemble(scratch, replace(stored, hall_of_fame=HallOfFame(hall.capacity, entered)))
@@ -173,7 +176,7 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
     else:
         segments = merged(folder, segments, n_genes)
     stored = stored_ensemble(state, info)
-    copy = _previous(path, stored)
+    copy = previous if previous is not None and _group_reusable(previous, stored) else None  # (the state file is untouched since)
     _written.pop(os.path.abspath(path), None)  # until this write is complete
     tmp = exclusive_temp(path)  # unpredictable, created exclusively: a planted symlink is never followed
     try:
