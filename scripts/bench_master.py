@@ -175,8 +175,8 @@ def measure(evaluations: int, curve_epochs: int = 2) -> dict | None:
 
 
 def launch(np_: int, evaluations: int, curve_epochs: int) -> dict:
-    bindir = os.path.dirname(sys.executable)
-    cmd = [os.path.join(bindir, "mpiexec"), "-n", str(np_), sys.executable, os.path.abspath(__file__), "--role", "measure",
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")  # the venv's MPICH, else the PATH's (a site MPI)
+    cmd = [here if os.path.exists(here) else "mpiexec", "-n", str(np_), sys.executable, os.path.abspath(__file__), "--role", "measure",
            "--evaluations", str(evaluations), "--curve-epochs", str(curve_epochs)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900, env=dict(os.environ, OMP_NUM_THREADS="1"))
     if proc.returncode != 0:
