@@ -27,12 +27,13 @@ import os
 import socket
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 from mpi4py import MPI
 
-from .checksum import crc32
+from .checksum import crc32, crc32_combine
 from .h5file import ROW_BLOCK_BYTES, DataError, DataPlan, RowReader, first_line, inspect_file
 from .layout import Chunk, array_views, chunk_ranges, plan_chunks, plan_layout, shard_specs
 from .shard import SPLIT, Shard, plan_shards, scatter_shards
@@ -40,6 +41,16 @@ from .shard import SPLIT, Shard, plan_shards, scatter_shards
 DEFAULT_CHUNK_BYTES = 64 << 20
 MODES = ("replicate", "shard")
 INT_COUNT_LIMIT = (1 << 31) - 1  # MPI's count is a C int: no message may hold more elements
+MAX_READ_THREADS = 8  # the root's reading threads, at most, when not told how many
+
+
+def usable_cores(most: int) -> int:
+    """The cores this process may run on (its affinity, as Slurm sets it), at most ``most``."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(most, cores))
 
 
 @dataclass
@@ -148,6 +159,7 @@ def broadcast_dataset(
     allow_external: bool = False,
     mode: str = "replicate",
     root_trains: bool = True,
+    read_threads: int = 0,
 ) -> SharedDataset:
     """Collective: the root streams ``path`` to every rank; every rank returns the arrays its node holds.
 
@@ -161,6 +173,10 @@ def broadcast_dataset(
     rows; together they cover it), and val and test whole; ``root_trains=False`` says that the
     root does not train, so a node holding only the root gets no part. A part of fewer than 2 rows
     is a :class:`DataError` on every rank before anything is sent.
+
+    The root reads with ``read_threads`` threads (0: one per core it may run on, at most
+    :data:`MAX_READ_THREADS`); they matter where arrays can be read as the file's own bytes
+    (stored contiguous, see :meth:`~data_bcast.h5file.RowReader.raw_offset`).
 
     >>> data = broadcast_dataset(MPI.COMM_WORLD, "digits.h5")   # doctest: +SKIP
     >>> data.arrays["train/x"].shape                            # doctest: +SKIP
@@ -217,7 +233,8 @@ def broadcast_dataset(
     t0 = time.perf_counter()
     error = None
     if carriers != MPI.COMM_NULL:
-        error = _stream(carriers, plan, shard, layout, buffer, arrays, min(chunk_bytes, message_limit()), stats)
+        threads = read_threads if read_threads > 0 else usable_cores(MAX_READ_THREADS)
+        error = _stream(carriers, plan, shard, layout, buffer, arrays, min(chunk_bytes, message_limit()), stats, threads)
     error = first_error(comm, error, root)
     if error is not None:
         node.Barrier()
@@ -233,7 +250,7 @@ def broadcast_dataset(
 
 
 def _stream(carriers: MPI.Comm, plan: DataPlan, shard: Shard | None, layout, buffer: np.ndarray, arrays: dict[str, np.ndarray],
-            chunk_bytes: int, stats: dict) -> str | None:
+            chunk_bytes: int, stats: dict, read_threads: int = 1) -> str | None:
     """The carriers' part: the root (carrier rank 0) reads and sends chunk by chunk, the others receive
     and check. Returns this rank's error, or None; every carrier stops at the same chunk. In shard
     mode the training split is dealt first (:func:`data_bcast.shard.scatter_shards`), then the
@@ -254,7 +271,7 @@ def _stream(carriers: MPI.Comm, plan: DataPlan, shard: Shard | None, layout, buf
             error, stopped, first_k = scatter_shards(carriers, plan, shard, reader, arrays, chunk_bytes, crcs, stats, error, _fault_hook)
             if stopped:
                 chunks = []
-        error = _broadcast_chunks(carriers, plan, chunks, first_k, reader, buffer, arrays, crcs, stats, error)
+        error = _broadcast_chunks(carriers, plan, chunks, first_k, reader, buffer, arrays, crcs, stats, error, read_threads)
     finally:
         if reader is not None:
             reader.close()
@@ -265,68 +282,90 @@ def _stream(carriers: MPI.Comm, plan: DataPlan, shard: Shard | None, layout, buf
 
 
 def _broadcast_chunks(carriers: MPI.Comm, plan: DataPlan, chunks: list[Chunk], first_k: int, reader: RowReader | None,
-                      buffer: np.ndarray, arrays: dict[str, np.ndarray], crcs: dict[str, int], stats: dict, error: str | None) -> str | None:
-    """Broadcast ``chunks`` (numbered from ``first_k``) to every carrier, reading chunk k+1 while chunk k travels."""
+                      buffer: np.ndarray, arrays: dict[str, np.ndarray], crcs: dict[str, int], stats: dict, error: str | None,
+                      read_threads: int = 1) -> str | None:
+    """Broadcast ``chunks`` (numbered from ``first_k``) to every carrier, reading chunk k+1 while chunk k travels.
+
+    The root reads (and checksums) in the background, on threads of its own, while its main thread
+    sits in MPI's wait for the chunk on its way: the broadcast moves at MPI's full pace, never only
+    between two reads. The threads never call MPI."""
     is_root = carriers.rank == 0
-    read_seconds = 0.0
     header = np.zeros(2, dtype=np.int64)  # (1 if the root failed, CRC-32 of the chunk)
     pending = None  # (request, chunk, crc): the chunk on its way while the next is read
-    for i in range(len(chunks) + 1):
-        k = first_k + i
-        chunk = chunks[i] if i < len(chunks) else None
-        crc = 0
-        if is_root and chunk is not None and error is None:
-            t = time.perf_counter()
-            try:
-                _read_chunk(reader, chunk, buffer, arrays, lambda: pending[0].Test() if pending else None)
-            except DataError as exc:
-                error = str(exc)
-            read_seconds += time.perf_counter() - t
-            if error is None:
-                view = buffer[chunk.offset : chunk.offset + chunk.nbytes]
-                crc = crc32(view)
-                crcs[chunk.name] = crc32(view, crcs.get(chunk.name, 0))
-                _fault_hook(k, view)
-        if pending is not None:
-            request, done_chunk, sent_crc = pending
-            request.Wait()
-            pending = None
-            if not is_root and error is None:
-                view = buffer[done_chunk.offset : done_chunk.offset + done_chunk.nbytes]
-                got = crc32(view)
-                if got != sent_crc:
-                    error = (f"{plan.path}: the data arrived damaged: chunk {k - 1} of "
-                             f"{done_chunk.name} (rows {done_chunk.rows[0]}..{done_chunk.rows[1] - 1}) has CRC-32 "
-                             f"{got:08x}, the root sent {sent_crc:08x}")
-        if chunk is None:
-            break
-        header[:] = (1 if (is_root and error is not None) else 0, crc)
-        carriers.Bcast(header, root=0)
-        if header[0]:
-            break
-        request = carriers.Ibcast([buffer[chunk.offset : chunk.offset + chunk.nbytes], MPI.BYTE], root=0)
-        pending = (request, chunk, int(header[1]))
-    stats["read_seconds"] = stats.get("read_seconds", 0.0) + read_seconds
+    lead = pieces = None
+    if is_root and chunks:
+        lead = ThreadPoolExecutor(1, thread_name_prefix="evens-read")
+        pieces = ThreadPoolExecutor(max(1, read_threads), thread_name_prefix="evens-piece")
+    seconds = [0.0]
+    try:
+        for i in range(len(chunks) + 1):
+            k = first_k + i
+            chunk = chunks[i] if i < len(chunks) else None
+            crc = 0
+            reading = None
+            if is_root and chunk is not None and error is None:
+                reading = lead.submit(_read_chunk, reader, chunk, buffer, arrays, pieces, seconds)
+            if pending is not None:
+                request, done_chunk, sent_crc = pending
+                request.Wait()
+                pending = None
+                if not is_root and error is None:
+                    view = buffer[done_chunk.offset : done_chunk.offset + done_chunk.nbytes]
+                    got = crc32(view)
+                    if got != sent_crc:
+                        error = (f"{plan.path}: the data arrived damaged: chunk {k - 1} of "
+                                 f"{done_chunk.name} (rows {done_chunk.rows[0]}..{done_chunk.rows[1] - 1}) has CRC-32 "
+                                 f"{got:08x}, the root sent {sent_crc:08x}")
+            if reading is not None:
+                try:
+                    crc = reading.result()
+                except DataError as exc:
+                    error = str(exc)
+                if error is None:
+                    crcs[chunk.name] = crc32_combine(crcs.get(chunk.name, 0), crc, chunk.nbytes)
+                    _fault_hook(k, buffer[chunk.offset : chunk.offset + chunk.nbytes])
+            if chunk is None:
+                break
+            header[:] = (1 if (is_root and error is not None) else 0, crc)
+            carriers.Bcast(header, root=0)
+            if header[0]:
+                break
+            request = carriers.Ibcast([buffer[chunk.offset : chunk.offset + chunk.nbytes], MPI.BYTE], root=0)
+            pending = (request, chunk, int(header[1]))
+    finally:
+        for pool in (lead, pieces):
+            if pool is not None:
+                pool.shutdown(wait=True)
+    stats["read_seconds"] = stats.get("read_seconds", 0.0) + seconds[0]
     return error
 
 
-def _read_chunk(reader: RowReader, chunk: Chunk, buffer: np.ndarray, arrays: dict[str, np.ndarray], progress) -> None:
-    """Read the rows of ``chunk`` into the buffer (whole rows straight into place; a piece of a
-    row bigger than a chunk through a one-row copy). ``progress`` lets the broadcast in flight move."""
+def _read_chunk(reader: RowReader, chunk: Chunk, buffer: np.ndarray, arrays: dict[str, np.ndarray], pieces, seconds: list) -> int:
+    """Read the rows of ``chunk`` into the buffer and return its CRC-32: whole rows straight into
+    place (from the file's bytes, by the ``pieces`` pool, where :meth:`RowReader.raw_offset` allows;
+    else through h5py), a piece of a row bigger than a chunk through a one-row copy. Adds the
+    time it took to ``seconds[0]``."""
+    began = time.perf_counter()
     array = arrays[chunk.name]
     first, last = chunk.rows
     row_bytes = array[:1].nbytes
     start_in_array = chunk.offset - (array.ctypes.data - buffer.ctypes.data)
-    if chunk.nbytes == (last - first) * row_bytes and start_in_array == first * row_bytes:
-        step = max(1, ROW_BLOCK_BYTES // max(1, row_bytes))
-        for a in range(first, last, step):
-            reader.read_into(chunk.name, a, min(last, a + step), array[a : min(last, a + step)])
-            progress()
-        return
-    row = np.empty((1,) + array.shape[1:], dtype=array.dtype)
-    reader.read_into(chunk.name, first, first + 1, row)
-    skip = start_in_array - first * row_bytes
-    buffer[chunk.offset : chunk.offset + chunk.nbytes] = row.view(np.uint8).reshape(-1)[skip : skip + chunk.nbytes]
+    view = buffer[chunk.offset : chunk.offset + chunk.nbytes]
+    try:
+        if chunk.nbytes == (last - first) * row_bytes and start_in_array == first * row_bytes:
+            if reader.raw_offset(chunk.name) is not None:
+                return reader.read_raw(chunk.name, first, last, array[first:last], pieces)
+            step = max(1, ROW_BLOCK_BYTES // max(1, row_bytes))
+            for a in range(first, last, step):
+                reader.read_into(chunk.name, a, min(last, a + step), array[a : min(last, a + step)])
+        else:
+            row = np.empty((1,) + array.shape[1:], dtype=array.dtype)
+            reader.read_into(chunk.name, first, first + 1, row)
+            skip = start_in_array - first * row_bytes
+            view[:] = row.view(np.uint8).reshape(-1)[skip : skip + chunk.nbytes]
+        return crc32(view)
+    finally:
+        seconds[0] += time.perf_counter() - began
 
 
 def _fault_hook(k: int, view: np.ndarray) -> None:

@@ -44,23 +44,16 @@ B3, file-system fan-in: opens of the dataset file (h5py.File calls, counted) and
 Time to ready, shared window against private buffers: stream_shared against stream_private, with
   page faults (minflt from /proc/self/stat) summed over the ranks.
 
-EXPERIMENTS (``--experiments``, on by default; ``x_`` in the name): the same ``broadcast_dataset``
-  with a proposed change to data_bcast applied in this process only (monkeypatched; data_bcast/ on
-  disk is not changed), to measure a patch before it is made:
+EXPERIMENT (``--experiments``, on by default; ``x_`` in the name):
 
-  x_read_direct    RowReader.read_into reads contiguous rows with h5py ``read_direct`` straight into
-                   the destination instead of ``out[...] = ds[a:b]`` (a temporary array and a copy).
-  x_fast           x_read_direct, plus the chunk CRC-32 taken with ISA-L's crc32 (``isal``, the same
-                   CRC-32 values as zlib's, so fingerprints do not change), if isal can be imported.
-  x_shared_prefault  stream_shared, with every rank of the node touching its share of the fresh
-                   window (one write a page) right after Allocate_shared, before the root reads.
-  x_shared_fast    x_shared_prefault plus x_fast.
-  x_pickle_rd, x_whole_rd  pickle and whole with the read_direct patch too (load_dataset reads through
-                   RowReader, so the patch speeds their read as well): the fair yardsticks for x_fast.
+  x_h5py_reads     stream_private with the root's raw reads turned off (monkeypatched in this process:
+                   ``RowReader.raw_offset`` answers None), so every chunk is read through h5py, one
+                   read at a time, as before raw reads: what reading the file's own bytes on several
+                   threads gives, side by side in the same launch.
 
 ``--profile`` prints where the time goes instead: memcpy, CRC-32 (zlib and isal), isfinite, the h5py
   read both ways, page-fault cost of fresh private memory against a fresh shared window (one rank
-  touching all of it, or every rank of the node its share), and stream_private over chunk sizes.
+  touching all of it, or every rank of the node its share), and stream_private (and x_h5py_reads) over chunk sizes.
 """
 from __future__ import annotations
 
@@ -78,7 +71,6 @@ import statistics
 import sys
 import tempfile
 import time
-import types
 import zlib
 
 import numpy as np
@@ -89,12 +81,11 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import h5py  # noqa: E402
 
-import data_bcast.broadcast as _broadcast  # noqa: E402
 import data_bcast.h5file as _h5file  # noqa: E402
 from data_bcast import load_dataset, write_dataset  # noqa: E402
-from data_bcast.broadcast import broadcast_dataset  # noqa: E402
+from data_bcast.broadcast import broadcast_dataset, prefault  # noqa: E402
 
-try:  # optional, for the x_fast experiment and the profile only (pip install isal)
+try:  # optional, for the profile only (pip install isal)
     from isal import isal_zlib as _isal_zlib
 except ImportError:
     _isal_zlib = None
@@ -188,72 +179,18 @@ def make_file(directory: str, mib: float, seed: int = 0) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# experiments: proposed changes to data_bcast, applied in this process only
-
-
-_real_read_into = _h5file.RowReader.read_into
-
-
-def _read_into_direct(self, name, first, last, out):
-    """Proposed RowReader.read_into: rows the file holds as they are go straight into ``out`` by
-    ``read_direct`` (no temporary array, no second copy); everything else as before."""
-    split, field = name.split("/")
-    if self.plan.sources[split] != "holdout":
-        ds = self._file[split][field]
-        if ds.dtype == out.dtype and out.flags.c_contiguous and last > first:
-            where = f"{self.plan.path}: {split}/{field}"
-            try:
-                ds.read_direct(out, np.s_[first:last], np.s_[0 : last - first])
-            except _h5file.DAMAGE as exc:
-                raise _h5file.DataError(f"{where}: read failed at rows {first}..{last - 1}, the file looks damaged "
-                                        f"({type(exc).__name__}: {_h5file.first_line(exc)})") from None
-            _h5file._checked(out, where, first)
-            return
-    _real_read_into(self, name, first, last, out)
-
-
-class _PrefaultMPI(types.ModuleType):
-    """``MPI`` as data_bcast.broadcast sees it, except that ``Win.Allocate_shared`` prefaults the window:
-    each rank of the node writes one byte a page of its share (the memory is fresh, so zeros are what it
-    holds already), then the node waits for all. The kernel's page allocation then runs on every core of
-    the node at once instead of on the root alone while it reads."""
-
-    def __init__(self):
-        super().__init__("mpi_prefault")
-        self.Win = types.SimpleNamespace(Allocate_shared=self._allocate_shared)
-
-    def __getattr__(self, name):
-        return getattr(MPI, name)
-
-    @staticmethod
-    def _allocate_shared(size, disp_unit=1, info=MPI.INFO_NULL, comm=MPI.COMM_SELF):
-        win = MPI.Win.Allocate_shared(size, disp_unit, info, comm=comm)
-        prefault_window(win, comm)
-        return win
-
-
-def prefault_window(win: MPI.Win, node: MPI.Comm) -> None:
-    mem, _ = win.Shared_query(0)
-    buf = np.frombuffer(mem, dtype=np.uint8)
-    share = -(-buf.size // node.size // PAGE) * PAGE
-    lo = min(buf.size, node.rank * share)
-    buf[lo : min(buf.size, lo + share) : PAGE] = 0
-    node.Barrier()
+# the experiment: the stream with the root's raw reads turned off
 
 
 @contextlib.contextmanager
-def patched(read_direct=False, fast_crc=False, prefault=False):
-    saved = (_h5file.RowReader.read_into, _broadcast.zlib, _broadcast.MPI)
+def patched(h5py_reads=False):
+    saved = _h5file.RowReader.raw_offset
     try:
-        if read_direct:
-            _h5file.RowReader.read_into = _read_into_direct
-        if fast_crc and _isal_zlib is not None:
-            _broadcast.zlib = types.SimpleNamespace(crc32=_isal_zlib.crc32)
-        if prefault:
-            _broadcast.MPI = _PrefaultMPI()
+        if h5py_reads:
+            _h5file.RowReader.raw_offset = lambda self, name: None
         yield
     finally:
-        _h5file.RowReader.read_into, _broadcast.zlib, _broadcast.MPI = saved
+        _h5file.RowReader.raw_offset = saved
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -298,23 +235,11 @@ def run_every_rank(comm, path, chunk_bytes):
     return arrays, lambda: None, time.perf_counter() - t if comm.rank == 0 else None
 
 
-def with_patch(run, **experiment):
-    def patched_run(comm, path, chunk_bytes):
-        with patched(**experiment):
-            return run(comm, path, chunk_bytes)
-    return patched_run
-
-
 def contenders(experiments: bool) -> dict:
     c = {"stream_private": run_stream(False), "pickle": run_pickle, "whole": run_whole,
          "stream_shared": run_stream(True), "every_rank_reads": run_every_rank}
     if experiments:
-        c |= {"x_read_direct": run_stream(False, read_direct=True),
-              "x_fast": run_stream(False, read_direct=True, fast_crc=True),
-              "x_shared_prefault": run_stream(True, prefault=True),
-              "x_shared_fast": run_stream(True, read_direct=True, fast_crc=True, prefault=True),
-              "x_pickle_rd": with_patch(run_pickle, read_direct=True),
-              "x_whole_rd": with_patch(run_whole, read_direct=True)}
+        c["x_h5py_reads"] = run_stream(False, h5py_reads=True)
     return c
 
 
@@ -387,15 +312,9 @@ def measure(comm, path, ref, payload, chunk, reps, runs) -> dict:
         "model_speedup_27648": model_speedup(payload, chunk),
         "shared_vs_private_ready": med["stream_shared"]["t"] / sp["t"],
     }
-    if {"x_fast", "x_shared_prefault", "x_shared_fast", "x_pickle_rd", "x_whole_rd"} <= set(med):
-        out |= {"x_fast_vs_pickle": med["pickle"]["t"] / med["x_fast"]["t"],
-                "x_fast_vs_pickle_min": per["pickle"]["min_seconds"] / per["x_fast"]["min_seconds"],
-                "x_fast_vs_whole_min": per["whole"]["min_seconds"] / per["x_fast"]["min_seconds"],
-                "x_fast_vs_whole": med["whole"]["t"] / med["x_fast"]["t"],
-                "x_fast_vs_x_pickle_rd": med["x_pickle_rd"]["t"] / med["x_fast"]["t"],
-                "x_fast_vs_x_whole_rd": med["x_whole_rd"]["t"] / med["x_fast"]["t"],
-                "x_shared_prefault_vs_shared": med["stream_shared"]["t"] / med["x_shared_prefault"]["t"],
-                "x_shared_fast_vs_private": sp["t"] / med["x_shared_fast"]["t"]}
+    if "x_h5py_reads" in med:
+        out |= {"raw_reads_speedup": med["x_h5py_reads"]["t"] / sp["t"],
+                "x_h5py_reads_vs_pickle": med["pickle"]["t"] / med["x_h5py_reads"]["t"]}
     return out
 
 
@@ -405,7 +324,7 @@ def report(comm, nodes, args, chunk, reps, results, experiments) -> None:
           f"chunk={chunk / 2**20:g} MiB  reps={reps} (interleaved)  pickle protocol {MPI.pickle.PROTOCOL} in-band  "
           f"isal={'yes' if _isal_zlib else 'no'}  {MPI.Get_library_version().splitlines()[0].strip()}")
     print("# time to ready = the root's read + delivery, barrier to barrier, max over ranks, median over reps; "
-          "x_* rows are EXPERIMENTS (a proposed data_bcast patch, monkeypatched in this process)")
+          "x_h5py_reads is an EXPERIMENT: the stream with raw reads off (monkeypatched in this process)")
     for r in results:
         print(f"\n## {r['mib']:.1f} MiB")
         print(f"{'contender':<18} {'ready s':>8} {'min s':>6} {'(reps)':>20} {'GB/s':>6} {'root read s':>11} {'beyond read s':>13} "
@@ -425,12 +344,9 @@ def report(comm, nodes, args, chunk, reps, results, experiments) -> None:
               f"B3 opens_ratio {r['opens_ratio']:.1f}  read_bytes_ratio {r['read_bytes_ratio']:.1f}  "
               f"MODEL (not measured) speedup at 27,648 ranks {r['model_speedup_27648']:.0f}x   "
               f"ready: shared/private {r['shared_vs_private_ready']:.2f}")
-        if "x_fast_vs_pickle" in r:
-            print(f"EXPERIMENTS  x_fast vs pickle {r['x_fast_vs_pickle']:.2f}, vs whole {r['x_fast_vs_whole']:.2f} "
-                  f"[fastest reps: {r['x_fast_vs_pickle_min']:.2f}, {r['x_fast_vs_whole_min']:.2f}]  "
-                  f"against pickle and whole reading with read_direct too: {r['x_fast_vs_x_pickle_rd']:.2f}, {r['x_fast_vs_x_whole_rd']:.2f}  "
-                  f"stream_shared/x_shared_prefault {r['x_shared_prefault_vs_shared']:.2f}  "
-                  f"stream_private/x_shared_fast {r['x_shared_fast_vs_private']:.2f}")
+        if "raw_reads_speedup" in r:
+            print(f"EXPERIMENT  x_h5py_reads / stream_private {r['raw_reads_speedup']:.2f} (what raw reads give)  "
+                  f"pickle / x_h5py_reads {r['x_h5py_reads_vs_pickle']:.2f}")
     last = results[-1]
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in last.items() if k != "per_contender"}
                      | {"ranks": comm.size, "nodes": nodes, "quick": args.quick, "chunk_mib": chunk / 2**20,
@@ -521,7 +437,8 @@ def profile(comm, path, payload, reps) -> None:
                     np.frombuffer(mem, np.uint8)[::PAGE] = 0
                 node.Barrier()
             else:
-                prefault_window(win, node)
+                mem, _ = win.Shared_query(0)
+                prefault(np.frombuffer(mem, np.uint8), node)
             t = comm.reduce(time.perf_counter() - t, op=MPI.MAX, root=0)
             f = comm.reduce(minflt() - f0, op=MPI.SUM, root=0)
             win.Free()
@@ -535,7 +452,7 @@ def profile(comm, path, payload, reps) -> None:
     # the chunk size of the stream
     sizes = [1, 4, 16, 64, 256]
     runs = {f"stream_private@{c}MiB": run_stream(False, chunk=c << 20) for c in sizes}
-    runs |= {f"x_fast@{c}MiB": run_stream(False, chunk=c << 20, read_direct=True, fast_crc=True) for c in (4, 64)}
+    runs |= {f"x_h5py_reads@{c}MiB": run_stream(False, chunk=c << 20, h5py_reads=True) for c in (4, 64)}
     ref = digest(load_dataset(path)[1]) if comm.rank == 0 else None
     ref = comm.bcast(ref, root=0)
     res = measure_simple(comm, path, ref, runs, reps)
@@ -589,7 +506,7 @@ def main() -> None:
     parser.add_argument("--mib", default="16,256,1024", help="dataset sizes in MiB, comma-separated (default 16,256,1024)")
     parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions (default 3)")
     parser.add_argument("--chunk-mib", type=float, default=64, help="chunk size in MiB (default 64, evens' data.chunk_mb)")
-    parser.add_argument("--no-experiments", dest="experiments", action="store_false", help="leave out the x_* experiments")
+    parser.add_argument("--no-experiments", dest="experiments", action="store_false", help="leave out the x_h5py_reads experiment")
     parser.add_argument("--only", default="", help="run only these contenders (comma-separated names; B1-B3 ratios need "
                         "stream_private, pickle, whole, stream_shared and every_rank_reads)")
     parser.add_argument("--profile", action="store_true", help="where the time goes (256 MiB unless --mib names one size)")

@@ -305,3 +305,76 @@ def test_damaged_bytes_give_a_one_line_error_or_the_file_still_loads(tmp_path):
             assert "\n" not in str(exc) and str(damaged) in str(exc)
             outcomes["refused"] += 1
     assert outcomes["refused"] > 0, outcomes
+
+
+# ---- the root's raw reads: the file's own bytes, in pieces, by threads (data_bcast.broadcast uses them)
+
+def _raw_read(path, name, monkeypatch, piece=4096):
+    """(what read_raw gives, its CRC, what h5py gives) for all rows of ``name``, in pieces of ``piece`` bytes."""
+    import zlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    from data_bcast import h5file
+
+    monkeypatch.setattr(h5file, "PIECE_BYTES", piece)
+    plan = inspect_file(path)
+    spec = plan.spec(name)
+    with h5file.RowReader(plan) as reader, ThreadPoolExecutor(3) as pool:
+        assert reader.raw_offset(name) is not None
+        raw, through_h5py = np.empty(spec.shape, spec.dtype), np.empty(spec.shape, spec.dtype)
+        crc = reader.read_raw(name, 0, spec.shape[0], raw, pool)
+        reader.read_into(name, 0, spec.shape[0], through_h5py)
+    assert crc == zlib.crc32(raw.tobytes())
+    return raw, through_h5py
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8])
+def test_raw_reads_give_what_h5py_gives(tmp_path, monkeypatch, dtype):
+    path = write_blobs(tmp_path / "d.h5", sample_shape=(3, 7, 5), n=(300, 20, 20), dtype=dtype)  # 105 B rows: pieces cut rows
+    for name in ("train/x", "train/y", "val/x"):
+        raw, through_h5py = _raw_read(path, name, monkeypatch)
+        assert raw.dtype == through_h5py.dtype and np.array_equal(raw, through_h5py), name
+    with h5py.File(path) as f:
+        assert np.array_equal(raw, f["val/x"][()])
+
+
+def test_raw_reads_refuse_nan_and_inf_naming_the_row_but_not_a_large_finite_sum(tmp_path, monkeypatch):
+    path = write_blobs(tmp_path / "d.h5", sample_shape=(16,), n=(400, 20, 20))
+    with h5py.File(path, "a") as f:
+        f["train/x"][7:9] = 3e38  # finite, but their sum overflows float32: the exact check clears them
+    raw, _ = _raw_read(path, "train/x", monkeypatch, piece=256)
+    assert raw[8, 0] == np.float32(3e38)
+    for bad in (np.nan, np.inf):
+        with h5py.File(path, "a") as f:
+            f["train/x"][123, 5] = bad
+        with pytest.raises(DataError, match=r"train/x holds NaN or infinite values \(as float32\), first in row 123"):
+            _raw_read(path, "train/x", monkeypatch, piece=256)
+
+
+def test_raw_reads_are_only_for_bytes_that_are_the_arrays_themselves(tmp_path, monkeypatch):
+    """Compressed, chunked, byte-swapped, held-out or user-block files are read through h5py."""
+    from data_bcast.h5file import RowReader
+
+    x, y = blobs(60, (4,))
+    cases = {
+        "gzip": dict(compression="gzip"),
+        "chunked": dict(chunks=(10, 4)),
+        "big_endian": dict(dtype=">f4"),
+    }
+    for label, options in cases.items():
+        path = str(tmp_path / f"{label}.h5")
+        with h5py.File(path, "w") as f:
+            f.create_dataset("train/x", data=x, **options)
+            f["train/y"] = y
+        with RowReader(inspect_file(path)) as reader:
+            assert reader.raw_offset("train/x") is None, label
+            assert reader.raw_offset("train/y") is None  # held out of train: rows in a shuffled order
+            assert reader.raw_offset("val/x") is None
+    path = str(tmp_path / "userblock.h5")
+    with h5py.File(path, "w", userblock_size=512) as f:
+        f["train/x"], f["train/y"], f["val/x"], f["val/y"], f["test/x"], f["test/y"] = x, y, x, y, x, y
+    with RowReader(inspect_file(path)) as reader:
+        assert reader.raw_offset("train/x") is None
+    path = write_blobs(tmp_path / "plain.h5", sample_shape=(4,), n=(60, 20, 20))
+    with RowReader(inspect_file(path)) as reader:
+        assert all(reader.raw_offset(f"{s}/{a}") is not None for s in ("train", "val", "test") for a in "xy")

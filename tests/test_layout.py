@@ -99,3 +99,31 @@ def test_the_data_planes_crc32_is_zlibs_whichever_library_computes_it(data, more
     assert crc32(more, crc32(data, start)) == zlib.crc32(more, zlib.crc32(data, start))  # chained, as per-array CRCs are
     view = np.frombuffer(data, dtype=np.uint8)  # the plane passes numpy views of its buffer
     assert crc32(view) == zlib.crc32(data)
+
+
+@given(st.lists(st.binary(max_size=3000), min_size=1, max_size=6), st.integers(0, 2**32 - 1))
+def test_crc32_combine_joins_pieces_as_one_pass_over_them_would(pieces, start):
+    """A chunk is checksummed in pieces (by several threads) and its array's CRC is combined, not recomputed."""
+    import zlib
+
+    from data_bcast.checksum import crc32_combine, crc32_combine_python
+
+    whole = b"".join(pieces)
+    for combine in {crc32_combine, crc32_combine_python}:
+        crc = start
+        for piece in pieces:
+            crc = combine(crc, zlib.crc32(piece), len(piece))
+        assert crc == zlib.crc32(whole, start)
+    assert crc32_combine_python(zlib.crc32(b"a"), zlib.crc32(b"b" * 7), 7) == zlib.crc32(b"a" + b"b" * 7)
+
+
+def test_crc32_combine_over_long_lengths_matches_zlib():
+    import zlib
+
+    from data_bcast.checksum import crc32_combine_python
+
+    rng = np.random.default_rng(3)
+    a, b = rng.bytes(1000), rng.bytes((1 << 20) + 4093)  # many bits set in the length
+    assert crc32_combine_python(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+    with pytest.raises(ValueError):
+        crc32_combine_python(0, 0, -1)
