@@ -255,3 +255,28 @@ def test_compressed_input_gives_the_same_shards(tmp_path):
     check_shards(str(packed), report, 2)  # against h5py's own decompression of the same file
     _, truth = load_dataset(str(packed))
     assert np.array_equal(truth["train/x"], splits["train"][0])  # which is the data that was written
+
+
+def test_the_populator_maps_a_fresh_buffers_pages_without_changing_what_they_hold():
+    """Background page population runs while data streams in: it must never write to the buffer."""
+    import resource
+
+    from data_bcast.broadcast import Populator
+
+    def first_writes_fault(populate: bool) -> int:
+        buffer = np.empty(48 << 20, dtype=np.uint8)
+        buffer[: 5 << 20] = 7  # data already there, as a chunk that arrived before the thread got to it
+        if populate:
+            populator = Populator(buffer)
+            if not populator.start():
+                pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux < 5.14)")
+            populator.thread.join()  # let it finish the whole buffer
+            populator.join()
+            assert (buffer[: 5 << 20] == 7).all() and not buffer[5 << 20 :].any()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        buffer[5 << 20 :: 4096] = 1  # a first write to each page
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    unpopulated, populated = first_writes_fault(False), first_writes_fault(True)
+    assert unpopulated >= 8 and populated * 4 < unpopulated, (unpopulated, populated)
+    assert not Populator(np.empty(100, np.uint8), 10, 10).start()  # an empty range starts nothing
