@@ -347,15 +347,15 @@ class RowReader:
 
     def _find_raw(self, name: str) -> int | None:
         split, field = name.split("/")
-        if self._rows[split] is not None or self._file.driver != "sec2" or self._file.userblock_size:
+        if self._rows[split] is not None or self._file.driver != "sec2" or self._file.userblock_size or not hasattr(os, "preadv"):
             return None
         try:
-            ds = self._file[split][field]
-            if ds.is_virtual or ds.external or ds.chunks is not None or ds.dtype != np.dtype(self.plan.spec(name).dtype):
+            ds, spec = self._file[split][field], self.plan.spec(name)
+            if ds.is_virtual or ds.external or ds.chunks is not None or ds.dtype != np.dtype(spec.dtype):
                 return None
-            offset = ds.id.get_offset()
-            if offset is None or offset + ds.id.get_storage_size() > os.fstat(self._file.id.get_vfd_handle()).st_size:
-                return None
+            offset, size = ds.id.get_offset(), ds.id.get_storage_size()
+            if offset is None or size != spec.nbytes or offset + size > os.fstat(self._file.id.get_vfd_handle()).st_size:
+                return None  # not allocated, or storage that does not match the shape, or past the file's end
             return int(offset)
         except DAMAGE:  # odd: leave it to h5py, which says what is wrong
             return None
