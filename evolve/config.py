@@ -34,6 +34,7 @@ class DataConfig:
     test_fraction: float = 0.15  # held out of train when the file has no 'test'
     split_seed: int = 0  # seeds which rows of train are held out for val/test
     chunk_mb: int = 64  # the broadcast sends the data in chunks of this many MiB
+    read_threads: int = 0  # threads rank 0 reads the file with (0: one per core it may run on, at most 8); they speed arrays stored contiguous and uncompressed
     shared_memory: bool = True  # one host copy per node (MPI-3 shared window)
     allow_external: bool = False  # read datasets whose data lives in other files (external links, virtual, external storage)
     mode: str = "replicate"  # "replicate": every node holds all of train; "shard": each node a disjoint 1/nodes of train, for data beyond a node's memory (val/test stay whole; docs/data-format.md)
@@ -97,6 +98,7 @@ _BOUNDS = {
     "data.val_fraction": (0.0, 1.0),
     "data.test_fraction": (0.0, 1.0),
     "data.chunk_mb": (1, None),
+    "data.read_threads": (0, 256),
     "data.split_seed": (0, None),
     "search.seed": (0, None),
     "search.evaluations": (1, None),

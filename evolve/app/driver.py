@@ -250,6 +250,7 @@ def _run_prepared(comm, config_dict: dict, prepared: Prepared | None, started: f
             seed=config.data.split_seed,
             root=MASTER,
             chunk_bytes=config.data.chunk_mb << 20,
+            read_threads=config.data.read_threads,
             shared=config.data.shared_memory,
             allow_external=config.data.allow_external,
             mode=config.data.mode,
