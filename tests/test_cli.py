@@ -463,3 +463,19 @@ def test_a_worker_that_stops_answering_is_named_and_the_job_ends(tmp_path, small
     from evolve import checkpoint
     state, _ = checkpoint.load(os.path.join(out, "checkpoint.h5"))
     assert len(state.records) == 10 and state.by_id()[3].status == "crashed"
+
+
+def test_a_launcher_of_another_mpi_is_refused_before_anything_runs(tmp_path):
+    """Open MPI's mpirun starting processes whose mpi4py is MPICH's: each process would be a world of
+    one, a master of its own; all exit 2 at once, rank 0 says why in one line, and nothing is written."""
+    out = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT, OMPI_COMM_WORLD_SIZE="3")
+    procs = [subprocess.run([*evens_cmd(), "run", os.path.join(ROOT, "examples", "digits.toml"), "--out", str(out)],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT, env=dict(env, OMPI_COMM_WORLD_RANK=str(rank)))
+             for rank in (0, 1)]
+    assert [p.returncode for p in procs] == [2, 2]
+    lines = [[line for line in p.stderr.splitlines() if line.startswith("evens:")] for p in procs]
+    assert len(lines[0]) == 1 and lines[1] == [], lines
+    assert re.fullmatch(r"evens: error: the launcher started 3 processes, but MPI sees each one alone: mpi4py uses another "
+                        r"MPI \(.+\) than the launcher's; .*docs/cluster.md\)", lines[0][0]), lines[0][0]
+    assert not out.exists()

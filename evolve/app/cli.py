@@ -39,6 +39,34 @@ def launcher_rank() -> int:
     return 0
 
 
+# Set by launchers for every process they start: how many they started (MPICH/Intel MPI/srun's PMI,
+# Open MPI, MVAPICH).
+_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def launcher_size() -> int:
+    """How many processes the launcher says it started (1 if no launcher says)."""
+    for name in _SIZE_VARIABLES:
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) > 1:
+            return int(value)
+    return 1
+
+
+def mismatched_launcher(comm) -> str | None:
+    """The error for a job whose launcher started several processes that MPI sees each alone: mpi4py
+    was built against another MPI than the launcher's, so every process would run a search of its own."""
+    started = launcher_size()
+    if comm.size != 1 or started == 1:
+        return None
+    from mpi4py import MPI
+
+    library = " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
+    return (f"the launcher started {started} processes, but MPI sees each one alone: mpi4py uses another MPI "
+            f"({library}) than the launcher's; launch with that MPI's mpiexec or srun, or build mpi4py against "
+            "the launcher's MPI (docs/cluster.md)")
+
+
 class Parser(argparse.ArgumentParser):
     """Usage errors are printed by rank 0 only; every rank exits with status 2."""
 
@@ -120,6 +148,11 @@ def _collective(command) -> int:
     """Run an MPI command on every rank: a rank that fails unexpectedly takes the job with it."""
     from ..mpi_transport import abort, world  # imports mpi4py, which starts MPI: only for collective commands
 
+    mismatch = mismatched_launcher(world())
+    if mismatch is not None:  # every process is alone: no abort reaches the others, and none must run
+        if launcher_rank() == 0:
+            print(f"evens: error: {mismatch}", file=sys.stderr, flush=True)
+        return 2
     try:
         return command()
     except BaseException as exc:  # KeyboardInterrupt too: a rank that leaves must take the job with it
