@@ -5,12 +5,14 @@ A job that dies (a worker killed by the out-of-memory killer ends the whole MPI 
 last checkpoint; :func:`merge_into` adds them to the pending ones with their attempts counted, so a
 network that kills its worker is not proposed again as new and sent out forever.
 
-The master writes it for every evaluation, so it is binary and written once per loop turn: a
-result's ``done`` waits in memory until the next ``sent`` (the worker's next task, a few
-microseconds later) or until the master is about to wait (:meth:`InFlightLog.flush`), and both go
-out in one ``write`` to a file opened for appending, without a sync. The entries survive the death
-of the process (they are in the kernel's cache), not that of the machine. About 4 us an evaluation,
-where a JSON line per event cost 20 (two ``json.dumps`` and two writes).
+The master writes it for every evaluation, so it is binary and written in as few ``write`` calls as
+the guarantee allows: entries are noted in memory (:meth:`InFlightLog.sent`, :meth:`InFlightLog.done`)
+and written by :meth:`InFlightLog.flush`, which the master calls before any task it noted goes out
+and before it waits for results. So a task is in the file before it leaves the master, always; a
+loop turn that took several results and sends their workers several tasks writes them all at once,
+in one ``write`` to a file opened for appending, without a sync. The entries survive the death of
+the process (they are in the kernel's cache), not that of the machine. About 4 us a write, where a
+JSON line per event cost 20 (two ``json.dumps`` and two writes).
 
 Layout: frames of ``<u32 length, u32 crc32>`` and that many bytes of entries; an entry is ``D`` and
 an int64 id (came back), or ``S``, int64 id, int64 parents[2], int32 attempts, uint16 genes,
@@ -46,39 +48,36 @@ class InFlightLog:
     def __init__(self, path: str):
         self.path = inflight_path(path)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        self._done: list[bytes] = []
+        self._held: list[bytes] = []  # entries noted, not yet written
         self._genomes: dict[int, struct.Struct] = {}
 
     def _write(self, entries: bytes) -> None:
         os.write(self._fd, _FRAME.pack(len(entries), zlib.crc32(entries)) + entries)
 
-    def sent(self, individual: Pending) -> None:
-        """``individual`` went out; its attempts count this job as one it is out at."""
+    def sent(self, individual: Pending, attempts: int | None = None) -> None:
+        """``individual`` goes out (noted; written by the next :meth:`flush`, which must come before it
+        leaves); its attempts (``attempts``, default its own) count this job as one it is out at."""
         genome, operators = individual.genome, individual.operators.encode()
         packer = self._genomes.get(len(genome))
         if packer is None:  # _SENT and the genes, in one struct
             packer = self._genomes[len(genome)] = struct.Struct(_SENT.format + f"{len(genome)}d")
         parents = individual.parents
-        entry = packer.pack(b"S", individual.id, parents[0], parents[1], individual.attempts, len(genome), len(operators), *genome) + operators
-        if self._done:
-            self._done.append(entry)
-            entry = b"".join(self._done)
-            self._done.clear()
-        self._write(entry)
+        self._held.append(packer.pack(b"S", individual.id, parents[0], parents[1], individual.attempts if attempts is None else attempts,
+                                      len(genome), len(operators), *genome) + operators)
 
     def done(self, ident: int) -> None:
-        """The result of ``ident`` came back (written with the next :meth:`sent` or :meth:`flush`)."""
-        self._done.append(_DONE.pack(b"D", ident))
+        """The result of ``ident`` came back (noted; written by the next :meth:`flush`)."""
+        self._held.append(_DONE.pack(b"D", ident))
 
     def flush(self) -> None:
-        """Write what is held (the master is about to wait for results)."""
-        if self._done:
-            self._write(b"".join(self._done))
-            self._done.clear()
+        """Write what is noted, in one frame (tasks noted are about to go out, or the master is about to wait)."""
+        if self._held:
+            self._write(b"".join(self._held))
+            self._held.clear()
 
     def reset(self) -> None:
         """Forget everything: a checkpoint now holds it."""
-        self._done.clear()
+        self._held.clear()
         os.ftruncate(self._fd, 0)
 
     def close(self) -> None:

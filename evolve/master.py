@@ -115,11 +115,14 @@ class Journal(Protocol):
     """Where the master notes each dispatch and each result between checkpoints (see
     :class:`evolve.inflight.InFlightLog`), so a job that dies knows what was out."""
 
-    def sent(self, individual: Pending) -> None: ...
+    def sent(self, individual: Pending, attempts: int) -> None: ...  # noted: goes out after the next flush
 
-    def done(self, ident: int) -> None: ...
+    def done(self, ident: int) -> None: ...  # noted
 
-    def flush(self) -> None: ...  # the master is about to wait: what is noted must be written now
+    def flush(self) -> None: ...  # tasks noted are about to go out, or the master is about to wait: write what is noted now
+
+
+BATCH = 16  # at most this many results taken in one loop turn (those already waiting, with a transport that says so)
 
 
 def run_search(
@@ -161,6 +164,7 @@ def run_search(
     # Workers time inference only when the search needs it (ensemble.train.Watch.measure_latency).
     measure_latency = settings.mode == "nsga2" and settings.objective == "latency"
     records, budget, send, receive, tell = state.records, settings.budget, transport.send, transport.receive, strategy.tell
+    poll = getattr(transport, "poll", None)  # optional: a result already waiting, or None, never waiting
     redo: deque[Pending] = deque()
     for p in state.pending:
         if p.attempts < MAX_ATTEMPTS:
@@ -219,6 +223,7 @@ def run_search(
     stopped, unsaved = False, False
     drain_until: float | None = None  # while draining: when to give up on the trainings still out
     next_hang_check = clock()
+    sending: list[tuple[int, Task]] = []  # the tasks of one loop turn: noted in the journal, then sent
     while True:
         requests = should_stop()
         if requests and not stopped:
@@ -249,10 +254,15 @@ def run_search(
                 watch["measure_latency"] = True
             task = Task.from_key(individual.id, space, key, task_seed(seed, individual.id), hall.entry_bar(), watch)
             if journal is not None:
-                journal.sent(Pending(individual.id, individual.genome, individual.parents, individual.operators,
-                                     individual.attempts + 1))  # (dataclasses.replace costs 20 us here)
-            send(worker, task)
+                journal.sent(individual, individual.attempts + 1)
             inflight[worker] = (individual, task, clock(), wall_clock())
+            sending.append((worker, task))
+        if sending:
+            if journal is not None:
+                journal.flush()  # every task noted before any goes out: one write for all of them
+            for worker, task in sending:
+                send(worker, task)
+            sending.clear()
         if not inflight:
             if drain_until is not None:
                 say(f"draining: all {drained_from} trainings recorded in {clock() - drain_start:.1f} s")
@@ -283,25 +293,33 @@ def run_search(
         if journal is not None:
             journal.flush()
         got = receive(timeout=timeout, wants=wants)
-        if got is None:
-            continue
-        worker, result = got
-        individual, task, dispatched, started = inflight.pop(worker)
-        idle.append(worker)
-        state.busy_seconds += clock() - dispatched
-        record = _record(individual, result, worker, started, wall_clock())
-        records.append(record)
-        if journal is not None:
-            journal.done(record.id)
-        ev = result.evaluation
-        tell(record)
-        if rule is not None:
-            rule.tell(record)
-        if record.status == "ok" and ev.has_payload:
-            hall.offer(Member(record.id, record.fitness, task.network, task.training, ev.val_pred, ev.test_pred, ev.weights or {}))
-        unsaved = True
-        if on_result is not None:
-            on_result(record, state)
+        taken = 0
+        while got is not None:
+            worker, result = got
+            individual, task, dispatched, started = inflight.pop(worker)
+            idle.append(worker)
+            state.busy_seconds += clock() - dispatched
+            record = _record(individual, result, worker, started, wall_clock())
+            records.append(record)
+            if journal is not None:
+                journal.done(record.id)
+            ev = result.evaluation
+            tell(record)
+            if rule is not None:
+                rule.tell(record)
+            if record.status == "ok" and ev.has_payload:
+                hall.offer(Member(record.id, record.fitness, task.network, task.training, ev.val_pred, ev.test_pred, ev.weights or {}))
+            unsaved = True
+            if on_result is not None:
+                on_result(record, state)
+            # Results already waiting are taken in the same turn (their workers' next tasks then go out
+            # with one journal write), unless a checkpoint is due: it is written after every result
+            # when checkpoint_seconds is 0.
+            taken += 1
+            if poll is None or taken >= BATCH or not inflight or (
+                    checkpoint is not None and clock() - last_checkpoint >= settings.checkpoint_seconds):
+                break
+            got = poll(wants)
 
     now = clock()
     state.busy_seconds += sum(now - dispatched for _, _, dispatched, _ in inflight.values())

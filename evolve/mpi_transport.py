@@ -20,9 +20,12 @@ only if the network enters the hall of fame now, and the worker then sends
 predictions and weights packed into one aligned byte buffer with a single
 buffer-based ``Send`` (never pickled). The master receives it in the background
 (``Irecv``) and goes on taking other results; the result is handed to the
-search once its payload is whole (the hall may turn it away by then, if better
-networks arrived meanwhile). An unwanted offer is simply never answered: the
-worker learns it from the next message, which is its next task or the stop.
+search once its payload is whole. An offer that arrives meanwhile waits to be
+decided until then, against the hall as it is then, so no two payloads asked for
+compete for one place (a result without an offer cannot enter the hall: it did
+not clear a bar that has only risen since). An unwanted offer is simply never
+answered: the worker learns it from the next message, which is its next task or
+the stop. Results already waiting can be taken without waiting (:meth:`poll`).
 Both ends wait by testing (the master its receive, a worker with ``Iprobe``),
 yielding the CPU between tests and then sleeping (see :func:`_wait_for`), so
 the master stays responsive to signals and a waiting rank uses almost no CPU.
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 
 import numpy as np
 from mpi4py import MPI
@@ -115,7 +119,8 @@ class MPIMasterTransport:
         self._buffer = bytearray(RESULT_BYTES)  # where results arrive ...
         self._request: MPI.Prequest | None = None  # ... through this persistent receive from any worker
         self._waiting = False  # whether it is started and not yet completed
-        self._payloads: list[tuple] = []  # wanted payloads on their way: (worker, result, offer, buffer, Irecv request)
+        self._payload: tuple | None = None  # the wanted payload on its way: (worker, result, offer, buffer, Irecv request)
+        self._offers: deque[tuple] = deque()  # offers that came meanwhile, undecided: (worker, result, offer)
 
     def send(self, worker: int, task: Task) -> None:
         if task.key is not None and self._decodes(worker, task.space):
@@ -152,33 +157,50 @@ class MPIMasterTransport:
         found: list = []
 
         def ready() -> bool:
-            found.append(self._poll(wants))
+            found.append(self.poll(wants))
             return found[-1] is not None
 
         return found[-1] if ready() or _wait_until(ready, timeout) else None
 
-    def _poll(self, wants: Wants) -> tuple[int, Result] | None:
-        """A finished result if one is here now: a wanted payload that has arrived whole, or a result
-        that needs none. A wanted payload is received in the background (``Irecv``): the master never
-        waits on a worker's payload while others have results for it."""
-        for i, (worker, result, offer, buffer, request) in enumerate(self._payloads):
+    def poll(self, wants: Wants = want_all) -> tuple[int, Result] | None:
+        """A finished result if one is here now, else None at once: a wanted payload that has arrived
+        whole, or a result that needs none. A wanted payload is received in the background (``Irecv``):
+        the master never waits on a worker's payload while others have results for it. An offer that
+        arrives meanwhile is decided once that payload has been handed over, against the hall as it is
+        then, so two payloads asked for never compete for one place."""
+        if self._payload is not None:
+            worker, result, offer, buffer, request = self._payload
             if request.Test():
-                del self._payloads[i]
+                self._payload = None
                 payload = unpack_arrays(offer, buffer)
                 ev = result.evaluation
                 ev.val_pred, ev.test_pred = payload["val_pred"], payload["test_pred"]
                 ev.weights = {name[2:]: w for name, w in payload.items() if name.startswith("w/")}
                 return worker, result
+        elif self._offers:
+            got = self._offered(*self._offers.popleft(), wants)
+            if got is not None:
+                return got
         while self._arrived():
             worker, result, offer = self._decode()
-            if offer and wants(result.task_id, result.evaluation.fitness):
-                self.comm.send(None, dest=worker, tag=TAG_WANT)
-                buffer = np.empty(packed_size(offer), dtype=np.uint8)
-                request = self.comm.Irecv([buffer, MPI.BYTE], source=worker, tag=TAG_PAYLOAD)
-                self._payloads.append((worker, result, offer, buffer, request))
-                continue  # the worker is sending it: meanwhile, the next result
-            return worker, result
+            if not offer:
+                return worker, result
+            if self._payload is not None or self._offers:
+                self._offers.append((worker, result, offer))  # decided after the payload on its way
+                continue
+            got = self._offered(worker, result, offer, wants)
+            if got is not None:
+                return got
         return None
+
+    def _offered(self, worker: int, result: Result, offer: list, wants: Wants) -> tuple[int, Result] | None:
+        """Decide an offer: the result without its payload, or None: the payload is asked for and comes in the background."""
+        if not wants(result.task_id, result.evaluation.fitness):
+            return worker, result
+        self.comm.send(None, dest=worker, tag=TAG_WANT)
+        buffer = np.empty(packed_size(offer), dtype=np.uint8)
+        self._payload = (worker, result, offer, buffer, self.comm.Irecv([buffer, MPI.BYTE], source=worker, tag=TAG_PAYLOAD))
+        return None  # the worker is sending it: meanwhile, the next result
 
     def _decode(self) -> tuple[int, Result, list | None]:
         """The result the persistent receive just took: (worker, result without payload, payload offered)."""
@@ -197,11 +219,12 @@ class MPIMasterTransport:
         return worker, Result(task_id, evaluation), offer
 
     def stop(self) -> None:
-        # payloads on their way are taken first: their workers are inside a Send that must complete
-        if self._payloads and not _wait_until(lambda: all(p[4].Test() for p in self._payloads), PAYLOAD_DRAIN_SECONDS):
-            for p in self._payloads:  # a worker that never finishes sending: let the job's end deal with it
-                p[4].Cancel()
-        self._payloads = []
+        # a payload on its way is taken first: its worker is inside a Send that must complete (the workers
+        # of undecided offers take the stop as their answer)
+        if self._payload is not None and not _wait_until(self._payload[4].Test, PAYLOAD_DRAIN_SECONDS):
+            self._payload[4].Cancel()  # a worker that never finishes sending: let the job's end deal with it
+        self._payload = None
+        self._offers.clear()
         if self._request is not None:
             if self._waiting:  # nothing will come now (a result that did is dropped, as one never received would be)
                 self._request.Cancel()

@@ -127,6 +127,10 @@ class Transport(Protocol):
     def stop(self) -> None:
         """Tell every worker there is no more work."""
 
+    # Optional: ``poll(wants)``, a finished result that is already here, or None at once, never waiting.
+    # A transport that has it lets the master take the results already waiting in one loop turn
+    # (MPIMasterTransport); one that has not (a simulated clock has no "already") gives one a turn.
+
 
 def evaluate_safely(evaluate: Callable[[Task], Evaluation], task: Task) -> Evaluation:
     """Run ``evaluate``; an exception becomes an ``"error"`` evaluation instead of killing the worker."""

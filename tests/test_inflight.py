@@ -1,4 +1,4 @@
-"""The in-flight log (evolve.inflight): binary frames, one write per loop turn, torn ends ignored, old JSON logs read."""
+"""The in-flight log (evolve.inflight): binary frames, one write per flush, torn ends ignored, old JSON logs read."""
 from __future__ import annotations
 
 import json
@@ -65,19 +65,27 @@ def test_a_log_cut_anywhere_reads_as_a_prefix_of_its_writes(tmp_path_factory, ev
     assert got in prefixes
 
 
-def test_done_is_written_with_the_next_sent_in_one_write(tmp_path):
+def test_entries_are_held_until_a_flush_writes_them_in_one_frame(tmp_path):
     path = str(tmp_path / "checkpoint.h5")
     log = InFlightLog(path)
+    read = lambda: read_log(open(inflight_path(path), "rb").read(), GENES)  # noqa: E731
     log.sent(_pending(5))
+    assert os.path.getsize(inflight_path(path)) == 0  # held ...
+    log.flush()  # ... until the master is about to send it
+    assert read() == {5: _pending(5)}
     size = os.path.getsize(inflight_path(path))
     log.done(5)
-    assert os.path.getsize(inflight_path(path)) == size  # held ...
-    log.sent(_pending(6))
-    assert read_log(open(inflight_path(path), "rb").read(), GENES) == {6: _pending(6)}  # ... and out with the next task
+    log.sent(_pending(6), 3)  # out at one more death than the individual says
+    log.sent(_pending(7))
+    assert os.path.getsize(inflight_path(path)) == size
+    log.flush()  # one write: one frame header more, however many entries
+    assert read() == {6: _pending(6, 3), 7: _pending(7)}
+    frames, at, data = 0, 0, open(inflight_path(path), "rb").read()
+    while at < len(data):
+        frames += 1
+        at += 8 + int.from_bytes(data[at:at + 4], "little")
+    assert frames == 2
     log.done(6)
-    log.flush()  # the master is about to wait: out now
-    assert read_log(open(inflight_path(path), "rb").read(), GENES) == {}
-    log.done(7)
     log.reset()  # a checkpoint holds everything: nothing held survives it
     log.close()
     assert os.path.getsize(inflight_path(path)) == 0

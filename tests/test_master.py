@@ -216,3 +216,63 @@ def test_a_task_made_from_a_key_carries_the_settings_the_genome_decodes_to():
         assert Task(**built.plain()) == built
     # the space a worker is sent (its config) decodes every key as the master's does
     assert parse_space(SPACE.to_config()) == SPACE
+
+
+class _Polled(InProcessTransport):
+    """Results that are all 'already here': ``poll`` takes them without waiting. Logs sends to ``events``."""
+
+    def __init__(self, workers, events):
+        super().__init__(landscape, workers)
+        self.events, self.receives = events, 0
+
+    def send(self, worker, task):
+        self.events.append(("send", task.id))
+        super().send(worker, task)
+
+    def receive(self, timeout=None, wants=None):
+        self.receives += 1
+        return super().receive(timeout, wants)
+
+    def poll(self, wants=None):
+        return super().receive(0.0, wants)
+
+
+class _Journal:
+    def __init__(self, events):
+        self.events = events
+
+    def sent(self, individual, attempts):
+        self.events.append(("sent", individual.id))
+
+    def done(self, ident):
+        self.events.append(("done", ident))
+
+    def flush(self):
+        self.events.append(("flush", None))
+
+
+def test_results_already_waiting_are_taken_in_one_turn_and_every_task_is_journalled_before_it_goes_out():
+    events = []
+    transport = _Polled(4, events)
+    state = SearchState.fresh(0)
+    assert run_search(state, transport, SPACE, settings(40), journal=_Journal(events))
+    assert sorted(r.id for r in state.records) == list(range(40))
+    assert transport.receives <= 12  # 4 results a turn, not one (40 receives before poll)
+    # replayed in order: a task goes out only after a flush that follows its entry
+    noted, flushed = set(), set()
+    for kind, ident in events:
+        if kind == "sent":
+            noted.add(ident)
+        elif kind == "flush":
+            flushed |= noted
+        elif kind == "send":
+            assert ident in flushed, f"task {ident} went out before its journal entry was written"
+    assert sum(kind == "flush" for kind, _ in events) < 40
+
+
+def test_a_checkpoint_due_ends_the_turn_so_checkpoint_seconds_0_saves_after_every_result():
+    transport = _Polled(4, [])
+    state = SearchState.fresh(0)
+    saved = []
+    assert run_search(state, transport, SPACE, settings(30), checkpoint=lambda s: saved.append(len(s.records)))
+    assert saved == list(range(1, 30))  # one more result at each (the last checkpoint is the caller's)

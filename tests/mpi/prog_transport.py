@@ -39,19 +39,24 @@ payloads = 0
 if comm.rank == 0:
     state = SearchState.fresh(0, candidates=3)
     transport = MPIMasterTransport(comm)
-    receive = transport.receive
 
-    def counting_receive(*a, **k):
-        global payloads
-        got = receive(*a, **k)
-        payloads += got is not None and got[1].evaluation.has_payload
-        return got
+    def counting(take):
+        def counted(*a, **k):
+            global payloads
+            got = take(*a, **k)
+            payloads += got is not None and got[1].evaluation.has_payload
+            return got
+        return counted
 
-    transport.receive = counting_receive
+    class Counting:
+        """The transport as the master sees it, counting the payloads it hands over."""
+        workers, send, stop = transport.workers, transport.send, transport.stop
+        receive, poll = staticmethod(counting(transport.receive)), staticmethod(counting(transport.poll))
+
     space = parse_space({}).for_sample_shape((1, 8, 8))
     hall_offer, entries = state.hall_of_fame.offer, []
     state.hall_of_fame.offer = lambda m: entries.append(hall_offer(m)) or entries[-1]
-    run_search(state, transport, space, SearchSettings(budget, GAParams(population=4), 3, 0))
+    run_search(state, Counting(), space, SearchSettings(budget, GAParams(population=4), 3, 0))
     transport.stop()
     ok_records = sorted((r for r in state.records if r.status == "ok"), key=lambda r: (-r.fitness, r.id))
     local = {
