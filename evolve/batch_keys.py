@@ -45,6 +45,13 @@ class BatchKeys:
                 self.low[i], self.span[i] = domain.low, domain.high - domain.low
                 self.kinds.append(("float",))
         self.counted = np.array([k[0] in ("choice", "int") for k in self.kinds])
+        self._top = (self.n - 1).astype(np.int64)
+        self._options: dict[int, np.ndarray] = {}  # per choice gene: its options as an object array, to index with codes
+        for i, kind in enumerate(self.kinds):
+            if kind[0] == "choice":
+                table = self._options[i] = np.empty(len(kind[1]), dtype=object)
+                for j, option in enumerate(kind[1]):
+                    table[j] = option  # one by one: an option that is a tuple stays one object
         order, seen = [], set()
 
         def visit(i: int) -> None:  # conditions first (a space's conditions never form a cycle)
@@ -75,23 +82,21 @@ class BatchKeys:
         count, width = u.shape
         if width != len(self.kinds):
             raise ValueError(f"genomes have {width} genes, the space has {len(self.kinds)}")
-        codes = np.minimum((u * self.n).astype(np.int64), (self.n - 1).astype(np.int64))  # (count, genes)
+        codes = np.minimum((u * self.n).astype(np.int64), self._top)  # (count, genes)
         numbers = self.low + u * self.span
-        code_columns, number_columns = codes.T.tolist(), numbers.T.tolist()
-        columns = []
+        columns = []  # each gene's values, as Python objects (only the columns each kind needs are converted)
         for i, kind in enumerate(self.kinds):
             tag = kind[0]
             if tag == "choice":
                 options = kind[1]
-                columns.append([options[c] for c in code_columns[i]])
+                columns.append([options[0]] * count if len(options) == 1 else self._options[i][codes[:, i]].tolist())
             elif tag == "int":
-                low = kind[1]
-                columns.append([low + c for c in code_columns[i]])
+                columns.append((codes[:, i] + kind[1]).tolist())
             elif tag == "float":
-                columns.append(number_columns[i])
+                columns.append(numbers[:, i].tolist())
             else:
                 domain, exp = kind[1], math.exp
-                values = [exp(x) for x in number_columns[i]]
+                values = [exp(x) for x in numbers[:, i].tolist()]
                 if domain.integer:
                     lo, hi = int(domain.low), int(domain.high)
                     values = [min(max(int(round(v)), lo), hi) for v in values]
