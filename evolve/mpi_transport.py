@@ -296,6 +296,11 @@ def world() -> MPI.Comm:
     return MPI.COMM_WORLD
 
 
+def library_name() -> str:
+    """The MPI library mpi4py runs on, in one line ("MPICH Version: 5.0.2", "Open MPI v5.0.5, ...")."""
+    return " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
+
+
 def abort(comm: MPI.Comm, code: int) -> None:
     """End every rank of ``comm`` now; used when one rank cannot go on and the others must not wait."""
     comm.Abort(code)

@@ -59,9 +59,9 @@ def mismatched_launcher(comm) -> str | None:
     started = launcher_size()
     if comm.size != 1 or started == 1:
         return None
-    from mpi4py import MPI
+    from ..mpi_transport import library_name
 
-    library = " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
+    library = library_name()
     return (f"the launcher started {started} processes, but MPI sees each one alone: mpi4py uses another MPI "
             f"({library}) than the launcher's; launch with that MPI's mpiexec or srun, or build mpi4py against "
             "the launcher's MPI (docs/cluster.md)")
