@@ -7,7 +7,8 @@ split in shard mode, and ``convert`` writes the format from .npz files or the bu
 digits demo set. Only ``broadcast`` and ``shard`` import mpi4py; import them as
 ``data_bcast.broadcast`` and ``data_bcast.shard``.
 """
-from .h5file import DataError, DataPlan, inspect_file, load_dataset, read_into, write_dataset
+from .h5file import DataError, DataPlan, inspect_file, write_dataset
+from .reader import load_dataset, read_into
 from .layout import ArraySpec, Layout, array_views, chunk_ranges, plan_layout
 
 __all__ = [

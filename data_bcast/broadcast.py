@@ -36,7 +36,8 @@ import numpy as np
 from mpi4py import MPI
 
 from .checksum import crc32, crc32_combine
-from .h5file import ROW_BLOCK_BYTES, DataError, DataPlan, RowReader, first_line, inspect_file
+from .h5file import DataError, DataPlan, first_line, inspect_file
+from .reader import ROW_BLOCK_BYTES, RowReader
 from .layout import Chunk, array_views, chunk_ranges, plan_chunks, plan_layout, shard_specs
 from .shard import SPLIT, Shard, plan_shards, scatter_shards
 
@@ -233,7 +234,7 @@ def broadcast_dataset(
 
     The root reads with ``read_threads`` threads (0: one per core it may run on, at most
     :data:`MAX_READ_THREADS`); they matter where arrays can be read as the file's own bytes
-    (stored contiguous, see :meth:`~data_bcast.h5file.RowReader.raw_offset`).
+    (stored contiguous, see :meth:`~data_bcast.reader.RowReader.raw_offset`).
 
     >>> data = broadcast_dataset(MPI.COMM_WORLD, "digits.h5")   # doctest: +SKIP
     >>> data.arrays["train/x"].shape                            # doctest: +SKIP

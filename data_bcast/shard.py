@@ -25,7 +25,8 @@ import numpy as np
 from mpi4py import MPI
 
 from .checksum import crc32
-from .h5file import DataError, DataPlan, RowReader
+from .h5file import DataError, DataPlan
+from .reader import RowReader
 from .layout import ArraySpec, deal_chunk, plan_chunks, plan_layout, shard_members, shard_rows
 
 SPLIT = "train"  # the split that is sharded; val and test stay whole

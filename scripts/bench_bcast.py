@@ -82,6 +82,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import h5py  # noqa: E402
 
 import data_bcast.h5file as _h5file  # noqa: E402
+import data_bcast.reader as _reader  # noqa: E402
 from data_bcast import load_dataset, write_dataset  # noqa: E402
 from data_bcast.broadcast import broadcast_dataset, prefault  # noqa: E402
 
@@ -187,12 +188,12 @@ def patched(h5py_reads=False):
     if not h5py_reads:
         yield
         return
-    saved = _h5file.RowReader.raw_offset
+    saved = _reader.RowReader.raw_offset
     try:
-        _h5file.RowReader.raw_offset = lambda self, name: None
+        _reader.RowReader.raw_offset = lambda self, name: None
         yield
     finally:
-        _h5file.RowReader.raw_offset = saved
+        _reader.RowReader.raw_offset = saved
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ except ImportError:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from data_bcast.h5file import load_dataset, write_dataset  # noqa: E402
+from data_bcast import load_dataset, write_dataset  # noqa: E402
 from ensemble.hall_of_fame import HallOfFame, Member  # noqa: E402
 from ensemble.problem import problem_for  # noqa: E402
 from ensemble.select import select_ensemble  # noqa: E402

@@ -52,7 +52,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from data_bcast.convert import write_digits  # noqa: E402
-from data_bcast.h5file import load_dataset  # noqa: E402
+from data_bcast import load_dataset  # noqa: E402
 from ensemble.models import ChannelsLast, build_network  # noqa: E402
 from ensemble.problem import Classification  # noqa: E402
 from ensemble.specs import NetworkSpec, TrainSpec  # noqa: E402

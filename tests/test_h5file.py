@@ -6,7 +6,8 @@ import pytest
 
 from conftest import blobs, write_blobs, write_regression
 from data_bcast.convert import npz_to_h5, write_diabetes
-from data_bcast.h5file import DataError, inspect_file, load_dataset, write_dataset
+from data_bcast.h5file import DataError, inspect_file, write_dataset
+from data_bcast.reader import load_dataset
 
 
 def test_reads_all_three_splits(image_file):
@@ -314,12 +315,12 @@ def _raw_read(path, name, monkeypatch, piece=4096):
     import zlib
     from concurrent.futures import ThreadPoolExecutor
 
-    from data_bcast import h5file
+    import data_bcast.reader as reading
 
-    monkeypatch.setattr(h5file, "PIECE_BYTES", piece)
+    monkeypatch.setattr(reading, "PIECE_BYTES", piece)
     plan = inspect_file(path)
     spec = plan.spec(name)
-    with h5file.RowReader(plan) as reader, ThreadPoolExecutor(3) as pool:
+    with reading.RowReader(plan) as reader, ThreadPoolExecutor(3) as pool:
         assert reader.raw_offset(name) is not None
         raw, through_h5py = np.empty(spec.shape, spec.dtype), np.empty(spec.shape, spec.dtype)
         crc = reader.read_raw(name, 0, spec.shape[0], raw, pool)
@@ -353,7 +354,7 @@ def test_raw_reads_refuse_nan_and_inf_naming_the_row_but_not_a_large_finite_sum(
 
 def test_raw_reads_are_only_for_bytes_that_are_the_arrays_themselves(tmp_path, monkeypatch):
     """Compressed, chunked, byte-swapped, held-out or user-block files are read through h5py."""
-    from data_bcast.h5file import RowReader
+    from data_bcast.reader import RowReader
 
     x, y = blobs(60, (4,))
     cases = {

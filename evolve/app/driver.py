@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from data_bcast.broadcast import SharedDataset, broadcast_dataset, located
-from data_bcast.h5file import DataError, first_line, read_array
+from data_bcast.h5file import DataError, first_line
+from data_bcast.reader import read_array
 from ensemble.device import check_bindings, describe_device
 from ensemble.problem import Problem, problem_for
 from ensemble.train import DeviceData

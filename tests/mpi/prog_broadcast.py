@@ -13,7 +13,7 @@ from mpi4py import MPI
 from node_checks import leader_write_is_seen
 
 from data_bcast.broadcast import broadcast_dataset, node_communicator
-from data_bcast.h5file import load_dataset
+from data_bcast import load_dataset
 
 path, mode, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3])
 comm = MPI.COMM_WORLD
