@@ -174,10 +174,12 @@ def measure(evaluations: int, curve_epochs: int = 2) -> dict | None:
     return None
 
 
-def launch(np_: int, evaluations: int, curve_epochs: int) -> dict:
+def launch(np_: int, evaluations: int, curve_epochs: int, worker_spins: int | None = None) -> dict:
     here = os.path.join(os.path.dirname(sys.executable), "mpiexec")  # the venv's MPICH, else the PATH's (a site MPI)
     cmd = [here if os.path.exists(here) else "mpiexec", "-n", str(np_), sys.executable, os.path.abspath(__file__), "--role", "measure",
            "--evaluations", str(evaluations), "--curve-epochs", str(curve_epochs)]
+    if worker_spins is not None:
+        cmd += ["--worker-spins", str(worker_spins)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900, env=dict(os.environ, OMP_NUM_THREADS="1"))
     if proc.returncode != 0:
         raise SystemExit(f"mpiexec -n {np_} failed:\n{proc.stderr}")
@@ -206,9 +208,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="launches per rank count, alternated (default 3; --quick: 1)")
     parser.add_argument("--curve-epochs", type=int, default=2,
                         help="epochs in each result's curve (default 2): the median rule takes in every one")
+    parser.add_argument("--worker-spins", type=int, default=None,
+                        help="EXPERIMENT: how many times a waiting worker yields before it naps (evens' WORKER_SPINS)")
     parser.add_argument("--role", default="lead", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "measure":
+        if args.worker_spins is not None:
+            import evolve.mpi_transport
+
+            evolve.mpi_transport.WORKER_SPINS = args.worker_spins
         figures = measure(args.evaluations, args.curve_epochs)
         if figures is not None:
             print(json.dumps(figures), flush=True)
@@ -219,7 +227,7 @@ def main() -> None:
     launches: dict[int, list[dict]] = {n: [] for n in ranks}
     for _ in range(repeats):  # alternated, so a change of load touches every rank count alike
         for n in ranks:
-            launches[n].append(launch(n, args.evaluations, args.curve_epochs))
+            launches[n].append(launch(n, args.evaluations, args.curve_epochs, args.worker_spins))
     rows = {n: median_row(launches[n]) for n in ranks}
     first, last = (str(w) for w in WINDOW_STARTS)
     print(f"# bench_master  {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}  host={platform.node()}  "
