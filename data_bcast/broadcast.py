@@ -324,24 +324,28 @@ def _stream(carriers: MPI.Comm, plan: DataPlan, shard: Shard | None, layout, buf
     other splits are broadcast."""
     is_root = carriers.rank == 0
     chunks = plan_chunks(layout, chunk_bytes)
-    reader, error = None, None
+    reader, pieces, error = None, None, None
     crcs: dict[str, int] = {}
     if is_root:
         try:
             reader = RowReader(plan)
         except (OSError, DataError) as exc:
             error = f"{plan.path}: cannot open it to read ({first_line(exc)})"
+        pieces = ThreadPoolExecutor(max(1, read_threads), thread_name_prefix="evens-piece")  # for raw reads
     try:
         first_k = 0
         if shard is not None:
             chunks = [c for c in chunks if not c.name.startswith(f"{SPLIT}/")]
-            error, stopped, first_k = scatter_shards(carriers, plan, shard, reader, arrays, chunk_bytes, crcs, stats, error, _fault_hook)
+            error, stopped, first_k = scatter_shards(carriers, plan, shard, reader, arrays, chunk_bytes, crcs, stats, error,
+                                                     _fault_hook, pieces)
             if stopped:
                 chunks = []
-        error = _broadcast_chunks(carriers, plan, chunks, first_k, reader, buffer, arrays, crcs, stats, error, read_threads)
+        error = _broadcast_chunks(carriers, plan, chunks, first_k, reader, buffer, arrays, crcs, stats, error, pieces)
     finally:
         if reader is not None:
             reader.close()
+        if pieces is not None:
+            pieces.shutdown(wait=True)
     stats["chunks"] = first_k + len(chunks)
     if error is None and is_root:
         stats["fingerprint"] = fingerprint(crcs)
@@ -350,19 +354,16 @@ def _stream(carriers: MPI.Comm, plan: DataPlan, shard: Shard | None, layout, buf
 
 def _broadcast_chunks(carriers: MPI.Comm, plan: DataPlan, chunks: list[Chunk], first_k: int, reader: RowReader | None,
                       buffer: np.ndarray, arrays: dict[str, np.ndarray], crcs: dict[str, int], stats: dict, error: str | None,
-                      read_threads: int = 1) -> str | None:
+                      pieces=None) -> str | None:
     """Broadcast ``chunks`` (numbered from ``first_k``) to every carrier, reading chunk k+1 while chunk k travels.
 
     The root reads (and checksums) in the background, on threads of its own, while its main thread
     sits in MPI's wait for the chunk on its way: the broadcast moves at MPI's full pace, never only
-    between two reads. The threads never call MPI."""
+    between two reads. Raw reads go to the ``pieces`` pool. The threads never call MPI."""
     is_root = carriers.rank == 0
     header = np.zeros(2, dtype=np.int64)  # (1 if the root failed, CRC-32 of the chunk)
     pending = None  # (request, chunk, crc): the chunk on its way while the next is read
-    lead = pieces = None
-    if is_root and chunks:
-        lead = ThreadPoolExecutor(1, thread_name_prefix="evens-read")
-        pieces = ThreadPoolExecutor(max(1, read_threads), thread_name_prefix="evens-piece")
+    lead = ThreadPoolExecutor(1, thread_name_prefix="evens-read") if is_root and chunks else None
     seconds = [0.0]
     try:
         for i in range(len(chunks) + 1):
@@ -400,9 +401,8 @@ def _broadcast_chunks(carriers: MPI.Comm, plan: DataPlan, chunks: list[Chunk], f
             request = carriers.Ibcast([buffer[chunk.offset : chunk.offset + chunk.nbytes], MPI.BYTE], root=0)
             pending = (request, chunk, int(header[1]))
     finally:
-        for pool in (lead, pieces):
-            if pool is not None:
-                pool.shutdown(wait=True)
+        if lead is not None:
+            lead.shutdown(wait=True)
     stats["read_seconds"] = stats.get("read_seconds", 0.0) + seconds[0]
     return error
 

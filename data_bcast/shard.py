@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from .checksum import crc32
+from .checksum import crc32, crc32_combine
 from .h5file import DataError, DataPlan
 from .reader import RowReader
 from .layout import ArraySpec, deal_chunk, plan_chunks, plan_layout, shard_members, shard_rows
@@ -66,14 +66,16 @@ def plan_shards(plan: DataPlan, nodes: int, node_index: int, root_alone: bool, r
 
 
 def scatter_shards(carriers: MPI.Comm, plan: DataPlan, shard: Shard, reader: RowReader | None, arrays: dict[str, np.ndarray],
-                   chunk_bytes: int, crcs: dict[str, int], stats: dict, error: str | None, fault=None) -> tuple[str | None, bool, int]:
+                   chunk_bytes: int, crcs: dict[str, int], stats: dict, error: str | None, fault=None,
+                   pieces=None) -> tuple[str | None, bool, int]:
     """Collective over the node leaders (the root is rank 0): deal the training arrays into each
     leader's ``arrays``. Returns (this rank's error, whether the root stopped, chunks sent).
 
     ``error`` is the root's error so far (it then stops at once, and all stop with it); a leader
     whose part arrives damaged records it and goes on, so that every leader ends at the same chunk.
     ``crcs`` gets the root's CRC-32 of each array in the split's order; ``fault(k, message)``, if
-    given, may damage message k after its CRCs were taken (tests).
+    given, may damage message k after its CRCs were taken (tests). ``pieces`` is a thread pool for the
+    root's raw reads (:meth:`~data_bcast.reader.RowReader.read_raw`), where the file allows them.
     """
     is_root = carriers.rank == 0
     mine = shard.carrier_shards[carriers.rank]
@@ -102,7 +104,7 @@ def scatter_shards(carriers: MPI.Comm, plan: DataPlan, shard: Shard, reader: Row
                 try:
                     message = messages[k % 2][: chunk.nbytes]
                     _read_dealt(reader, spec, chunk, deal, row_bytes, staging, message, row_cache, crcs,
-                                lambda: pending[0].Test() if pending else None)
+                                lambda: pending[0].Test() if pending else None, pieces)
                 except DataError as exc:
                     error = str(exc)
                 read_seconds += time.perf_counter() - t
@@ -146,7 +148,7 @@ def _per_carrier(per_shard: np.ndarray, carrier_shards: tuple[int, ...]) -> np.n
 
 
 def _read_dealt(reader: RowReader, spec: ArraySpec, chunk, deal, row_bytes: int, staging: np.ndarray, message: np.ndarray,
-                row_cache: dict, crcs: dict[str, int], progress) -> None:
+                row_cache: dict, crcs: dict[str, int], progress, pieces=None) -> None:
     """The root's part of one chunk: read its rows in the split's order (chaining the array's
     CRC-32 over them), then lay them out shard after shard in ``message``. ``progress`` lets the
     message in flight move (MPI progresses a non-blocking collective inside MPI calls)."""
@@ -154,9 +156,13 @@ def _read_dealt(reader: RowReader, spec: ArraySpec, chunk, deal, row_bytes: int,
     sample = tuple(spec.shape[1:])
     if deal.order is not None:
         rows = staging[: chunk.nbytes].view(np.dtype(spec.dtype)).reshape((last - first,) + sample)
-        reader.read_into(spec.name, first, last, rows)
+        if pieces is not None and reader.raw_offset(spec.name) is not None:
+            crc = reader.read_raw(spec.name, first, last, rows, pieces)  # checksummed where it was read
+        else:
+            reader.read_into(spec.name, first, last, rows)
+            crc = crc32(staging[: chunk.nbytes])
         progress()
-        crcs[spec.name] = crc32(staging[: chunk.nbytes], crcs.get(spec.name, 0))
+        crcs[spec.name] = crc32_combine(crcs.get(spec.name, 0), crc, chunk.nbytes)
         np.take(rows, deal.order, axis=0, out=message.view(np.dtype(spec.dtype)).reshape(rows.shape))
         return
     if row_cache.get("row") != (spec.name, first):
