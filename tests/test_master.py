@@ -276,3 +276,22 @@ def test_a_checkpoint_due_ends_the_turn_so_checkpoint_seconds_0_saves_after_ever
     saved = []
     assert run_search(state, transport, SPACE, settings(30), checkpoint=lambda s: saved.append(len(s.records)))
     assert saved == list(range(1, 30))  # one more result at each (the last checkpoint is the caller's)
+
+
+def test_the_history_is_kept_from_the_garbage_collector_while_the_search_runs_and_given_back_after():
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    frozen = []  # how many objects the collector leaves alone, seen as each result is recorded
+    state = SearchState.fresh(0)
+    run_search(state, in_process(2), SPACE, SearchSettings(40, GAParams(population=6), 3, 0, checkpoint_seconds=0),
+               checkpoint=lambda s: None, on_result=lambda record, s: frozen.append(gc.get_freeze_count()))
+    assert len(frozen) == 40 and min(frozen) > 0
+    assert frozen[-1] > frozen[0]  # what each checkpoint left alive joined the frozen history
+    assert gc.get_freeze_count() == 0  # all of it back in the collector's reach
+    gc.freeze()  # a caller's own frozen objects stay frozen
+    try:
+        run_search(SearchState.fresh(1), in_process(2), SPACE, settings(10))
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
