@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
+from . import h5write
 from .hall_of_fame import HallOfFame, Member
 from .problem import Problem, problem_from_dict
 from .select import METHODS, Selection
@@ -57,10 +58,18 @@ def write_ensemble(group: h5py.Group, stored: StoredEnsemble) -> None:
 
     Refuses a hall of fame read without its weights: writing it would lose them.
     """
-    unloaded = [m.id for m in stored.hall_of_fame if m.weights is None]
-    if unloaded:
-        raise ValueError(f"members {unloaded} were read without their weights; writing them would lose the weights")
-    group.attrs.update(
+    _refuse_unloaded(list(stored.hall_of_fame))
+    write_header(group, stored)
+    labels = h5write.group(group, "labels")
+    checksummed(labels, "val", stored.val_y)
+    checksummed(labels, "test", stored.test_y)
+    add_members(h5write.group(group, "members"), list(stored.hall_of_fame))
+
+
+def write_header(group: h5py.Group, stored: StoredEnsemble) -> None:
+    """The group's attributes (everything but the labels and the members); those there are replaced."""
+    h5write.attrs(
+        group,
         format=FORMAT,
         format_version=FORMAT_VERSION,
         problem=json.dumps(stored.problem.to_dict()),
@@ -69,27 +78,32 @@ def write_ensemble(group: h5py.Group, stored: StoredEnsemble) -> None:
         capacity=stored.hall_of_fame.capacity,
         selection=json.dumps(stored.selection.to_dict()) if stored.selection else "",
     )
-    labels = group.create_group("labels")
-    checksummed(labels, "val", stored.val_y)
-    checksummed(labels, "test", stored.test_y)
-    members = group.create_group("members")
-    for m in stored.hall_of_fame:
-        g = members.create_group(str(m.id))
-        g.attrs.update(fitness=m.fitness, network=json.dumps(m.network), training=json.dumps(m.training))
+
+
+def add_members(members: h5py.Group, added: list[Member]) -> None:
+    """Write each of ``added`` into ``members`` (the group ``/ensemble/members``), under its id."""
+    _refuse_unloaded(added)
+    for m in added:
+        g = h5write.group(members, str(m.id))
+        h5write.attrs(g, fitness=m.fitness, network=json.dumps(m.network), training=json.dumps(m.training))
         checksummed(g, "val_pred", np.asarray(m.val_pred, dtype=np.float32))
         checksummed(g, "test_pred", np.asarray(m.test_pred, dtype=np.float32))
-        w = g.create_group("weights")
+        w = h5write.group(g, "weights")
         for name, array in m.weights.items():
             checksummed(w, name, array)
 
 
-def checksummed(group: h5py.Group, name: str, array) -> h5py.Dataset:
+def _refuse_unloaded(members: list[Member]) -> None:
+    unloaded = [m.id for m in members if m.weights is None]
+    if unloaded:
+        raise ValueError(f"members {unloaded} were read without their weights; writing them would lose the weights")
+
+
+def checksummed(group: h5py.Group, name: str, array) -> None:
     """A dataset with HDF5's Fletcher-32 checksum, which HDF5 verifies on every read: a damaged byte
     is an error, never a changed weight. (Empty arrays cannot be chunked, so they go without.)"""
     array = np.asarray(array)
-    if array.size == 0 or array.ndim == 0:
-        return group.create_dataset(name, data=array)
-    return group.create_dataset(name, data=array, fletcher32=True)
+    h5write.dataset(group, name, array, fletcher32=array.size > 0 and array.ndim > 0)
 
 
 def read_ensemble(group: h5py.Group, weights_of: str | list[int] = "all") -> StoredEnsemble:

@@ -32,9 +32,11 @@ from dataclasses import dataclass, replace
 import h5py
 import numpy as np
 
+from ensemble import h5write
 from ensemble.hall_of_fame import HallOfFame
 from ensemble.problem import problem_from_dict
-from ensemble.store import GROUP, RUN_FILE_NAME, StoredEnsemble, checksummed, read_ensemble, write_ensemble
+from ensemble.store import (GROUP, RUN_FILE_NAME, StoredEnsemble, add_members, checksummed, read_ensemble, write_ensemble,
+                            write_header)
 
 from .errors import RunDirError
 from .inflight import InFlightLog, inflight_path, merge_into  # noqa: F401 (InFlightLog, inflight_path: the run's API)
@@ -47,7 +49,6 @@ FORMAT = "evens-checkpoint"
 FORMAT_VERSION = 7  # 7: segments of plain arrays (fixed-width status and operators, flat curves); 6: typed genes
 OLDEST_VERSION = 6  # the oldest format this evens reads (6: its segments are converted when next merged)
 CHECKPOINT_NAME = RUN_FILE_NAME
-_STR = h5py.string_dtype()
 
 
 @dataclass
@@ -149,12 +150,8 @@ def _copy_group(previous_path: str, f: h5py.File, stored: StoredEnsemble, member
         return  # the very same group
     for ident in before - {m.id for m in hall}:
         del group["members"][str(ident)]
-    scratch = f.create_group("scratch")
-    write_ensemble(scratch, replace(stored, hall_of_fame=HallOfFame(hall.capacity, entered)))
-    for m in entered:
-        f.move(f"scratch/members/{m.id}", f"{GROUP}/members/{m.id}")
-    group.attrs.update(dict(scratch.attrs))
-    del f["scratch"]
+    add_members(group["members"], entered)
+    write_header(group, stored)
 
 
 def save(path: str, state: SearchState, info: RunInfo) -> None:
@@ -181,7 +178,8 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
     tmp = exclusive_temp(path)  # unpredictable, created exclusively: a planted symlink is never followed
     try:
         with h5py.File(tmp, "w") as f:
-            f.attrs.update(
+            h5write.attrs(
+                f,
                 format=FORMAT,
                 format_version=FORMAT_VERSION,
                 evens_version=info.version,
@@ -196,25 +194,24 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
                 strategy=json.dumps(state.strategy),
             )
             version, internal, gauss = state.rng.getstate()
-            rng = checksummed(f, "rng", np.asarray(internal, dtype=np.uint32))
-            rng.attrs["version"] = version
-            rng.attrs["gauss_next"] = np.nan if gauss is None else gauss
+            checksummed(f, "rng", np.asarray(internal, dtype=np.uint32))
+            h5write.attrs(f["rng"], version=version, gauss_next=np.nan if gauss is None else gauss)
 
-            seg = f.create_group("segments")
-            seg.create_dataset("name", data=np.asarray([s.name for s in segments], dtype=object), dtype=_STR)
+            seg = h5write.group(f, "segments")
+            h5write.dataset(seg, "name", np.asarray([s.name for s in segments], dtype=object))
             checksummed(seg, "rows", np.asarray([s.rows for s in segments], dtype=np.int64))
             checksummed(seg, "crc32", np.asarray([s.crc32 for s in segments], dtype=np.uint32))
-            seg.attrs["last_id"] = state.records[-1].id if state.records else -1
-            pend = f.create_group("pending")
+            h5write.attrs(seg, last_id=state.records[-1].id if state.records else -1)
+            pend = h5write.group(f, "pending")
             checksummed(pend, "id", np.asarray([p.id for p in state.pending], dtype=np.int64))
             checksummed(pend, "genome", np.asarray([p.genome for p in state.pending], dtype=np.float64).reshape(len(state.pending), n_genes))
             checksummed(pend, "parents", np.asarray([p.parents for p in state.pending], dtype=np.int64).reshape(len(state.pending), 2))
             checksummed(pend, "attempts", np.asarray([p.attempts for p in state.pending], dtype=np.int64))
-            pend.create_dataset("operators", data=np.asarray([p.operators for p in state.pending], dtype=object), dtype=_STR)
+            h5write.dataset(pend, "operators", np.asarray([p.operators for p in state.pending], dtype=object))
             if copy is not None:
                 _copy_group(path, f, stored, copy[2])
             else:
-                write_ensemble(f.create_group(GROUP), stored)
+                write_ensemble(h5write.group(f, GROUP), stored)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         _sync_directory(folder)  # the segments are in place before the file that lists them

@@ -35,10 +35,11 @@ from typing import Callable
 import h5py
 import numpy as np
 
+from ensemble import h5write
+
 from .tempfiles import exclusive_temp
 from .records import Record
 
-_STR = h5py.string_dtype()
 _INTS = ("id", "epochs_done", "worker")
 _FLOATS = ("fitness", "seconds", "started", "finished")
 _NAMES = ("status", "operators")  # a few short values each: fixed-width strings
@@ -82,13 +83,11 @@ def _record_columns(records: list[Record], n_genes: int) -> dict:
 def _fill(f: h5py.File, columns: dict) -> None:
     for key, values in columns.items():
         if key == "metrics":
-            group = f.create_group("metrics")
+            group = h5write.group(f, "metrics")
             for metric, column in values.items():
-                group[metric] = column
-        elif values.dtype.kind == "O":
-            f.create_dataset(key, data=values, dtype=_STR)
+                h5write.dataset(group, metric, column)
         else:
-            f[key] = values
+            h5write.dataset(f, key, values)  # (message: str objects, stored as variable-length strings)
 
 
 def _decoded(values: np.ndarray) -> list[str]:

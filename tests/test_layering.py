@@ -72,6 +72,7 @@ TORCH_FREE = [
     "ensemble.hall_of_fame",
     "ensemble.select",
     "ensemble.store",
+    "ensemble.h5write",
     "evolve.ga",
     "evolve.space",
     "evolve.config",

@@ -105,9 +105,11 @@ def test_an_unchanged_ensemble_group_is_copied_and_loads_the_same(tmp_path, monk
 
     from ensemble.hall_of_fame import Member
 
-    written = []
-    real = checkpoint.write_ensemble
-    monkeypatch.setattr(checkpoint, "write_ensemble", lambda group, stored: written.append(1) or real(group, stored))
+    written, added = [], []  # the group written whole or updated in a copy; the members written into a copy
+    write_whole, write_header, add_members = checkpoint.write_ensemble, checkpoint.write_header, checkpoint.add_members
+    monkeypatch.setattr(checkpoint, "write_ensemble", lambda group, stored: written.append(1) or write_whole(group, stored))
+    monkeypatch.setattr(checkpoint, "write_header", lambda group, stored: written.append(1) or write_header(group, stored))
+    monkeypatch.setattr(checkpoint, "add_members", lambda group, new: added.append([m.id for m in new]) or add_members(group, new))
     state = full_state()
     path = str(tmp_path / "c.h5")
     checkpoint.save(path, state, info())
@@ -129,6 +131,7 @@ def test_an_unchanged_ensemble_group_is_copied_and_loads_the_same(tmp_path, monk
     state.hall_of_fame.offer(Member(10_000, best.fitness + 1, best.network, best.training, best.val_pred, best.test_pred, best.weights))
     checkpoint.save(path, state, info())
     assert len(written) == 3 and checkpoint.load(path)[0].hall_of_fame.ids[0] == 10_000
+    assert added == [[10_000]]  # the copy's one new member is all that was written
     state.hall_of_fame.grow(7)
     checkpoint.save(path, state, info())
     assert len(written) == 4 and checkpoint.load(path)[0].hall_of_fame.capacity == 7
