@@ -35,6 +35,17 @@ def test_running_median_is_the_median(values):
         assert m.median() == pytest.approx(statistics.median(values[: i + 1]), rel=1e-12, abs=1e-9)
 
 
+@given(st.lists(st.lists(st.floats(-1e6, 1e6), max_size=40), min_size=1, max_size=12))
+def test_running_median_is_exact_when_values_come_in_batches_between_asks(batches):
+    m, seen = RunningMedian(), []
+    for batch in batches:  # as the master adds: many values, then one ask when the bars are rebuilt
+        for v in batch:
+            m.add(v)
+        seen += batch
+        assert len(m) == len(seen)
+        assert (m.median() == statistics.median(seen)) if seen else math.isnan(m.median())
+
+
 def record(ident, curve):
     return Record(ident, [0.5], (-1, -1), "ok", curve[-1], {}, 1.0, len(curve), 1, 0.0, 0.0, curve=curve)
 
