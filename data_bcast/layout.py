@@ -6,6 +6,7 @@ communicates; it is shared by the reader, the broadcaster and the tests.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +24,7 @@ class ArraySpec:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        return int(math.prod(self.shape)) * np.dtype(self.dtype).itemsize
 
     def as_tuple(self) -> tuple[str, tuple[int, ...], str]:
         return (self.name, tuple(int(n) for n in self.shape), self.dtype)

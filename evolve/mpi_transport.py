@@ -154,6 +154,9 @@ class MPIMasterTransport:
         return False
 
     def receive(self, timeout: float | None = None, wants: Wants = want_all) -> tuple[int, Result] | None:
+        got = self.poll(wants)
+        if got is not None:  # (most turns at scale: no waiting to set up)
+            return got
         found: list = []
 
         def ready() -> bool:
