@@ -5,6 +5,7 @@ Run from the repository root (after ./scripts/setup.sh)::
     .venv/bin/python scripts/bench_master.py            # np=2 and np=4, three launches each, 24,608 evaluations each
     .venv/bin/python scripts/bench_master.py --quick    # np=4 only, and the simulated figures at 27,648 workers:
                                                         # under a minute; ends with one JSON line
+    .venv/bin/python scripts/bench_master.py --in-process --repeats 5   # the master alone, no MPI (see below)
 
 Each launch (`mpiexec -n NP`) runs two contenders over the same ranks, one after the other:
 
@@ -33,6 +34,10 @@ after the 20,000th, over that after the 1,000th. Each window holds exactly one c
 everything else the master does per result; it must not grow with the history (target <= 1.5).
 With several launches (``--repeats``) every figure is the median over launches.
 
+``--in-process`` runs the evens contender alone, ``--repeats`` times, over :class:`Loopback`: no MPI,
+the messages packed and unpacked as the wire does, the workers' side counted apart. The master's own
+cost, with none of the noise of four ranks sharing two cores (and none of their costs either).
+
 Then, with the measured cost, the simulated scale figures at 27,648 workers
 (``scripts/bench_sim.py``): ``sim_util_27648_60s``, ``sim_min_task_s_95`` and
 ``async_vs_generational_27648``. Prints a table and one JSON line with ``master_us_per_eval`` (np=4),
@@ -46,6 +51,7 @@ import io
 import json
 import math
 import os
+import pickle
 import platform
 import subprocess
 import sys
@@ -57,6 +63,10 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+from data_bcast.layout import array_specs, pack_arrays, unpack_arrays  # noqa: E402
+from evolve.protocol import Result, Task  # noqa: E402
+from evolve.wire import pack_result, unpack_result  # noqa: E402
 
 
 CHECKPOINT_EVERY = 4608  # evaluations: the default 10 s at 27,648 workers with 60 s trainings (27,648 / 60 x 10)
@@ -70,22 +80,99 @@ def zero_work(task_id: int) -> dict:
     return {"task_id": task_id, "status": "ok", "fitness": 0.5, "metrics": {"val_accuracy": 0.5}, "seconds": 0.0}
 
 
-def measure(evaluations: int, curve_epochs: int = 2) -> dict | None:
-    """Collective: both contenders on this MPI world; rank 0 returns the figures."""
-    from mpi4py import MPI
-    from mpi4py.futures import MPICommExecutor, wait, FIRST_COMPLETED
-
+def instant_training(curve_epochs: int):
+    """The workers' "training": returns at once, a fitness from the decoded genes, a curve of ``curve_epochs`` epochs."""
     from ensemble.hall_of_fame import clears
-    from ensemble.problem import Classification
     from ensemble.results import Evaluation
+
+    def instant(task) -> Evaluation:
+        net, tr = task.network, task.training
+        score = min(max(0.5 + 0.1 * net["depth"] / 3 + 0.1 * net["width"] / 128 - 0.05 * abs(math.log10(tr["learning_rate"]) + 2.5), 0.0), 1.0)
+        curve = [score * (e + 1) / curve_epochs for e in range(curve_epochs)]
+        ev = Evaluation("ok", score, {"val_accuracy": score, "test_accuracy": score}, 0.0, curve_epochs, curve=curve)
+        if clears(score, task.id, task.entry_bar):
+            ev.val_pred = np.full((4, 2), 0.5, np.float32)
+            ev.test_pred = np.full((6, 2), 0.5, np.float32)
+            ev.weights = {"w": np.zeros(16, np.float32)}
+        return ev
+
+    return instant
+
+
+def search(transport, evaluations: int, workers_cpu=lambda: 0.0) -> dict:
+    """The evens contender on rank 0 (or in one process): figures of the master's CPU over the whole search.
+    ``workers_cpu()`` is CPU this process spent as the workers (the loopback's), taken out of the figures."""
+    from ensemble.problem import Classification
     from evolve import checkpoint
     from evolve.app.progress import Progress
     from evolve.app.selection import SelectionCache
     from evolve.checkpoint import InFlightLog, RunInfo
     from evolve.ga import GAParams
     from evolve.master import SearchSettings, SearchState, run_search
+    from evolve.space import GENE_NAMES
+
+    space = parse_bench_space()
+    problem = Classification(2)
+    val_y, test_y = np.array([0, 1, 1, 0]), np.array([1, 0, 1, 1, 0, 0])
+    workers = len(transport.workers)
+    marks, saves, figures = {}, [], {}
+    windows = [(start, start + CHECKPOINT_EVERY) for start in WINDOW_STARTS if start + CHECKPOINT_EVERY <= evaluations]
+    wanted = {n for window in windows for n in window}
+    mine = lambda: time.process_time() - workers_cpu()  # noqa: E731
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "checkpoint.h5")
+        data = {"problem": problem.to_dict(), "sample_shape": [1, 8, 8], "x_dtype": "float32"}
+        info = RunInfo({"search": {"evaluations": evaluations}, "ensemble": {"size": 5, "method": "greedy"}}, list(GENE_NAMES), data, val_y, test_y)
+        state = SearchState.fresh(0, candidates=32)
+
+        choose = SelectionCache(info)
+        journal = InFlightLog(path)
+        progress = Progress(evaluations, 0, workers=workers, stream=io.StringIO())  # a batch job's status lines
+
+        def save(s) -> None:  # as evens run saves: the ensemble chosen again if the hall changed, the log emptied
+            began = mine()
+            s.selection = choose(s.hall_of_fame)
+            checkpoint.save(path, s, info)
+            journal.reset()
+            saves.append((len(s.records), 1e3 * (mine() - began)))
+
+        def on_result(record, state):
+            progress(record, state)
+            if len(state.records) in wanted:
+                marks[len(state.records)] = mine()
+
+        # run_search's clock counts evaluations, so a checkpoint falls every CHECKPOINT_EVERY of them
+        settings = SearchSettings(evaluations, GAParams(population=10), 32, 0, checkpoint_seconds=CHECKPOINT_EVERY,
+                                  early_stopping=True, warmup=1)
+        start = mine()
+        run_search(state, transport, space, settings, checkpoint=save, on_result=on_result, journal=journal,
+                   clock=lambda: float(len(state.records)))
+        total = mine() - start
+        transport.stop()
+        journal.close()
+    figures["evens_us"] = 1e6 * total / len(state.records)
+    figures["windows"] = {str(a): 1e6 * (marks[b] - marks[a]) / (b - a) for a, b in windows}
+    if WINDOW_STARTS[0] in marks:  # the start: the hall of fame fills (every network's payload is wanted)
+        figures["first_us"] = 1e6 * (marks[WINDOW_STARTS[0]] - start) / WINDOW_STARTS[0]
+    figures["checkpoint_ms"] = saves
+    figures["workers"] = workers
+    figures["evaluations"] = len(state.records)
+    return figures
+
+
+def parse_bench_space():
+    from evolve.space import parse_space
+
+    return parse_space({}).for_sample_shape((1, 8, 8))
+
+
+def measure(evaluations: int, curve_epochs: int = 2) -> dict | None:
+    """Collective: both contenders on this MPI world; rank 0 returns the figures."""
+    from mpi4py import MPI
+    from mpi4py.futures import MPICommExecutor, wait, FIRST_COMPLETED
+
     from evolve.mpi_transport import MPIMasterTransport, MPIWorkerChannel
-    from evolve.space import GENE_NAMES, parse_space
     from evolve.worker import serve
 
     comm = MPI.COMM_WORLD
@@ -109,69 +196,59 @@ def measure(evaluations: int, curve_epochs: int = 2) -> dict | None:
             figures["futures_us"] = 1e6 * (time.process_time() - start) / done
 
     comm.Barrier()
-    space = parse_space({}).for_sample_shape((1, 8, 8))
-    problem = Classification(2)
-    val_y, test_y = np.array([0, 1, 1, 0]), np.array([1, 0, 1, 1, 0, 0])
-
-    def instant(task) -> Evaluation:
-        """A 'training' that returns at once: a fitness from the decoded genes, a curve of ``curve_epochs`` epochs."""
-        net, tr = task.network, task.training
-        score = min(max(0.5 + 0.1 * net["depth"] / 3 + 0.1 * net["width"] / 128 - 0.05 * abs(math.log10(tr["learning_rate"]) + 2.5), 0.0), 1.0)
-        curve = [score * (e + 1) / curve_epochs for e in range(curve_epochs)]
-        ev = Evaluation("ok", score, {"val_accuracy": score, "test_accuracy": score}, 0.0, curve_epochs, curve=curve)
-        if clears(score, task.id, task.entry_bar):
-            ev.val_pred = np.full((4, 2), 0.5, np.float32)
-            ev.test_pred = np.full((6, 2), 0.5, np.float32)
-            ev.weights = {"w": np.zeros(16, np.float32)}
-        return ev
-
     if comm.rank == 0:
-        marks, saves = {}, []
-        windows = [(start, start + CHECKPOINT_EVERY) for start in WINDOW_STARTS if start + CHECKPOINT_EVERY <= evaluations]
-        wanted = {n for window in windows for n in window}
-
-        with tempfile.TemporaryDirectory() as folder:
-            path = os.path.join(folder, "checkpoint.h5")
-            data = {"problem": problem.to_dict(), "sample_shape": [1, 8, 8], "x_dtype": "float32"}
-            info = RunInfo({"search": {"evaluations": evaluations}, "ensemble": {"size": 5, "method": "greedy"}}, list(GENE_NAMES), data, val_y, test_y)
-            state = SearchState.fresh(0, candidates=32)
-
-            choose = SelectionCache(info)
-            journal = InFlightLog(path)
-            progress = Progress(evaluations, 0, workers=workers, stream=io.StringIO())  # a batch job's status lines
-
-            def save(s) -> None:  # as evens run saves: the ensemble chosen again if the hall changed, the log emptied
-                began = time.process_time()
-                s.selection = choose(s.hall_of_fame)
-                checkpoint.save(path, s, info)
-                journal.reset()
-                saves.append((len(s.records), 1e3 * (time.process_time() - began)))
-
-            def on_result(record, state):
-                progress(record, state)
-                if len(state.records) in wanted:
-                    marks[len(state.records)] = time.process_time()
-
-            # run_search's clock counts evaluations, so a checkpoint falls every CHECKPOINT_EVERY of them
-            settings = SearchSettings(evaluations, GAParams(population=10), 32, 0, checkpoint_seconds=CHECKPOINT_EVERY,
-                                      early_stopping=True, warmup=1)
-            transport = MPIMasterTransport(comm)
-            start = time.process_time()
-            run_search(state, transport, space, settings, checkpoint=save, on_result=on_result, journal=journal,
-                       clock=lambda: float(len(state.records)))
-            total = time.process_time() - start
-            transport.stop()
-            journal.close()
-        figures["evens_us"] = 1e6 * total / len(state.records)
-        figures["windows"] = {str(a): 1e6 * (marks[b] - marks[a]) / (b - a) for a, b in windows}
-        if WINDOW_STARTS[0] in marks:  # the start: the hall of fame fills (every network's payload is wanted)
-            figures["first_us"] = 1e6 * (marks[WINDOW_STARTS[0]] - start) / WINDOW_STARTS[0]
-        figures["checkpoint_ms"] = saves
-        figures["workers"] = workers
-        figures["evaluations"] = len(state.records)
-        return figures
-    serve(MPIWorkerChannel(comm), instant)
+        return {**figures, **search(MPIMasterTransport(comm), evaluations)}
+    serve(MPIWorkerChannel(comm), instant_training(curve_epochs))
     return None
+
+
+class Loopback:
+    """``--in-process``: the master's loop over no MPI, its messages made as the wire makes them.
+
+    A task is pickled as MPIMasterTransport sends it (the key: the space travels); a worker decodes
+    it, trains (``instant_training``), packs its result (evolve.wire) and, if the master wants it,
+    its payload; the master unpacks both. Tasks are answered in the order sent, up to 3 results a
+    loop turn (``poll``), about what a turn takes at np=4. The workers' side runs in this process
+    and its CPU is counted apart (``cpu``), so the figures are the master's alone. No MPI, no
+    waiting, no other process on the core: the master's own cost, with less noise than a launch.
+    """
+
+    def __init__(self, workers: int, curve_epochs: int):
+        from collections import deque
+
+        self.workers = list(range(1, workers + 1))
+        self.cpu = 0.0
+        self._queue = deque()
+        self._train = instant_training(curve_epochs)
+        self._space = parse_bench_space()
+
+    def send(self, worker, task) -> None:
+        self._queue.append((worker, pickle.dumps((task.id, task.seed, task.entry_bar, task.watch, task.key))))
+
+    def poll(self, wants):
+        if not self._queue:
+            return None
+        worker, message = self._queue.popleft()
+        began = time.process_time()  # the worker's side
+        ident, seed, bar, watch, key = pickle.loads(message)
+        ev = self._train(Task.from_key(ident, self._space, key, seed, bar, watch))
+        arrays = ev.payload()
+        offer = array_specs(arrays) if arrays else None
+        header = bytearray(pack_result(ident, ev, offer))
+        payload = pack_arrays(arrays)[1] if arrays else None
+        self.cpu += time.process_time() - began
+        task_id, ev, offer = unpack_result(header, len(header))
+        if offer and wants(task_id, ev.fitness):
+            arrays = unpack_arrays(offer, payload.copy())
+            ev.val_pred, ev.test_pred = arrays["val_pred"], arrays["test_pred"]
+            ev.weights = {name[2:]: w for name, w in arrays.items() if name.startswith("w/")}
+        return worker, Result(task_id, ev)
+
+    def receive(self, timeout=None, wants=None):
+        return self.poll(wants)
+
+    def stop(self) -> None:
+        pass
 
 
 def launch(np_: int, evaluations: int, curve_epochs: int, worker_spins: int | None = None) -> dict:
@@ -200,6 +277,24 @@ def median_row(launches: list[dict]) -> dict:
     return row
 
 
+def in_process(evaluations: int, curve_epochs: int, repeats: int) -> None:
+    runs = []
+    for _ in range(repeats):
+        loopback = Loopback(3, curve_epochs)
+        runs.append(search(loopback, evaluations, lambda: loopback.cpu))
+    med = lambda values: float(np.median(values))  # noqa: E731
+    row = {"master_us_per_eval": med([r["evens_us"] for r in runs]),
+           "windows": {w: med([r["windows"][w] for r in runs]) for w in runs[0]["windows"]},
+           "checkpoint_us_per_eval": med([1e3 * sum(ms for _, ms in r["checkpoint_ms"]) / r["evaluations"] for r in runs]),
+           "runs": [round(r["evens_us"], 1) for r in runs], "evaluations": runs[0]["evaluations"], "curve_epochs": curve_epochs}
+    print(f"# bench_master --in-process  {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}  host={platform.node()}  "
+          f"load={' '.join(f'{v:.2f}' for v in os.getloadavg())}  {evaluations} evaluations, {curve_epochs}-epoch curves, "
+          f"loopback transport (3 workers, their CPU taken out); medians of {repeats}")
+    print(f"master {row['master_us_per_eval']:.1f} us per evaluation (runs: {row['runs']}), of which checkpoints "
+          f"{row['checkpoint_us_per_eval']:.1f}; windows {({w: round(v, 1) for w, v in row['windows'].items()})}")
+    print(json.dumps(row))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="np=4 only, one launch: under a minute in all")
@@ -210,8 +305,13 @@ def main() -> None:
                         help="epochs in each result's curve (default 2): the median rule takes in every one")
     parser.add_argument("--worker-spins", type=int, default=None,
                         help="EXPERIMENT: how many times a waiting worker yields before it naps (evens' WORKER_SPINS)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="the evens master alone over a loopback transport (no MPI): --repeats runs, medians")
     parser.add_argument("--role", default="lead", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.in_process:
+        in_process(args.evaluations, args.curve_epochs, args.repeats)
+        return
     if args.role == "measure":
         if args.worker_spins is not None:
             import evolve.mpi_transport
