@@ -27,13 +27,12 @@ from __future__ import annotations
 import json
 import os
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import h5py
 import numpy as np
 
 from ensemble import h5write
-from ensemble.hall_of_fame import HallOfFame
 from ensemble.problem import problem_from_dict
 from ensemble.store import (GROUP, RUN_FILE_NAME, StoredEnsemble, add_members, checksummed, read_ensemble, write_ensemble,
                             write_header)

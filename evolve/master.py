@@ -24,8 +24,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
-import numpy as np
-
 from ensemble.hall_of_fame import HallOfFame, Member
 from ensemble.select import Selection
 

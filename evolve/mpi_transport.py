@@ -40,7 +40,6 @@ import numpy as np
 from mpi4py import MPI
 
 from data_bcast.layout import array_specs, pack_arrays, packed_size, unpack_arrays
-from ensemble.results import Evaluation
 
 from .protocol import Result, Task, Wants, want_all
 from .space import parse_space
