@@ -80,14 +80,14 @@ def dataset(parent, name: str, array: np.ndarray, fletcher32: bool = False) -> N
     """``parent.create_dataset(name, data=array, fletcher32=fletcher32)``: made here for a numpy array of
     numbers, booleans or fixed-width bytes, or ``dtype=h5py.string_dtype()`` for an array of ``str``
     objects (an empty or 0-d array cannot be checksummed: h5py refuses it too); any other dtype
-    (complex, structured) is handed to h5py."""
+    (complex, structured), or a name that is a path, is handed to h5py."""
     array = np.asarray(array, order="C")
     if array.dtype.kind == "O":
         if array.dtype.metadata is None:
             array = array.astype(_STRING)  # str objects: variable-length UTF-8 strings, as h5py's dtype=string_dtype()
         elif h5t.check_string_dtype(array.dtype) != h5t.check_string_dtype(_STRING):
             raise TypeError(f"h5write.dataset writes str objects as UTF-8 strings, not {array.dtype.metadata}")
-    elif array.dtype.kind not in "biufS":  # complex, structured, ...: h5py's own way, as before
+    if array.dtype.kind not in "biufSO" or "/" in name:  # complex, structured; a path: h5py's own way, as before
         group = parent if isinstance(parent, h5py.Group) else h5py.Group(_id(parent))
         group.create_dataset(name, data=array, **({"fletcher32": True} if fletcher32 else {}))
         return

@@ -62,8 +62,9 @@ def test_large_arrays_are_chunked_as_h5py_chunks_them_and_strings_and_names_enco
         assert list(f["message"].asstr()[...]) == list(words) and f["members"].attrs["n"] == 2.5
 
 
-def test_other_dtypes_go_to_h5py_as_before(tmp_path):
-    odd = {"c": np.arange(6, dtype=np.complex64).reshape(2, 3) * 1j, "r": np.array([(1, 2.5)], dtype=[("a", "i4"), ("b", "f8")])}
+def test_other_dtypes_and_paths_go_to_h5py_as_before(tmp_path):
+    odd = {"c": np.arange(6, dtype=np.complex64).reshape(2, 3) * 1j, "r": np.array([(1, 2.5)], dtype=[("a", "i4"), ("b", "f8")]),
+           "a/path/x": np.zeros(3)}
 
     def by_h5py(f):
         for k, a in odd.items():
