@@ -6,12 +6,15 @@ high-level ``create_group``, ``create_dataset`` and ``attrs[...] =`` spend more 
 (validating options, guessing types and chunks, copying property lists, wrapping every new
 object) than HDF5 spends making the object. These functions make the very same objects (the same
 types, dataspaces, chunk shapes, filters, link and name encodings, and no timestamps, as h5py
-gives them by default: a file written with them is byte for byte the file h5py's calls write,
-which tests/test_h5write.py checks), for the few kinds evens writes:
+gives them by default; the dataset creation properties come from h5py's own ``fill_dcpl``, so they
+follow the h5py installed): a file written with them is byte for byte the file h5py's calls write,
+which tests/test_h5write.py checks, for the few kinds evens writes:
 
 * :func:`group`: ``parent.create_group(name)``;
-* :func:`dataset`: ``parent.create_dataset(name, data=array)``, with ``fletcher32=True`` the
-  checksummed, chunked kind (HDF5 verifies Fletcher-32 on every read);
+* :func:`dataset`: ``parent[name] = array``, and with ``fletcher32=True``
+  ``parent.create_dataset(name, data=array, fletcher32=True)``, the checksummed, chunked kind (HDF5
+  verifies Fletcher-32 on every read). A name that is not ASCII is marked UTF-8 in both, as
+  ``parent[name] = array`` marks it (h5py's create_dataset marks it ASCII);
 * :func:`attrs`: ``obj.attrs[name] = value`` for numbers, booleans and strings.
 
 Measured on the 2-core VM (HDF5 2.0, h5py 3.16; ``scripts/bench_checkpoint.py``): a hall-of-fame
@@ -23,7 +26,7 @@ from __future__ import annotations
 import h5py
 import numpy as np
 from h5py import h5a, h5d, h5g, h5p, h5s, h5t
-from h5py._hl.filters import guess_chunk
+from h5py._hl.filters import fill_dcpl
 from h5py._objects import ObjectID
 
 _STRING = h5py.string_dtype()  # a Python str: variable-length UTF-8, as h5py stores it
@@ -44,11 +47,20 @@ def _group_lcpl(encoding: int):
     return lcpl
 
 
+def _dcpl(shape: tuple, itemsize: int, fletcher32: bool):
+    """The dataset creation property list h5py's create_dataset makes (its own ``fill_dcpl``: the chunk
+    shape it guesses, and whatever else this h5py version sets, such as the fill time before 3.12)."""
+    plist = fill_dcpl(h5p.create(h5p.DATASET_CREATE), shape, np.dtype(f"V{itemsize}"), None, None, None, None, fletcher32,
+                      None, None, None)
+    plist.set_obj_track_times(False)  # h5py's default: no timestamps, so the same content is the same bytes
+    return plist
+
+
 _GCPL = _plist(h5p.GROUP_CREATE)
 _LCPL = {h5t.CSET_ASCII: _group_lcpl(h5t.CSET_ASCII), h5t.CSET_UTF8: _group_lcpl(h5t.CSET_UTF8)}
-_CONTIGUOUS = _plist(h5p.DATASET_CREATE)
+_CONTIGUOUS = _dcpl((1,), 1, False)
 _checksummed: dict[tuple, object] = {}  # (shape, itemsize) -> a chunked, Fletcher-32 creation property list
-_types: dict[np.dtype, tuple] = {}  # dtype -> (file type, memory type)
+_types: dict[np.dtype, tuple] = {}  # dtype (with no metadata: numpy's == ignores it) -> (file type, memory type)
 
 
 def _name(name: str) -> tuple[bytes, int]:
@@ -70,6 +82,8 @@ def group(parent, name: str) -> h5py.Group:
 
 
 def _type(dtype: np.dtype) -> tuple:
+    if dtype.metadata is not None:  # h5py's tagged dtypes (a string's encoding, an enum): never from the cache
+        return h5t.py_create(dtype, logical=True), h5t.py_create(dtype)
     types = _types.get(dtype)
     if types is None:
         types = _types[dtype] = (h5t.py_create(dtype, logical=True), h5t.py_create(dtype))
@@ -77,7 +91,7 @@ def _type(dtype: np.dtype) -> tuple:
 
 
 def dataset(parent, name: str, array: np.ndarray, fletcher32: bool = False) -> None:
-    """``parent.create_dataset(name, data=array, fletcher32=fletcher32)``: made here for a numpy array of
+    """``parent[name] = array`` (``parent.create_dataset(name, data=array, fletcher32=True)``): made here for a numpy array of
     numbers, booleans or fixed-width bytes, or ``dtype=h5py.string_dtype()`` for an array of ``str``
     objects (an empty or 0-d array cannot be checksummed: h5py refuses it too); any other dtype
     (complex, structured), or a name that is a path, is handed to h5py."""
@@ -98,16 +112,14 @@ def dataset(parent, name: str, array: np.ndarray, fletcher32: bool = False) -> N
         key = (shape, array.dtype.itemsize)
         dcpl = _checksummed.get(key)
         if dcpl is None:
-            dcpl = _plist(h5p.DATASET_CREATE)
-            dcpl.set_chunk(guess_chunk(shape, None, array.dtype.itemsize))  # as h5py chooses them
-            dcpl.set_fletcher32()
+            dcpl = _dcpl(shape, array.dtype.itemsize, True)
             if len(_checksummed) < 4096:
                 _checksummed[key] = dcpl
     else:
         dcpl = _CONTIGUOUS
     space = h5s.create_simple(shape) if array.ndim else _SCALAR
-    encoded, _ = _name(name)
-    dset = h5d.create(_id(parent), encoded, _type(array.dtype)[0], space, dcpl=dcpl)
+    encoded, encoding = _name(name)
+    dset = h5d.create(_id(parent), encoded, _type(array.dtype)[0], space, dcpl=dcpl, lcpl=_LCPL[encoding])
     if array.size:
         dset.write(h5s.ALL, h5s.ALL, array)
 

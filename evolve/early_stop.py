@@ -72,7 +72,7 @@ class RunningMedian:
         if not n:
             return math.nan
         mid = n // 2
-        return float(self._sorted[mid]) if n % 2 else float((self._sorted[mid - 1] + self._sorted[mid]) / 2)
+        return float(self._sorted[mid]) if n % 2 else (float(self._sorted[mid - 1]) + float(self._sorted[mid])) / 2
 
 
 class MedianRule:

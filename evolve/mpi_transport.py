@@ -162,7 +162,7 @@ class MPIMasterTransport:
             found.append(self.poll(wants))
             return found[-1] is not None
 
-        return found[-1] if ready() or _wait_until(ready, timeout) else None
+        return found[-1] if _wait_until(ready, timeout) else None
 
     def poll(self, wants: Wants = want_all) -> tuple[int, Result] | None:
         """A finished result if one is here now, else None at once: a wanted payload that has arrived

@@ -42,6 +42,7 @@ def test_large_arrays_are_chunked_as_h5py_chunks_them_and_strings_and_names_enco
         f.create_dataset("message", data=words, dtype=h5py.string_dtype())
         f.create_dataset("none", data=np.empty(0, dtype=object), dtype=h5py.string_dtype())
         f.create_group("ünï").attrs["ñame"] = "x"
+        f["ünï"]["lätency"] = big[0]  # a name that is not ASCII: marked UTF-8, as this way marks it
         f["members"].attrs["n"] = 1
         f["members"].attrs["n"] = 2.5  # replaced
 
@@ -53,6 +54,7 @@ def test_large_arrays_are_chunked_as_h5py_chunks_them_and_strings_and_names_enco
         h5write.dataset(f, "message", words)
         h5write.dataset(f, "none", np.empty(0, dtype=object))
         h5write.attrs(h5write.group(f, "ünï"), **{"ñame": "x"})
+        h5write.dataset(f["ünï"], "lätency", big[0])
         h5write.attrs(f["members"], n=1)
         h5write.attrs(f["members"], n=2.5)
 
@@ -85,3 +87,19 @@ def test_what_it_does_not_write_it_refuses(tmp_path):
             h5write.attrs(f, v=[1, 2])
         with pytest.raises(TypeError):
             h5write.dataset(f, "o", np.array([1, "a"], dtype=object))  # not all strings
+
+
+def test_tagged_dtypes_keep_their_own_types(tmp_path):
+    """numpy's dtype equality ignores h5py's tags (a string's encoding, an enum), so a type cached for
+    one must never serve the other."""
+    ascii7, utf7 = np.array([b"abc"], dtype="S7"), np.array(["é".encode()], dtype=h5py.string_dtype("utf-8", 7))
+    flags = np.array([0, 1], dtype=h5py.enum_dtype({"off": 0, "on": 1}, basetype="i1"))
+
+    def by_h5py(f):
+        f["a"], f["u"], f["i"], f["e"] = ascii7, utf7, np.zeros(2, np.int8), flags
+
+    def by_h5write(f):
+        for name, array in (("a", ascii7), ("u", utf7), ("i", np.zeros(2, np.int8)), ("e", flags)):
+            h5write.dataset(f, name, array)
+
+    _same_files(tmp_path, by_h5py, by_h5write)
