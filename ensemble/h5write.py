@@ -17,9 +17,9 @@ which tests/test_h5write.py checks, for the few kinds evens writes:
   ``parent[name] = array`` marks it (h5py's create_dataset marks it ASCII);
 * :func:`attrs`: ``obj.attrs[name] = value`` for numbers, booleans and strings.
 
-Measured on the 2-core VM (HDF5 2.0, h5py 3.16; ``scripts/bench_checkpoint.py``): a hall-of-fame
-member of three small arrays costs 0.55 ms against 1.06, one of a small CNN (20 tensors) 3.1 ms
-against 5.9. Anything else goes through h5py as before.
+Measured on the 2-core VM (HDF5 2.0, h5py 3.16; ``scripts/bench_checkpoint.py``, docs/benchmarks.md):
+a hall-of-fame member of three small arrays costs 0.54 ms against 1.06, one of a small CNN (20
+tensors) 2.75 ms against 5.40. Anything else goes through h5py as before.
 """
 from __future__ import annotations
 
@@ -34,8 +34,7 @@ _STRING_TYPE = h5t.py_create(_STRING, logical=True)
 _SCALAR = h5s.create(h5s.SCALAR)
 
 
-def _plist(kind):
-    plist = h5p.create(kind)
+def _untimed(plist):
     plist.set_obj_track_times(False)  # h5py's default: no timestamps, so the same content is the same bytes
     return plist
 
@@ -50,13 +49,11 @@ def _group_lcpl(encoding: int):
 def _dcpl(shape: tuple, itemsize: int, fletcher32: bool):
     """The dataset creation property list h5py's create_dataset makes (its own ``fill_dcpl``: the chunk
     shape it guesses, and whatever else this h5py version sets, such as the fill time before 3.12)."""
-    plist = fill_dcpl(h5p.create(h5p.DATASET_CREATE), shape, np.dtype(f"V{itemsize}"), None, None, None, None, fletcher32,
-                      None, None, None)
-    plist.set_obj_track_times(False)  # h5py's default: no timestamps, so the same content is the same bytes
-    return plist
+    return _untimed(fill_dcpl(h5p.create(h5p.DATASET_CREATE), shape, np.dtype(f"V{itemsize}"), None, None, None, None, fletcher32,
+                              None, None, None))
 
 
-_GCPL = _plist(h5p.GROUP_CREATE)
+_GCPL = _untimed(h5p.create(h5p.GROUP_CREATE))
 _LCPL = {h5t.CSET_ASCII: _group_lcpl(h5t.CSET_ASCII), h5t.CSET_UTF8: _group_lcpl(h5t.CSET_UTF8)}
 _CONTIGUOUS = _dcpl((1,), 1, False)
 _checksummed: dict[tuple, object] = {}  # (shape, itemsize) -> a chunked, Fletcher-32 creation property list
@@ -91,8 +88,8 @@ def _type(dtype: np.dtype) -> tuple:
 
 
 def dataset(parent, name: str, array: np.ndarray, fletcher32: bool = False) -> None:
-    """``parent[name] = array`` (``parent.create_dataset(name, data=array, fletcher32=True)``): made here for a numpy array of
-    numbers, booleans or fixed-width bytes, or ``dtype=h5py.string_dtype()`` for an array of ``str``
+    """``parent[name] = array``, or ``parent.create_dataset(name, data=array, fletcher32=True)``: made here
+    for a numpy array of numbers, booleans or fixed-width bytes, or ``dtype=h5py.string_dtype()`` for an array of ``str``
     objects (an empty or 0-d array cannot be checksummed: h5py refuses it too); any other dtype
     (complex, structured), or a name that is a path, is handed to h5py."""
     array = np.asarray(array, order="C")
