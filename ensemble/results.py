@@ -57,14 +57,17 @@ class Evaluation:
         arrays.update({f"w/{name}": w for name, w in (self.weights or {}).items()})
         return arrays
 
+    def take_payload(self, payload: dict[str, np.ndarray]) -> Evaluation:
+        """Set the predictions and weights from what :meth:`payload` gave (its inverse); returns self."""
+        self.val_pred, self.test_pred = payload["val_pred"], payload["test_pred"]
+        self.weights = {name[2:]: w for name, w in payload.items() if name.startswith("w/")}
+        return self
+
     @classmethod
     def from_parts(cls, header: dict, payload: dict[str, np.ndarray] | None = None) -> Evaluation:
         """The inverse of :meth:`header` and :meth:`payload`."""
         ev = cls(**header)
-        if payload:
-            ev.val_pred, ev.test_pred = payload["val_pred"], payload["test_pred"]
-            ev.weights = {name[2:]: w for name, w in payload.items() if name.startswith("w/")}
-        return ev
+        return ev.take_payload(payload) if payload else ev
 
 
 def failed_evaluation(message: str, status: str = "error", seconds: float = 0.0, epochs_done: int = 0) -> Evaluation:

@@ -174,10 +174,7 @@ class MPIMasterTransport:
             worker, result, offer, buffer, request = self._payload
             if request.Test():
                 self._payload = None
-                payload = unpack_arrays(offer, buffer)
-                ev = result.evaluation
-                ev.val_pred, ev.test_pred = payload["val_pred"], payload["test_pred"]
-                ev.weights = {name[2:]: w for name, w in payload.items() if name.startswith("w/")}
+                result.evaluation.take_payload(unpack_arrays(offer, buffer))
                 return worker, result
         elif self._offers:
             got = self._offered(*self._offers.popleft(), wants)

@@ -239,9 +239,7 @@ class Loopback:
         self.cpu += time.process_time() - began
         task_id, ev, offer = unpack_result(header, len(header))
         if offer and wants(task_id, ev.fitness):
-            arrays = unpack_arrays(offer, payload.copy())
-            ev.val_pred, ev.test_pred = arrays["val_pred"], arrays["test_pred"]
-            ev.weights = {name[2:]: w for name, w in arrays.items() if name.startswith("w/")}
+            ev.take_payload(unpack_arrays(offer, payload.copy()))
         return worker, Result(task_id, ev)
 
     def receive(self, timeout=None, wants=None):
