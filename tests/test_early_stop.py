@@ -81,6 +81,30 @@ def test_a_bar_is_the_median_of_the_running_averages_of_the_networks_that_reache
             assert bar == pytest.approx(statistics.median(reached), abs=1e-12)
 
 
+values = st.one_of(st.floats(-1e308, 1e308), st.sampled_from([math.nan, math.inf, -math.inf, 1e308, -1e308, 0.0, -0.0]))
+
+
+@given(st.lists(st.lists(values, max_size=12), min_size=1, max_size=20))
+def test_tell_adds_what_the_epoch_by_epoch_loop_adds(curves):
+    """A curve told at once (in C) adds to each epoch exactly what a loop over its values adds: the running
+    averages up to the first non-finite value, the sums taken left to right (overflowing as they overflow)."""
+    rule = MedianRule()
+    for i, curve in enumerate(curves):
+        rule.tell(Record(i, [0.5], (-1, -1), "ok", 0.5, {}, 1.0, len(curve), 1, 0.0, 0.0, curve=curve))
+    expected: list[list[float]] = []
+    for curve in curves:
+        total = 0.0
+        for epoch, fitness in enumerate(curve):
+            if not math.isfinite(fitness):
+                break
+            total += fitness
+            if epoch == len(expected):
+                expected.append([])
+            expected[epoch].append(total / (epoch + 1))
+    assert len(rule._by_epoch) == len(expected)
+    assert [median._new for median in rule._by_epoch] == expected  # (no NaN: a sum that overflowed stays infinite)
+
+
 def test_no_bar_in_the_first_third_of_the_planned_epochs():
     rule = MedianRule([record(i, [0.5] * 12) for i in range(6)])
     assert [math.isnan(b) for b in rule.bars(12)] == [True] * 3 + [False] * 9  # judged from epoch 4 of 12
