@@ -135,20 +135,33 @@ def _group_reusable(last: tuple, stored: StoredEnsemble) -> bool:
 
 def _copy_group(previous_path: str, f: h5py.File, stored: StoredEnsemble, members: tuple) -> None:
     """The ensemble group ``stored`` makes, from the previous state file's (whose members are ``members``):
-    copied, without the members that left, with those that entered written (as write_ensemble writes them)."""
-    with h5py.File(previous_path, "r") as previous:
-        previous.copy(previous[GROUP], f, GROUP)
-        attrs = dict(previous[GROUP].attrs)
-    group = f[GROUP]
+    copied, without the members that left, with those that entered written (as write_ensemble writes them).
+
+    While most members stay, the whole group is copied (one call) and those that left are deleted; when
+    most left, only the labels and the members that stayed are copied: a copy per member costs more than
+    one of the whole group, a deletion less. When all 32 change, ``checkpoint.save`` takes 45.4 ms, against
+    51.2 for copying them to delete them (scripts/bench_checkpoint.py, the 2-core VM)."""
     hall = stored.hall_of_fame
-    before = set(members)
+    before, now = set(members), {m.id for m in hall}
     entered = [m for m in hall if m.id not in before]
-    selection = json.dumps(stored.selection.to_dict()) if stored.selection else ""
-    if not entered and [m.id for m in hall] == list(members) and attrs.get("capacity") == hall.capacity \
-            and attrs.get("selection") == selection:
-        return  # the very same group
-    for ident in before - {m.id for m in hall}:
-        del group["members"][str(ident)]
+    with h5py.File(previous_path, "r") as previous:
+        old = previous[GROUP]
+        if 2 * len(before & now) >= len(before):
+            previous.copy(old, f, GROUP)
+            attrs = dict(old.attrs)
+            group = f[GROUP]
+            selection = json.dumps(stored.selection.to_dict()) if stored.selection else ""
+            if not entered and [m.id for m in hall] == list(members) and attrs.get("capacity") == hall.capacity \
+                    and attrs.get("selection") == selection:
+                return  # the very same group
+            for ident in before - now:
+                del group["members"][str(ident)]
+        else:
+            group = h5write.group(f, GROUP)
+            previous.copy(old["labels"], group, "labels")
+            kept = h5write.group(group, "members")
+            for ident in sorted(before & now):
+                previous.copy(old["members"][str(ident)], kept, str(ident))
     add_members(group["members"], entered)
     write_header(group, stored)
 

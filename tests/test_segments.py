@@ -5,6 +5,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+import h5py
 import pytest
 
 from checkpoint_fixture import STEPS, full_state, growing_saves, info, record_keys
@@ -145,6 +146,46 @@ def test_an_unchanged_ensemble_group_is_copied_and_loads_the_same(tmp_path, monk
     labels.val_y[0] = (labels.val_y[0] + 1) % 3
     checkpoint.save(path, state, labels)
     assert len(written) == 6
+
+
+@pytest.mark.parametrize("staying", [0, 1, 2, 3])
+def test_a_changed_hall_loads_the_same_whether_its_group_was_copied_whole_or_member_by_member(tmp_path, monkeypatch, staying):
+    """Members that left are deleted from a whole copy while most stay, and only those that stayed are copied
+    when most left: either way the state file holds what a fresh write holds, and entrants alone are written."""
+    from ensemble.hall_of_fame import Member
+
+    added = []
+    add_members = checkpoint.add_members
+    monkeypatch.setattr(checkpoint, "add_members", lambda group, new: added.append([m.id for m in new]) or add_members(group, new))
+    state = full_state()
+    path = str(tmp_path / "c.h5")
+    checkpoint.save(path, state, info())
+    hall = state.hall_of_fame
+    assert len(hall.members) == hall.capacity == 3
+    best = hall.members[0]
+    newcomers = [Member(10_000 + i, best.fitness + 1 + i, best.network, best.training, best.val_pred * (i + 2), best.test_pred,
+                        {k: w + i for k, w in best.weights.items()}) for i in range(3 - staying)]
+    kept = hall.ids[:staying]
+    for m in newcomers:
+        hall.offer(m)
+    assert sorted(hall.ids) == sorted(kept + [m.id for m in newcomers])
+    added.clear()
+    checkpoint.save(path, state, info())
+    assert sorted(sum(added, [])) == sorted(m.id for m in newcomers)  # the entrants, and nothing else, written
+    fresh = str(tmp_path / "fresh.h5")
+    checkpoint.save(fresh, state, info())
+
+    def ensemble(path):
+        s, _ = checkpoint.load(path)
+        return [(m.id, m.fitness, m.network, m.training, m.val_pred.tobytes(), m.test_pred.tobytes(),
+                 {k: (w.dtype.str, w.shape, w.tobytes()) for k, w in m.weights.items()}) for m in s.hall_of_fame], \
+            s.hall_of_fame.capacity, s.selection
+
+    assert ensemble(path) == ensemble(fresh)
+    with h5py.File(path, "r") as f, h5py.File(fresh, "r") as g:  # the same objects, attributes and labels
+        assert sorted(f["ensemble/members"]) == sorted(g["ensemble/members"]) == sorted(map(str, hall.ids))
+        assert dict(f["ensemble"].attrs) == dict(g["ensemble"].attrs)
+        assert all((f["ensemble/labels"][k][...] == g["ensemble/labels"][k][...]).all() for k in ("val", "test"))
 
 
 def _as_format_6(path):
