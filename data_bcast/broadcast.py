@@ -47,13 +47,13 @@ INT_COUNT_LIMIT = (1 << 31) - 1  # MPI's count is a C int: no message may hold m
 MAX_READ_THREADS = 8  # the root's reading threads, at most, when not told how many
 
 
-def usable_cores(most: int) -> int:
-    """The cores this process may run on (its affinity, as Slurm sets it), at most ``most``."""
+def usable_cores(most: int | None = None) -> int:
+    """The cores this process may run on (its affinity, as Slurm sets it), at most ``most`` if given."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
-    return max(1, min(most, cores))
+    return max(1, cores if most is None else min(most, cores))
 
 
 @dataclass

@@ -2,7 +2,6 @@
 limits: on the worker, on the master, in the record."""
 import math
 import statistics
-from dataclasses import asdict
 
 import numpy as np
 import pytest

@@ -9,11 +9,10 @@ import os
 
 import torch
 
+from data_bcast.broadcast import usable_cores
 from ensemble.device import choose_device, cpu_threads
 
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+__all__ = ["slurm_cpus_per_task", "take_device", "usable_cores"]  # usable_cores: data_bcast.broadcast's, the one reading of affinity
 
 
 def slurm_cpus_per_task() -> int:
