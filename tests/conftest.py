@@ -86,3 +86,12 @@ def tiny_search(family: str = "['mlp', 'cnn']") -> list[str]:
 
 def evens_cmd() -> list[str]:
     return [sys.executable, "-m", "evolve"]
+
+
+@pytest.fixture
+def small_config(tmp_path):
+    """A config for a search of 6 networks on small blobs (the end-to-end tests' usual job)."""
+    data = write_blobs(tmp_path / "data.h5", sample_shape=(1, 6, 6), n=(90, 30, 30), classes=3)
+    cfg = tmp_path / "small.toml"
+    cfg.write_text(f'[data]\npath = "{data}"\n[search]\nevaluations = 6\ncheckpoint_seconds = 0.0\n')
+    return str(cfg)

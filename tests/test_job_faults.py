@@ -1,0 +1,204 @@
+"""End to end: a job that is signalled, preempted, killed, loses a rank, runs out of disk or has a worker that
+hangs or dies ends in order, says what happened, and leaves a run that resumes."""
+import os
+import re
+import signal
+import subprocess
+import time
+
+import h5py
+import pytest
+
+from cli_fixture import SMALL, checkpoint_evaluations, report, start_job, wait_for_checkpoint
+from conftest import ROOT, evens_cmd, launch, launch_python, mpiexec
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1, signal.SIGKILL])
+def test_interrupted_run_resumes(tmp_path, small_config, sig):
+    """SIGTERM to every process (as Slurm does at preemption), SIGUSR1 (Slurm's early warning with
+    --signal) or SIGKILL (a crash), then --resume."""
+    out = str(tmp_path / "run")
+    proc = start_job(["run", small_config, "--out", out, "--set", "search.evaluations=40", *SMALL])
+    wait_for_checkpoint(proc, out, 3)
+    os.killpg(proc.pid, sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    if sig != signal.SIGKILL:
+        assert "checkpoint saved" in stderr and f"--resume {out}" in stderr
+        assert proc.returncode == 75, stderr  # resumable: what a batch script tests to requeue
+    done = checkpoint_evaluations(out)
+    assert 3 <= done < 40
+
+    resumed = launch(3, evens_cmd() + ["run", "--resume", out, "--set", f"search.evaluations={done + 4}"], timeout=180, cwd=ROOT)
+    assert resumed.returncode == 0, resumed.stderr
+    final = report(out)
+    assert final["evaluations"] == done + 4 and final["pending"] == 0 and final["sessions"] == 2
+
+
+@pytest.mark.parametrize(
+    "where, message",
+    [("interrupt", "interrupted on rank 0"), ("worker", "injected worker fault")],
+)
+def test_an_internal_failure_on_one_rank_ends_the_whole_job(tmp_path, small_config, where, message):
+    out = str(tmp_path / "run")
+    start = time.monotonic()
+    proc = launch_python(3, "prog_fault.py", where, "run", small_config, "--out", out, "--set", "search.evaluations=30", *SMALL, timeout=120)
+    assert proc.returncode != 0
+    assert message in proc.stderr and ("Traceback" in proc.stderr or where == "interrupt")
+    assert time.monotonic() - start < 90
+
+
+def test_a_full_disk_ends_the_job_in_one_line_and_keeps_the_last_checkpoint(tmp_path, small_config):
+    out = str(tmp_path / "run")
+    start = time.monotonic()
+    proc = launch_python(3, "prog_fault.py", "master", "run", small_config, "--out", out, "--set", "search.evaluations=30", *SMALL, timeout=120)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("evens: error:")]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(errors) == 1 and "cannot write the checkpoint (No space left on device)" in errors[0] and f"--resume {out}" in errors[0]
+    assert time.monotonic() - start < 90
+    done = checkpoint_evaluations(out)  # the second write's: it loads, and the run resumes from it
+    resumed = launch(3, evens_cmd() + ["run", "--resume", out, "--set", f"search.evaluations={done + 2}"], timeout=180, cwd=ROOT)
+    assert resumed.returncode == 0, resumed.stderr
+    assert report(out)["evaluations"] == done + 2
+
+
+def _job_pids(root_pid):
+    """``root_pid`` and every process below it."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    parents.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    found, todo = [], [root_pid]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += parents.get(pid, [])
+    return found
+
+
+def _mpich_shm_files(root_pid):
+    """The files in /dev/shm that MPICH's ranks of the job under ``root_pid`` have mapped (only names MPICH uses)."""
+    names = set()
+    for pid in _job_pids(root_pid):
+        try:
+            with open(f"/proc/{pid}/maps") as fh:
+                for line in fh:
+                    path = line.split(None, 5)[-1].strip().removesuffix(" (deleted)")
+                    if path.startswith("/dev/shm/mpich_"):
+                        names.add(path)
+        except OSError:
+            pass
+    return names
+
+
+def _wait_for(predicate, proc, seconds=120):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no progress"
+        time.sleep(0.1)
+
+
+def test_a_signal_drains_the_running_trainings_and_ends_cleanly(tmp_path, small_config):
+    """SIGTERM to the job: nothing new goes out, the trainings out are recorded, the checkpoint holds
+    them all (nothing to redo), the workers are stopped without MPI_Abort (no /dev/shm file left), exit 75."""
+    out = str(tmp_path / "run")
+    proc = start_job(["run", small_config, "--out", out, "--set", "search.evaluations=400", "--set", "search.drain_seconds=60", *SMALL])
+    _wait_for(lambda: checkpoint_evaluations(out) >= 3, proc)
+    shm = _mpich_shm_files(proc.pid)
+    assert shm, "the job maps MPICH's shared memory"
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 75, stderr
+    out_then = int(re.search(r"draining: waiting up to 60 s for (\d+) trainings", stderr).group(1))
+    assert 1 <= out_then <= 2
+    assert f"draining: all {out_then} trainings recorded" in stderr
+    assert "MPI_Abort" not in stderr
+    saved = int(re.search(r"checkpoint saved with (\d+) evaluations;", stderr).group(1))
+    assert not [p for p in shm if os.path.exists(p)], "a clean end frees MPICH's shared memory"
+    final = report(out)
+    assert final["pending"] == 0 and final["evaluations"] == saved
+    from evolve import checkpoint
+    state, _ = checkpoint.load(os.path.join(out, "checkpoint.h5"))
+    assert sorted(r.id for r in state.records) == list(range(saved)) and state.pending == []  # nothing out, nothing lost
+    resumed = launch(3, evens_cmd() + ["run", "--resume", out, "--set", f"search.evaluations={final['evaluations'] + 2}"],
+                     timeout=180, cwd=ROOT)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "0 to redo" in resumed.stderr
+
+
+def test_a_second_signal_ends_the_drain_at_once(tmp_path, small_config):
+    """A training that never ends (its worker stopped) holds the drain; a second signal ends the job
+    at once, with that training left to redo."""
+    out = str(tmp_path / "run")
+    env = dict(os.environ, EVENS_TEST_FAULTS="hang:4", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    proc = subprocess.Popen([mpiexec(), "-n", "3", *evens_cmd(), "run", small_config, "--out", out, "--set", "search.evaluations=400",
+                             "--set", "search.drain_seconds=600", *SMALL], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _wait_for(lambda: checkpoint_evaluations(out) >= 8, proc)  # evaluation 4 is out for good
+    os.killpg(proc.pid, signal.SIGTERM)
+    time.sleep(3)
+    assert proc.poll() is None, "the drain waits for the training out"
+    first = time.monotonic()
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert time.monotonic() - first < 15
+    assert proc.returncode == 75, stderr
+    assert "a second signal" in stderr and "checkpoint saved" in stderr
+    with h5py.File(os.path.join(out, "checkpoint.h5"), "r") as f:
+        pending = dict(zip(f["pending/id"][...].tolist(), f["pending/attempts"][...].tolist()))
+    assert pending == {4: 0}  # redone on resume; a stop is not a crash
+
+
+def test_a_network_that_kills_its_worker_is_recorded_as_crashed_and_the_run_finishes(tmp_path, small_config):
+    """Evaluation 5 kills its worker process (as the out-of-memory killer would), which ends the whole
+    MPI job; every resume may die once more, and the run still finishes its budget, with evaluation 5
+    recorded as crashed and never sent a third time."""
+    out = str(tmp_path / "run")
+    env = {"EVENS_TEST_FAULTS": "kill:5"}
+    first = launch(3, evens_cmd() + ["run", small_config, "--out", out, "--set", "search.evaluations=12", *SMALL],
+                   timeout=180, cwd=ROOT, env=env)
+    assert first.returncode != 0, first.stderr  # the job died with its worker
+    codes = []
+    for _ in range(3):
+        resumed = launch(3, evens_cmd() + ["run", "--resume", out], timeout=180, cwd=ROOT, env=env)
+        codes.append(resumed.returncode)
+        if resumed.returncode == 0:
+            break
+    assert codes[-1] == 0 and len(codes) <= 2, (codes, resumed.stderr)
+    from evolve import checkpoint
+    state, _ = checkpoint.load(os.path.join(out, "checkpoint.h5"))
+    assert len(state.records) == 12 and state.pending == []
+    crashed = state.by_id()[5]
+    assert crashed.status == "crashed" and crashed.message == "in flight when 2 jobs ended; not sent again"
+    assert "evaluation 5 was in flight when 2 jobs ended" in resumed.stderr
+    assert sorted(r.id for r in state.records) == list(range(12))
+
+
+def test_a_worker_that_stops_answering_is_named_and_the_job_ends(tmp_path, small_config):
+    """Evaluation 3's worker stops (SIGSTOP) for good: past its time limit plus search.hang_seconds
+    the master names its rank and host, checkpoints and ends the job with exit status 69; the
+    resume redoes it once (it hangs again) and then records it as crashed."""
+    out = str(tmp_path / "run")
+    env = {"EVENS_TEST_FAULTS": "hang:3"}
+    limits = ["--set", "search.eval_timeout_seconds=2", "--set", "search.hang_seconds=3"]
+    start = time.monotonic()
+    first = launch(3, evens_cmd() + ["run", small_config, "--out", out, "--set", "search.evaluations=10", *limits, *SMALL],
+                   timeout=120, cwd=ROOT, env=env)
+    assert first.returncode == 69, first.stderr
+    assert time.monotonic() - start < 60
+    assert re.search(r"error: worker rank [12] on \S+ has not answered for \d+ s.*\(evaluation 3\)", first.stderr), first.stderr
+    assert "checkpoint saved" in first.stderr
+    again = launch(3, evens_cmd() + ["run", "--resume", out, *limits], timeout=120, cwd=ROOT, env=env)
+    assert again.returncode == 69, again.stderr
+    last = launch(3, evens_cmd() + ["run", "--resume", out, *limits], timeout=120, cwd=ROOT, env=env)
+    assert last.returncode == 0, last.stderr
+    from evolve import checkpoint
+    state, _ = checkpoint.load(os.path.join(out, "checkpoint.h5"))
+    assert len(state.records) == 10 and state.by_id()[3].status == "crashed"
