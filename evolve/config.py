@@ -24,7 +24,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .errors import ConfigError
-from .space import DEFAULT_SPACE, SearchSpace, parse_space
+from .space import DEFAULT_SPACE, SearchSpace
+from .space_config import parse_space
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from mpi4py import MPI
 from data_bcast.layout import array_specs, pack_arrays, packed_size, unpack_arrays
 
 from .protocol import Result, Task, Wants, want_all
-from .space import parse_space
+from .space_config import parse_space
 from .wire import long_marker, long_size, pack_result, unpack_result
 
 TAG_TASK, TAG_STOP, TAG_RESULT, TAG_PAYLOAD, TAG_WANT, TAG_SPACE, TAG_KEYED, TAG_LONG = 11, 12, 13, 14, 15, 16, 17, 18

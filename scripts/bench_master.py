@@ -162,7 +162,7 @@ def search(transport, evaluations: int, workers_cpu=lambda: 0.0) -> dict:
 
 
 def parse_bench_space():
-    from evolve.space import parse_space
+    from evolve.space_config import parse_space
 
     return parse_space({}).for_sample_shape((1, 8, 8))
 

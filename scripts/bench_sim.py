@@ -27,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from evolve.simulate import simulate  # noqa: E402
-from evolve.space import parse_space  # noqa: E402
+from evolve.space_config import parse_space  # noqa: E402
 
 WORKERS = (1024, 18688, 27648)
 SIGMA = 0.5

@@ -20,7 +20,7 @@ from evolve.ga import GAParams
 from evolve.master import SearchSettings, SearchState, run_search
 from evolve.protocol import InProcessTransport, Task
 from evolve.records import Record
-from evolve.space import parse_space
+from evolve.space_config import parse_space
 from evolve.worker import serve, trainer_for
 
 SPACE = parse_space({}).for_sample_shape((1, 8, 8))

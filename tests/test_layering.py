@@ -75,6 +75,7 @@ TORCH_FREE = [
     "ensemble.h5write",
     "evolve.ga",
     "evolve.space",
+    "evolve.space_config",
     "evolve.config",
     "evolve.master",
     "evolve.records",

@@ -9,7 +9,8 @@ from evolve.checkpoint import RunInfo
 from evolve.ga import GAParams
 from evolve.master import SearchSettings, SearchState, run_search
 from evolve.protocol import InProcessTransport
-from evolve.space import GENE_NAMES, parse_space
+from evolve.space import GENE_NAMES
+from evolve.space_config import parse_space
 
 SPACE = parse_space({}).for_sample_shape((1, 8, 8))
 

@@ -146,7 +146,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from ensemble.train import lr_factor  # noqa: E402
-from evolve.space import parse_space  # noqa: E402
+from evolve.space_config import parse_space  # noqa: E402
 
 SMALL_SPACE = parse_space({
     "depth": {"low": 1, "high": 3}, "width": {"choices": [3, 4, 6], "per_layer": True}, "epochs": 1, "batch_size": 16,

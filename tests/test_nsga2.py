@@ -19,7 +19,7 @@ from evolve.ga import GAParams
 from evolve.master import SearchSettings, SearchState, run_search
 from evolve.protocol import InProcessTransport
 from evolve.records import Pending, Record
-from evolve.space import parse_space
+from evolve.space_config import parse_space
 from evolve.strategy import ParetoFront, make_strategy
 
 SPACE = parse_space({}).for_sample_shape((1, 8, 8))

@@ -13,7 +13,7 @@ from evolve.ga import GAParams
 from evolve.master import CRASHED_MESSAGE, HungWorker, SearchSettings, SearchState, run_search
 from evolve.protocol import InProcessTransport, Task
 from evolve.records import Pending
-from evolve.space import parse_space
+from evolve.space_config import parse_space
 from evolve.worker import injected_faults, with_faults
 
 SPACE = parse_space({}).for_sample_shape((1, 8, 8))

@@ -3,7 +3,6 @@ import csv
 import io
 import math
 import os
-import time
 
 import pytest
 

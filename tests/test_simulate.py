@@ -6,7 +6,7 @@ import pytest
 
 from conftest import ROOT, evens_cmd
 from evolve.simulate import simulate
-from evolve.space import parse_space
+from evolve.space_config import parse_space
 
 SPACE = parse_space({}).for_sample_shape((1, 8, 8))
 

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 from ensemble.specs import families_for
 from evolve.config import apply_overrides, config_from_dict, load_config, parse_value
 from evolve.errors import ConfigError
-from evolve.space import DEFAULT_SPACE, GENE_NAMES, Choice, Range, parse_space
+from evolve.space import DEFAULT_SPACE, GENE_NAMES, Choice, Range
+from evolve.space_config import parse_space
 
 unit = st.floats(0.0, 1.0)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sys
 import time
 from dataclasses import dataclass, replace
 

@@ -12,7 +12,7 @@ from ..checkpoint import RunInfo
 from ..errors import RunDirError
 from ..early_stop import epochs_saved
 from ..master import SearchState
-from ..space import parse_space
+from ..space_config import parse_space
 from ..strategy import OBJECTIVES
 from .rundir import checkpoint_path
 

@@ -12,7 +12,7 @@ from evolve.ga import GAParams  # noqa: E402
 from evolve.master import SearchSettings, SearchState, run_search  # noqa: E402
 from evolve.mpi_transport import MPIMasterTransport, MPIWorkerChannel  # noqa: E402
 from evolve.protocol import Task  # noqa: E402
-from evolve.space import parse_space  # noqa: E402
+from evolve.space_config import parse_space  # noqa: E402
 from evolve.worker import serve  # noqa: E402
 
 comm = MPI.COMM_WORLD
