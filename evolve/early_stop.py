@@ -85,9 +85,9 @@ class MedianRule:
     """Per-epoch running medians of the running averages of every network that reported its curve.
 
     ``tell`` costs a list append per epoch of the curve told; ``bars`` O(n) per epoch after new
-    values, O(1) else (see :class:`RunningMedian`). With 50-epoch curves the whole master costs 94
-    us a result against 108 with two heaps per epoch (scripts/bench_master.py --curve-epochs 50,
-    docs/benchmarks.md).
+    values, O(1) else (see :class:`RunningMedian`). With 50-epoch curves the whole master costs about
+    91 us a result at np=4 against 115 with two heaps per epoch, and 72 in one process
+    (scripts/bench_master.py --curve-epochs 50, docs/benchmarks.md).
     """
 
     def __init__(self, records: list[Record] = (), min_peers: int = MIN_PEERS, planned_fraction: float = PLANNED_FRACTION):
