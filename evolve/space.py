@@ -9,8 +9,9 @@ The genes a network and its training understand are the :data:`VOCABULARY`:
 architecture genes (``family``, ``depth``, ``width``, ``activation``, ``dropout``,
 ``kernel_size``, ``pooling``, ``norm``, ``residual``, ``cell``, ``bidirectional``)
 and training genes (``optimizer``, ``learning_rate``, ``weight_decay``,
-``schedule``, ``warmup``, ``batch_size``, ``epochs``). A config's ``[space]`` table declares what each gene may take (:mod:`evolve.space_config` reads
-it); a gene it leaves out takes :data:`DEFAULT_SPACE`.
+``schedule``, ``warmup``, ``batch_size``, ``epochs``). A config's ``[space]`` table
+declares what each gene may take (:mod:`evolve.space_config` reads it, and shows its
+forms); a gene it leaves out takes :data:`DEFAULT_SPACE`.
 
 A gene is *active* when every condition on it holds: its own ``when`` and the
 built-in ones (``kernel_size`` and ``pooling`` only for ``cnn``; ``cell`` and
@@ -30,8 +31,6 @@ from ensemble.specs import (
 )
 
 from .errors import ConfigError
-
-TYPES = ("float", "int", "categorical", "bool")
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,9 @@ from __future__ import annotations
 import math
 
 from .errors import ConfigError
-from .space import DEFAULT_SPACE, GENE_NAMES, TYPES, VOCABULARY, Choice, Gene, Range, SearchSpace
+from .space import DEFAULT_SPACE, GENE_NAMES, VOCABULARY, Choice, Gene, Range, SearchSpace
+
+TYPES = ("float", "int", "categorical", "bool")  # what a gene's ``type`` may say
 
 
 def _where(name: str) -> str:
