@@ -58,6 +58,7 @@ class SearchConfig:
     eval_timeout_seconds: float = 0.0  # stop a training after this many seconds (recorded as "timeout"); 0: no limit
     drain_seconds: float = 60.0  # after SIGTERM/SIGUSR1/SIGINT, wait this long for running trainings (recorded) before the checkpoint and exit 75; a second signal ends the wait
     hang_seconds: float = 120.0  # a worker silent for eval_timeout_seconds plus this long is reported hung and the job ends (exit 69); 0, or no time limit: no hang detection
+    prefetch: int = 0  # tasks queued on each worker behind the one it trains, so that it starts the next the moment it reports (short trainings; 0: each task goes out when its worker is free)
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ _BOUNDS = {
     "search.eval_timeout_seconds": (0.0, None),
     "search.drain_seconds": (0.0, None),
     "search.hang_seconds": (0.0, None),
+    "search.prefetch": (0, 8),
     "ensemble.size": (1, 1024),  # the ensemble's exact sums hold up to 1,024 members (ensemble.combine)
     "ensemble.candidates": (1, 1024),
     "train.threads": (0, None),

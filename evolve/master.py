@@ -79,6 +79,7 @@ class SearchSettings:
     eval_timeout: float = 0.0  # seconds a training may take; 0: no limit
     drain_seconds: float = 0.0  # after a stop request, how long to wait for the trainings running (0: not at all)
     hang_seconds: float = 0.0  # a worker silent for eval_timeout plus this long is hung (0, or no eval_timeout: never)
+    prefetch: int = 0  # tasks each worker holds queued behind the one it trains (0: a task goes out when its worker is free)
 
 
 _MASK64 = (1 << 64) - 1
@@ -208,8 +209,15 @@ def _search(state: SearchState, transport: Transport, space: SearchSpace, settin
         if on_result is not None:
             on_result(crashed, state)
     state.pending = []
-    idle = deque(transport.workers)
-    inflight: dict[int, tuple[Pending, Task, float, float]] = {}  # worker -> (individual, task, dispatched (clock), (wall))
+    # Each worker holds up to 1 + prefetch tasks: the one it trains and those queued behind it, which it
+    # starts the moment it sends a result, without waiting for the master's answer. ``idle`` has a slot
+    # for every task a worker could take now (all workers' first tasks before any second), ``out`` each
+    # worker's tasks in the order sent (its results come back in that order): (individual, task,
+    # started (clock), (wall)), the times of a queued task set again when it starts, when the one
+    # before it comes back.
+    idle = deque(w for _ in range(1 + settings.prefetch) for w in transport.workers)
+    out: dict[int, deque[tuple[Pending, Task, float, float]]] = {w: deque() for w in transport.workers}
+    inflight = 0  # tasks out, running or queued
     hall = state.hall_of_fame
     hall.grow(settings.candidates)  # a resume may ask for more candidates; members kept are never dropped
     loop_start, capacity_before = clock(), state.capacity_seconds
@@ -221,9 +229,14 @@ def _search(state: SearchState, transport: Transport, space: SearchSpace, settin
     def outstanding(deaths: Callable[[int], int]) -> list[Pending]:
         """Sent out but not back, then not yet re-sent: what a resume must redo first; ``deaths(worker)``
         is what being out now adds to an individual's attempts."""
-        out = [Pending(p.id, p.genome, p.parents, p.operators, p.attempts + deaths(w))  # (5x faster than dataclasses.replace:
-               for w, (p, _, _, _) in inflight.items()]                               # 7 against 37 ms for 27,648 out)
-        return out + list(redo)
+        # a queued task has not started: no death is its doing (5x faster than dataclasses.replace: 7 against 37 ms for 27,648 out)
+        pending = [Pending(p.id, p.genome, p.parents, p.operators, p.attempts + (deaths(w) if k == 0 else 0))
+                   for w, tasks in out.items() for k, (p, _, _, _) in enumerate(tasks)]
+        return pending + list(redo)
+
+    def running() -> list[tuple[int, float]]:
+        """(worker, when its training started) of every worker training."""
+        return [(w, tasks[0][2]) for w, tasks in out.items() if tasks]
 
     def propose() -> tuple[Pending, tuple] | None:
         """The next individual and its key (what it decodes to: see SearchSpace.key)."""
@@ -257,18 +270,21 @@ def _search(state: SearchState, transport: Transport, space: SearchSpace, settin
         if requests and not stopped:
             stopped = True
             if inflight and settings.drain_seconds > 0 and requests < 2:
-                drain_until, drained_from, drain_start = clock() + settings.drain_seconds, len(inflight), clock()
-                say(f"draining: waiting up to {settings.drain_seconds:g} s for {len(inflight)} trainings")
+                drain_until, drained_from, drain_start = clock() + settings.drain_seconds, inflight, clock()
+                say(f"draining: waiting up to {settings.drain_seconds:g} s for {inflight} trainings")
                 if checkpoint is not None and unsaved:  # what was done before the signal is safe at once, should
                     save_point(lambda worker: 1)        # the job be killed (Slurm's KillWait) during the drain
                     checkpoint(state)
                     state.pending = []
                     last_checkpoint, unsaved = clock(), False
         elif requests >= 2 and drain_until is not None:
-            say(f"draining: a second signal; stopping now with {len(inflight)} of {drained_from} trainings still out "
+            say(f"draining: a second signal; stopping now with {inflight} of {drained_from} trainings still out "
                 "(they are redone on resume)")
             break
-        while idle and not stopped and len(records) + len(inflight) < budget:
+        while idle and not stopped and len(records) + inflight < budget:
+            if out[idle[0]] and budget - len(records) - inflight <= len(out):
+                idle.popleft()  # the last round: a task queued behind another would leave a free worker idle
+                continue
             proposed = propose()
             if proposed is None:
                 break
@@ -283,7 +299,8 @@ def _search(state: SearchState, transport: Transport, space: SearchSpace, settin
             task = Task.from_key(individual.id, space, key, task_seed(seed, individual.id), hall.entry_bar(), watch)
             if journal is not None:
                 journal.sent(individual, individual.attempts + 1)
-            inflight[worker] = (individual, task, clock(), wall_clock())
+            out[worker].append((individual, task, clock(), wall_clock()))
+            inflight += 1
             sending.append((worker, task))
         if sending:
             if journal is not None:
@@ -299,15 +316,15 @@ def _search(state: SearchState, transport: Transport, space: SearchSpace, settin
             break
         now = clock()
         if drain_until is not None and now >= drain_until:
-            say(f"draining: {len(inflight)} of {drained_from} trainings still out after {settings.drain_seconds:g} s "
+            say(f"draining: {inflight} of {drained_from} trainings still out after {settings.drain_seconds:g} s "
                 "(they are redone on resume)")
             break
         if hung_after is not None and now >= next_hang_check:
             next_hang_check = now + 1.0  # once a second: a look at every worker out
-            worker, since = min(((w, d) for w, (_, _, d, _) in inflight.items()), key=lambda wd: wd[1])
+            worker, since = min(running(), key=lambda wd: wd[1])
             if now - since > hung_after:
-                ident = inflight[worker][0].id
-                state.busy_seconds += sum(now - d for _, _, d, _ in inflight.values())
+                ident = out[worker][0][0].id
+                state.busy_seconds += sum(now - d for _, d in running())
                 save_point(lambda w: 1 if w == worker else 0)  # the hung individual is to blame, the others not
                 raise HungWorker(worker, ident, now - since)
         if checkpoint is not None and unsaved and now - last_checkpoint >= settings.checkpoint_seconds:
@@ -325,10 +342,18 @@ def _search(state: SearchState, transport: Transport, space: SearchSpace, settin
         taken = 0
         while got is not None:
             worker, result = got
-            individual, task, dispatched, started = inflight.pop(worker)
+            tasks = out[worker]
+            individual, task, dispatched, started = tasks.popleft()
+            if individual.id != result.task_id:
+                raise RuntimeError(f"worker rank {worker} returned evaluation {result.task_id}, not {individual.id}, the oldest it holds")
             idle.append(worker)
-            state.busy_seconds += clock() - dispatched
-            record = _record(individual, result, worker, started, wall_clock())
+            inflight -= 1
+            now, finished = clock(), wall_clock()
+            state.busy_seconds += now - dispatched
+            if tasks:  # the worker starts its next task now
+                p, t, _, _ = tasks[0]
+                tasks[0] = (p, t, now, finished)
+            record = _record(individual, result, worker, started, finished)
             records.append(record)
             if journal is not None:
                 journal.done(record.id)
@@ -351,8 +376,9 @@ def _search(state: SearchState, transport: Transport, space: SearchSpace, settin
             got = poll(wants)
 
     now = clock()
-    state.busy_seconds += sum(now - dispatched for _, _, dispatched, _ in inflight.values())
-    state.workers_busy = len(inflight)
+    trainings = running()
+    state.busy_seconds += sum(now - since for _, since in trainings)
+    state.workers_busy = len(trainings)
     save_point()
     return not stopped
 

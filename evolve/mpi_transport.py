@@ -15,17 +15,19 @@ nothing. A header longer than that buffer is announced by a short marker and
 follows on its own tag.
 
 A worker whose network cleared the task's entry bar offers its payload in the
-header (the arrays' names, shapes and dtypes); the master answers ``TAG_WANT``
-only if the network enters the hall of fame now, and the worker then sends
-predictions and weights packed into one aligned byte buffer with a single
-buffer-based ``Send`` (never pickled). The master receives it in the background
+header (the arrays' names, shapes and dtypes); the master answers every offer on
+``TAG_WANT``: True if the network enters the hall of fame now, and the worker then
+sends predictions and weights packed into one aligned byte buffer with a single
+buffer-based ``Send`` (never pickled), else False. The master receives it in the background
 (``Irecv``) and goes on taking other results; the result is handed to the
 search once its payload is whole. An offer that arrives meanwhile waits to be
 decided until then, against the hall as it is then, so no two payloads asked for
 compete for one place (a result without an offer cannot enter the hall: it did
-not clear a bar that has only risen since). An unwanted offer is simply never
-answered: the worker learns it from the next message, which is its next task or
-the stop. Results already waiting can be taken without waiting (:meth:`poll`).
+not clear a bar that has only risen since). A worker waits for that answer (or the
+stop) alone: tasks the master queued behind its training (``search.prefetch``)
+wait in MPI's queue meanwhile. A worker looks for the stop before each task it
+starts, so a stop skips the tasks queued before it. Results already waiting can be
+taken without waiting (:meth:`poll`).
 Both ends wait by testing (the master its receive, a worker with ``Iprobe``),
 yielding the CPU between tests and then sleeping (see :func:`_wait_for`), so
 the master stays responsive to signals and a waiting rank uses almost no CPU.
@@ -195,8 +197,9 @@ class MPIMasterTransport:
     def _offered(self, worker: int, result: Result, offer: list, wants: Wants) -> tuple[int, Result] | None:
         """Decide an offer: the result without its payload, or None: the payload is asked for and comes in the background."""
         if not wants(result.task_id, result.evaluation.fitness):
+            self.comm.send(False, dest=worker, tag=TAG_WANT)
             return worker, result
-        self.comm.send(None, dest=worker, tag=TAG_WANT)
+        self.comm.send(True, dest=worker, tag=TAG_WANT)
         buffer = np.empty(packed_size(offer), dtype=np.uint8)
         self._payload = (worker, result, offer, buffer, self.comm.Irecv([buffer, MPI.BYTE], source=worker, tag=TAG_PAYLOAD))
         return None  # the worker is sending it: meanwhile, the next result
@@ -219,7 +222,7 @@ class MPIMasterTransport:
 
     def stop(self) -> None:
         # a payload on its way is taken first: its worker is inside a Send that must complete (the workers
-        # of undecided offers take the stop as their answer)
+        # of undecided offers take the stop as their answer, and skip the tasks queued before it)
         if self._payload is not None and not _wait_until(self._payload[4].Test, PAYLOAD_DRAIN_SECONDS):
             self._payload[4].Cancel()  # a worker that never finishes sending: let the job's end deal with it
         self._payload = None
@@ -242,21 +245,30 @@ class MPIWorkerChannel:
         self.comm = comm
         self.master = master
         self.offers = self.sent = 0  # payloads offered, and sent because the master wanted them
-        self._early: tuple[int, object] | None = None  # a message that arrived while an offer was open
         self._space = None  # the search space the master sent, to decode keyed tasks with
         self._status = MPI.Status()
 
     def _next_message(self) -> tuple[int, object]:
-        if self._early is not None:
-            message, self._early = self._early, None
-            return message
         status = self._status
         if not self.comm.Iprobe(source=self.master, tag=MPI.ANY_TAG, status=status):
             _wait_for(self.comm, self.master, MPI.ANY_TAG, status, None, WORKER_SPINS)
         message = self.comm.recv(source=self.master, tag=status.Get_tag())
         return status.Get_tag(), message
 
+    def _stopping(self) -> bool:
+        """Has the stop come? Then the tasks queued before it are taken from MPI's queue and dropped."""
+        iprobe, master = self.comm.Iprobe, self.master
+        # (twice: an Iprobe that finds nothing makes progress and returns; a message that has come is
+        # seen by the next one; MPICH)
+        if not (iprobe(source=master, tag=TAG_STOP) or iprobe(source=master, tag=TAG_STOP)):
+            return False
+        while self._next_message()[0] != TAG_STOP:
+            pass
+        return True
+
     def next_task(self) -> Task | None:
+        if self._stopping():
+            return None
         tag, message = self._next_message()
         while tag == TAG_SPACE:
             self._space = parse_space(message)
@@ -267,6 +279,13 @@ class MPIWorkerChannel:
             ident, seed, entry_bar, watch, key = message
             return Task.from_key(ident, self._space, key, seed, entry_bar, watch)
         return Task(**message)
+
+    def _wanted(self) -> bool:
+        """The master's answer to an offer: True (send the payload) or False; the stop, which next_task
+        takes, answers it too. Tasks queued meanwhile stay in MPI's queue."""
+        iprobe, master = self.comm.Iprobe, self.master
+        _wait_until(lambda: iprobe(source=master, tag=TAG_WANT) or iprobe(source=master, tag=TAG_STOP), None, WORKER_SPINS)
+        return iprobe(source=master, tag=TAG_WANT) and bool(self.comm.recv(source=master, tag=TAG_WANT))
 
     def send_result(self, result: Result) -> None:
         ev = result.evaluation
@@ -281,9 +300,7 @@ class MPIWorkerChannel:
         if not offer:
             return
         self.offers += 1
-        tag, message = self._next_message()
-        if tag != TAG_WANT:  # the master moved on: the network did not enter the hall after all
-            self._early = (tag, message)
+        if not self._wanted():
             return
         _, buffer = pack_arrays(arrays)
         self.comm.Send([buffer, MPI.BYTE], dest=self.master, tag=TAG_PAYLOAD)

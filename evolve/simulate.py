@@ -54,18 +54,24 @@ class SimulatedWorkers:
         self.master_seconds = master_seconds
         self.rng = random.Random(seed)
         self._running: list[tuple[float, int, Task]] = []  # (finish time, worker, task)
+        self._free_at: dict[int, float] = {}  # when each worker's last task ends: one sent before then waits in its queue
         self.trainings: list[tuple[float, float]] = []  # (start, finish) of every task
+        self.last_sent = 0.0
         self.last_finish = 0.0
 
     def send(self, worker: int, task: Task) -> None:
-        finish = self.clock.now + self.rng.lognormvariate(self.mu, self.sigma)
-        self.trainings.append((self.clock.now, finish))
+        start = max(self.clock.now, self._free_at.get(worker, 0.0))
+        finish = self._free_at[worker] = start + self.rng.lognormvariate(self.mu, self.sigma)
+        self.trainings.append((start, finish))
+        self.last_sent = self.clock.now
         heapq.heappush(self._running, (finish, worker, task))
 
     def utilization(self) -> float:
         """Training time over capacity, up to the last dispatch: the steady state, without the drain
-        at the end of a simulated budget (a real search runs many more tasks per worker)."""
-        until = max(start for start, _ in self.trainings)
+        at the end of a simulated budget (a real search runs many more tasks per worker). (A task queued
+        behind another, with prefetch, may start after that: the time up to the last dispatch is what
+        the master's pace decides.)"""
+        until = self.last_sent
         busy = sum(min(finish, until) - start for start, finish in self.trainings if start < until)
         return busy / (len(self.workers) * until) if until > 0 else 0.0
 
@@ -96,16 +102,18 @@ class Projection:
 
 
 def simulate(space: SearchSpace, workers: int, task_seconds: float, sigma: float = 0.5, master_seconds: float = 250e-6,
-             evaluations: int | None = None, mode: str = "async", population: int = 10, seed: int = 0) -> Projection:
+             evaluations: int | None = None, mode: str = "async", population: int = 10, seed: int = 0, prefetch: int = 0) -> Projection:
     """Project a search's worker utilization, throughput and master load (see the module docstring).
 
     ``evaluations`` defaults to five per worker. A generational search breeds ``population``
-    children per generation; give it at least ``workers`` to keep them all busy.
+    children per generation; give it at least ``workers`` to keep them all busy. ``prefetch``: tasks
+    queued on each worker behind its training (``search.prefetch``).
     """
     evaluations = evaluations or 5 * workers
     transport = SimulatedWorkers(workers, task_seconds, sigma, master_seconds, seed)
     state = SearchState.fresh(seed, candidates=8)
-    settings = SearchSettings(evaluations, GAParams(population=population), 8, seed, checkpoint_seconds=math.inf, mode=mode)
+    settings = SearchSettings(evaluations, GAParams(population=population), 8, seed, checkpoint_seconds=math.inf, mode=mode,
+                              prefetch=prefetch)
     run_search(state, transport, space, settings, clock=transport.clock, wall_clock=transport.clock)
     makespan = transport.last_finish
     done = len(state.records)

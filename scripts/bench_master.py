@@ -99,7 +99,7 @@ def instant_training(curve_epochs: int):
     return instant
 
 
-def search(transport, evaluations: int, workers_cpu=lambda: 0.0) -> dict:
+def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int = 0) -> dict:
     """The evens contender on rank 0 (or in one process): figures of the master's CPU over the whole search.
     ``workers_cpu()`` is CPU this process spent as the workers (the loopback's), taken out of the figures."""
     from ensemble.problem import Classification
@@ -144,7 +144,7 @@ def search(transport, evaluations: int, workers_cpu=lambda: 0.0) -> dict:
 
         # run_search's clock counts evaluations, so a checkpoint falls every CHECKPOINT_EVERY of them
         settings = SearchSettings(evaluations, GAParams(population=10), 32, 0, checkpoint_seconds=CHECKPOINT_EVERY,
-                                  early_stopping=True, warmup=1)
+                                  early_stopping=True, warmup=1, prefetch=prefetch)
         start = mine()
         run_search(state, transport, space, settings, checkpoint=save, on_result=on_result, journal=journal,
                    clock=lambda: float(len(state.records)))
@@ -167,7 +167,7 @@ def parse_bench_space():
     return parse_space({}).for_sample_shape((1, 8, 8))
 
 
-def measure(evaluations: int, curve_epochs: int = 2) -> dict | None:
+def measure(evaluations: int, curve_epochs: int = 2, prefetch: int = 0) -> dict | None:
     """Collective: both contenders on this MPI world; rank 0 returns the figures."""
     from mpi4py import MPI
     from mpi4py.futures import MPICommExecutor, wait, FIRST_COMPLETED
@@ -197,7 +197,7 @@ def measure(evaluations: int, curve_epochs: int = 2) -> dict | None:
 
     comm.Barrier()
     if comm.rank == 0:
-        return {**figures, **search(MPIMasterTransport(comm), evaluations)}
+        return {**figures, **search(MPIMasterTransport(comm), evaluations, prefetch=prefetch)}
     serve(MPIWorkerChannel(comm), instant_training(curve_epochs))
     return None
 
@@ -249,10 +249,10 @@ class Loopback:
         pass
 
 
-def launch(np_: int, evaluations: int, curve_epochs: int, worker_spins: int | None = None) -> dict:
+def launch(np_: int, evaluations: int, curve_epochs: int, worker_spins: int | None = None, prefetch: int = 0) -> dict:
     here = os.path.join(os.path.dirname(sys.executable), "mpiexec")  # the venv's MPICH, else the PATH's (a site MPI)
     cmd = [here if os.path.exists(here) else "mpiexec", "-n", str(np_), sys.executable, os.path.abspath(__file__), "--role", "measure",
-           "--evaluations", str(evaluations), "--curve-epochs", str(curve_epochs)]
+           "--evaluations", str(evaluations), "--curve-epochs", str(curve_epochs), "--prefetch", str(prefetch)]
     if worker_spins is not None:
         cmd += ["--worker-spins", str(worker_spins)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900, env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -275,11 +275,11 @@ def median_row(launches: list[dict]) -> dict:
     return row
 
 
-def in_process(evaluations: int, curve_epochs: int, repeats: int) -> None:
+def in_process(evaluations: int, curve_epochs: int, repeats: int, prefetch: int = 0) -> None:
     runs = []
     for _ in range(repeats):
         loopback = Loopback(3, curve_epochs)
-        runs.append(search(loopback, evaluations, lambda: loopback.cpu))
+        runs.append(search(loopback, evaluations, lambda: loopback.cpu, prefetch))
     med = lambda values: float(np.median(values))  # noqa: E731
     row = {"master_us_per_eval": med([r["evens_us"] for r in runs]),
            "windows": {w: med([r["windows"][w] for r in runs]) for w in runs[0]["windows"]},
@@ -303,19 +303,21 @@ def main() -> None:
                         help="epochs in each result's curve (default 2): the median rule takes in every one")
     parser.add_argument("--worker-spins", type=int, default=None,
                         help="EXPERIMENT: how many times a waiting worker yields before it naps (evens' WORKER_SPINS)")
+    parser.add_argument("--prefetch", type=int, default=0,
+                        help="tasks queued on each worker behind its training (search.prefetch; default 0, the config's default)")
     parser.add_argument("--in-process", action="store_true",
                         help="the evens master alone over a loopback transport (no MPI): --repeats runs, medians")
     parser.add_argument("--role", default="lead", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.in_process:
-        in_process(args.evaluations, args.curve_epochs, args.repeats)
+        in_process(args.evaluations, args.curve_epochs, args.repeats, args.prefetch)
         return
     if args.role == "measure":
         if args.worker_spins is not None:
             import evolve.mpi_transport
 
             evolve.mpi_transport.WORKER_SPINS = args.worker_spins
-        figures = measure(args.evaluations, args.curve_epochs)
+        figures = measure(args.evaluations, args.curve_epochs, args.prefetch)
         if figures is not None:
             print(json.dumps(figures), flush=True)
         return
@@ -325,7 +327,7 @@ def main() -> None:
     launches: dict[int, list[dict]] = {n: [] for n in ranks}
     for _ in range(repeats):  # alternated, so a change of load touches every rank count alike
         for n in ranks:
-            launches[n].append(launch(n, args.evaluations, args.curve_epochs, args.worker_spins))
+            launches[n].append(launch(n, args.evaluations, args.curve_epochs, args.worker_spins, args.prefetch))
     rows = {n: median_row(launches[n]) for n in ranks}
     first, last = (str(w) for w in WINDOW_STARTS)
     print(f"# bench_master  {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}  host={platform.node()}  "

@@ -44,10 +44,14 @@ def landscape(task: Task) -> Evaluation:
 
 
 class SimulatedTransport:
-    """Workers with fixed speeds on a virtual clock; ``receive`` jumps to the next finish."""
+    """Workers with fixed speeds on a virtual clock; ``receive`` jumps to the next finish. A worker holds
+    up to ``depth`` tasks (``1 + search.prefetch``): one sent while it trains starts when that one ends."""
 
-    def __init__(self, seconds_per_task: dict[int, float], evaluate=landscape, clock: VirtualClock | None = None):
+    def __init__(self, seconds_per_task: dict[int, float], evaluate=landscape, clock: VirtualClock | None = None, depth: int = 1):
         self.workers = sorted(seconds_per_task)
+        self.depth = depth
+        self._free_at: dict[int, float] = {}  # when each worker's last task ends
+        self.starts: list[tuple[float, int, int]] = []  # (time, worker, task id): when each training began
         self.speed = seconds_per_task
         self.evaluate = evaluate
         self.clock = clock or VirtualClock()
@@ -57,10 +61,14 @@ class SimulatedTransport:
         self._n = 0
 
     def send(self, worker: int, task: Task) -> None:
-        assert all(w != worker for _, _, w, _ in self._running), "task sent to a busy worker"
+        held = sum(w == worker for _, _, w, _ in self._running)
+        assert held < self.depth, f"task sent to a worker holding {held} already"
         self.sends.append((self.clock.now, worker, task.id))
         self._n += 1
-        heapq.heappush(self._running, (self.clock.now + self.speed[worker], self._n, worker, task))
+        start = max(self.clock.now, self._free_at.get(worker, -math.inf))
+        self._free_at[worker] = start + self.speed[worker]
+        self.starts.append((start, worker, task.id))
+        heapq.heappush(self._running, (start + self.speed[worker], self._n, worker, task))
 
     def receive(self, timeout=None, wants=want_all):
         if not self._running:

@@ -378,6 +378,7 @@ def _master(
         eval_timeout=config.search.eval_timeout_seconds,
         drain_seconds=config.search.drain_seconds,
         hang_seconds=config.search.hang_seconds,
+        prefetch=config.search.prefetch,
     )
     say(f"searching with {len(transport.workers)} worker(s), budget {settings.budget} evaluations; run directory {run_dir}")
     write_json(os.path.join(run_dir, DEVICES_NAME), {"session": info.sessions, "workers": prepared.devices or []})

@@ -21,13 +21,13 @@ def simulate_command(args) -> str:
     measured = args.master_us is None
     master_seconds = master_cost(space) if measured else args.master_us * 1e-6
     p = simulate(space, args.workers, args.task_seconds, args.sigma, master_seconds, args.evaluations,
-                 config.search.mode, config.search.population, config.search.seed)
+                 config.search.mode, config.search.population, config.search.seed, config.search.prefetch)
     if args.json:
         return json.dumps({"simulation": True, "master_us": master_seconds * 1e6, **asdict(p)})
     where = "measured here, without MPI messages" if measured else "given"
     return "\n".join([
         BANNER,
-        f"search: {config.search.mode}, population {config.search.population}; {p.workers:,} workers; trainings lognormal, "
+        f"search: {config.search.mode}, population {config.search.population}, prefetch {config.search.prefetch}; {p.workers:,} workers; trainings lognormal, "
         f"median {args.task_seconds:g} s, sigma {args.sigma:g}; master {master_seconds * 1e6:.0f} us per result ({where})",
         f"projected worker utilization {100 * p.utilization:.2f} %; {p.evaluations_per_hour:,.0f} evaluations per hour; "
         f"master load {100 * p.master_load:.1f} % ({p.evaluations:,} evaluations over {p.makespan_seconds:,.0f} simulated seconds)",

@@ -12,7 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ensemble.results import Evaluation
-from evolve.mpi_transport import TAG_WANT, MPIMasterTransport, MPIWorkerChannel
+from evolve.mpi_transport import MPIMasterTransport, MPIWorkerChannel
 from evolve.protocol import Task
 from evolve.worker import serve
 
@@ -31,11 +31,11 @@ def evaluate(task: Task) -> Evaluation:
 
 
 class SlowSender(MPIWorkerChannel):
-    def _next_message(self):
-        tag, message = super()._next_message()
-        if tag == TAG_WANT:
+    def _wanted(self):
+        wanted = super()._wanted()
+        if wanted:
             time.sleep(DELAY)
-        return tag, message
+        return wanted
 
 
 if comm.rank == 0:

@@ -1,0 +1,91 @@
+"""search.prefetch: tasks queued on a worker behind the one it trains, started the moment it reports."""
+import json
+import math
+
+import pytest
+
+from conftest import launch_python
+from simulate import SimulatedTransport, VirtualClock
+from evolve.ga import GAParams
+from evolve.master import HungWorker, SearchSettings, SearchState, run_search
+from evolve.simulate import simulate
+from evolve.space_config import parse_space
+
+SPACE = parse_space({}).for_sample_shape((1, 8, 8))
+SPEEDS = {1: 1.0, 2: 1.5, 3: 2.5}
+
+
+def settings(budget, checkpoint_seconds=math.inf, **kw):
+    return SearchSettings(budget=budget, ga=GAParams(population=4), candidates=3, seed=0, checkpoint_seconds=checkpoint_seconds, **kw)
+
+
+def test_each_worker_starts_its_queued_task_the_moment_it_reports_and_records_when_it_started():
+    clock = VirtualClock()
+    transport = SimulatedTransport(SPEEDS, clock=clock, depth=2)
+    state = SearchState.fresh(0)
+    assert run_search(state, transport, SPACE, settings(60, prefetch=1), clock=clock, wall_clock=clock)
+    assert len(state.records) == 60 and len({r.id for r in state.records}) == 60
+    began = {ident: (at, worker) for at, worker, ident in transport.starts}
+    for r in state.records:  # started: when its training began, not when it was queued
+        assert (r.started, r.worker) == began[r.id] and r.finished == pytest.approx(r.started + SPEEDS[r.worker])
+    # while work remained, each worker held two tasks, and its trainings ran back to back
+    assert max(sum(1 for _, w, _ in transport.sends[:6] if w == worker) for worker in SPEEDS) == 2
+    for worker in SPEEDS:
+        mine = sorted((r for r in state.records if r.worker == worker), key=lambda r: r.started)
+        assert all(b.started == pytest.approx(a.finished) for a, b in zip(mine, mine[1:]))
+    assert 0.9 < state.utilization <= 1.0 + 1e-9  # busy time counts from each start, never twice
+
+
+def test_the_last_round_queues_nothing_behind_a_busy_worker():
+    clock = VirtualClock()
+    transport = SimulatedTransport(SPEEDS, clock=clock, depth=2)
+    state = SearchState.fresh(0)
+    run_search(state, transport, SPACE, settings(30, prefetch=1), clock=clock, wall_clock=clock)
+    sent = {ident: at for at, _, ident in transport.sends}
+    queued = {ident for at, _, ident in transport.starts if at > sent[ident]}  # started after it was sent: it waited
+    assert len(queued) > 10  # while work remained, tasks were queued ...
+    assert not queued & set(range(30 - len(SPEEDS), 30))  # ... but none of the last: each went to a free worker
+
+
+def test_a_queued_task_is_not_blamed_for_a_job_death():
+    clock = VirtualClock()
+    transport = SimulatedTransport({1: 2.0, 2: 50.0}, clock=clock, depth=2)
+    state = SearchState.fresh(0)
+    seen = []
+
+    def save(s):  # at each checkpoint: what is out, and which of it is training
+        done = {r.id for r in s.records}
+        training = {ident for start, _, ident in transport.starts if start <= clock.now and ident not in done}
+        seen.append(({p.id: p.attempts for p in s.pending}, training))
+
+    run_search(state, transport, SPACE, settings(100, checkpoint_seconds=0, prefetch=1), checkpoint=save,
+               should_stop=lambda: int(clock.now >= 5.0), clock=clock)
+    assert seen
+    for pending, training in seen:  # two training count as out at one more job death, the two queued behind them not
+        assert len(pending) == 4 and len(training) == 2
+        assert {i for i, a in pending.items() if a == 1} == training and {i for i, a in pending.items() if a == 0} == set(pending) - training
+
+
+def test_a_queued_task_counts_towards_a_hang_only_from_when_it_starts():
+    clock = VirtualClock()
+    transport = SimulatedTransport({1: 8.0, 2: 8.0}, clock=clock, depth=2)
+    state = SearchState.fresh(0)
+    # each training takes 8 s; its limit (10 s) plus hang_seconds (5 s) is never passed, though a task
+    # queued at 0 s comes back at 16 s
+    assert run_search(state, transport, SPACE, settings(20, prefetch=1, eval_timeout=10.0, hang_seconds=5.0), clock=clock)
+    assert len(state.records) == 20
+
+
+def test_prefetch_keeps_workers_busy_where_the_master_queues_results():
+    # 32 workers with 5 ms trainings and a master busy 100 us per result: a worker without a task
+    # queued waits for the master's answer behind the others' results
+    alone, queued = (simulate(SPACE, 32, 0.005, 0.5, 100e-6, 3000, prefetch=p).utilization for p in (0, 1))
+    assert alone < 0.98 and queued > 0.995
+
+
+@pytest.mark.mpi
+def test_a_stop_skips_the_tasks_queued_before_it():
+    proc = launch_python(3, "prog_prefetch.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["first"] == out["sent_first"] and out["trained"] == [2, 2]
