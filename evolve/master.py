@@ -28,7 +28,7 @@ from ensemble.hall_of_fame import HallOfFame, Member
 from ensemble.select import Selection
 
 from .ga import GAParams
-from .protocol import Result, Task, Transport
+from .protocol import SKIPPED, Result, Task, Transport
 from .early_stop import MedianRule
 from .records import Pending, Record
 from .space import SearchSpace
@@ -270,15 +270,21 @@ def _search(state: SearchState, transport: Transport, space: SearchSpace, settin
         if requests and not stopped:
             stopped = True
             if inflight and settings.drain_seconds > 0 and requests < 2:
-                drain_until, drained_from, drain_start = clock() + settings.drain_seconds, inflight, clock()
-                say(f"draining: waiting up to {settings.drain_seconds:g} s for {inflight} trainings")
+                drained_from, recorded_before = len(running()), len(records)
+                drain_until, drain_start = clock() + settings.drain_seconds, clock()
+                queued = inflight - drained_from if hasattr(transport, "drain") else 0
+                say(f"draining: waiting up to {settings.drain_seconds:g} s for {drained_from} trainings"
+                    + (f"; {queued} queued behind them {'is' if queued == 1 else 'are'} dropped unless started, to be redone on resume"
+                       if queued else ""))
+                if queued:
+                    transport.drain()  # the tasks queued behind the trainings come back skipped
                 if checkpoint is not None and unsaved:  # what was done before the signal is safe at once, should
                     save_point(lambda worker: 1)        # the job be killed (Slurm's KillWait) during the drain
                     checkpoint(state)
                     state.pending = []
                     last_checkpoint, unsaved = clock(), False
         elif requests >= 2 and drain_until is not None:
-            say(f"draining: a second signal; stopping now with {inflight} of {drained_from} trainings still out "
+            say(f"draining: a second signal; stopping now with {len(running())} of {drained_from} trainings still out "
                 "(they are redone on resume)")
             break
         while idle and not stopped and len(records) + inflight < budget:
@@ -310,13 +316,13 @@ def _search(state: SearchState, transport: Transport, space: SearchSpace, settin
             sending.clear()
         if not inflight:
             if drain_until is not None:
-                say(f"draining: all {drained_from} trainings recorded in {clock() - drain_start:.1f} s")
+                say(f"draining: all {len(records) - recorded_before} trainings recorded in {clock() - drain_start:.1f} s")
             break  # the caller writes the final checkpoint
         if stopped and drain_until is None:
             break
         now = clock()
         if drain_until is not None and now >= drain_until:
-            say(f"draining: {inflight} of {drained_from} trainings still out after {settings.drain_seconds:g} s "
+            say(f"draining: {len(running())} of {drained_from} trainings still out after {settings.drain_seconds:g} s "
                 "(they are redone on resume)")
             break
         if hung_after is not None and now >= next_hang_check:
@@ -349,15 +355,19 @@ def _search(state: SearchState, transport: Transport, space: SearchSpace, settin
             idle.append(worker)
             inflight -= 1
             now, finished = clock(), wall_clock()
-            state.busy_seconds += now - dispatched
             if tasks:  # the worker starts its next task now
                 p, t, _, _ = tasks[0]
                 tasks[0] = (p, t, now, finished)
+            ev = result.evaluation
+            if ev.status == SKIPPED:  # dropped from its worker's queue at a drain: it never ran
+                redo.append(individual)
+                got = poll(wants) if poll is not None and inflight else None
+                continue
+            state.busy_seconds += now - dispatched
             record = _record(individual, result, worker, started, finished)
             records.append(record)
             if journal is not None:
                 journal.done(record.id)
-            ev = result.evaluation
             tell(record)
             if rule is not None:
                 rule.tell(record)

@@ -25,8 +25,10 @@ decided until then, against the hall as it is then, so no two payloads asked for
 compete for one place (a result without an offer cannot enter the hall: it did
 not clear a bar that has only risen since). A worker waits for that answer (or the
 stop) alone: tasks the master queued behind its training (``search.prefetch``)
-wait in MPI's queue meanwhile. A worker looks for the stop before each task it
-starts, so a stop skips the tasks queued before it. Results already waiting can be
+wait in MPI's queue meanwhile. A worker looks for the stop, and the drain, before
+each task it starts: a stop skips the tasks queued before it, a drain (``TAG_DRAIN``,
+sent as a drain begins) answers each of them with a result whose status is
+``skipped``, so that the master waits only for the trainings running. Results already waiting can be
 taken without waiting (:meth:`poll`).
 Both ends wait by testing (the master its receive, a worker with ``Iprobe``),
 yielding the CPU between tests and then sleeping (see :func:`_wait_for`), so
@@ -43,11 +45,13 @@ from mpi4py import MPI
 
 from data_bcast.layout import array_specs, pack_arrays, packed_size, unpack_arrays
 
-from .protocol import Result, Task, Wants, want_all
+from ensemble.results import failed_evaluation
+
+from .protocol import SKIPPED, Result, Task, Wants, want_all
 from .space_config import parse_space
 from .wire import long_marker, long_size, pack_result, unpack_result
 
-TAG_TASK, TAG_STOP, TAG_RESULT, TAG_PAYLOAD, TAG_WANT, TAG_SPACE, TAG_KEYED, TAG_LONG = 11, 12, 13, 14, 15, 16, 17, 18
+TAG_TASK, TAG_STOP, TAG_RESULT, TAG_PAYLOAD, TAG_WANT, TAG_SPACE, TAG_KEYED, TAG_LONG, TAG_DRAIN = 11, 12, 13, 14, 15, 16, 17, 18, 19
 RESULT_BYTES = 1 << 16  # the master's result buffer; a longer header follows a marker, on TAG_LONG
 PAYLOAD_DRAIN_SECONDS = 60.0  # at stop, how long the payloads still on their way are waited for
 
@@ -220,6 +224,10 @@ class MPIMasterTransport:
             raise ValueError(f"a malformed result from worker rank {worker}: {exc}") from None
         return worker, Result(task_id, evaluation), offer
 
+    def drain(self) -> None:
+        """Tell every worker to drop the tasks queued behind its training (each comes back ``skipped``)."""
+        MPI.Request.Waitall([self.comm.isend(None, dest=w, tag=TAG_DRAIN) for w in self.workers])
+
     def stop(self) -> None:
         # a payload on its way is taken first: its worker is inside a Send that must complete (the workers
         # of undecided offers take the stop as their answer, and skip the tasks queued before it)
@@ -256,23 +264,33 @@ class MPIWorkerChannel:
         return status.Get_tag(), message
 
     def _stopping(self) -> bool:
-        """Has the stop come? Then the tasks queued before it are taken from MPI's queue and dropped."""
+        """Looks past the tasks queued here for a stop (then drops them: True) or a drain (then answers
+        each with a ``skipped`` result and goes on: False)."""
         iprobe, master = self.comm.Iprobe, self.master
-        # (twice: an Iprobe that finds nothing makes progress and returns; a message that has come is
-        # seen by the next one; MPICH)
-        if not (iprobe(source=master, tag=TAG_STOP) or iprobe(source=master, tag=TAG_STOP)):
-            return False
-        while self._next_message()[0] != TAG_STOP:
-            pass
-        return True
+        for wanted in (TAG_STOP, TAG_DRAIN):
+            # (twice: an Iprobe that finds nothing makes progress and returns; a message that has come
+            # is seen by the next one; MPICH)
+            if not (iprobe(source=master, tag=wanted) or iprobe(source=master, tag=wanted)):
+                continue
+            tag, message = self._next_message()
+            while tag != wanted:
+                if tag == TAG_SPACE:
+                    self._space = parse_space(message)
+                elif wanted == TAG_DRAIN and tag in (TAG_KEYED, TAG_TASK):
+                    ident = message[0] if tag == TAG_KEYED else message["id"]
+                    self.send_result(Result(ident, failed_evaluation("dropped from the queue at a drain", SKIPPED)))
+                tag, message = self._next_message()
+            return wanted == TAG_STOP
+        return False
 
     def next_task(self) -> Task | None:
-        if self._stopping():
-            return None
-        tag, message = self._next_message()
-        while tag == TAG_SPACE:
-            self._space = parse_space(message)
+        tag = TAG_DRAIN
+        while tag in (TAG_DRAIN, TAG_SPACE):
+            if self._stopping():
+                return None
             tag, message = self._next_message()
+            if tag == TAG_SPACE:
+                self._space = parse_space(message)
         if tag == TAG_STOP:
             return None
         if tag == TAG_KEYED:

@@ -104,6 +104,9 @@ def _plain(spec) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in vars(spec).items()}
 
 
+SKIPPED = "skipped"  # the status of a task a worker dropped from its queue at a drain: it never ran, it is not a record
+
+
 @dataclass
 class Result:
     task_id: int
@@ -127,6 +130,8 @@ class Transport(Protocol):
     def stop(self) -> None:
         """Tell every worker there is no more work."""
 
+    # Optional: ``drain()``, tell every worker to drop the tasks queued behind its training
+    # (``search.prefetch``), answering each with a result whose status is SKIPPED.
     # Optional: ``poll(wants)``, a finished result that is already here, or None at once, never waiting.
     # A transport that has it lets the master take the results already waiting in one loop turn
     # (MPIMasterTransport); one that has not (a simulated clock has no "already") gives one a turn.

@@ -65,6 +65,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 from data_bcast.layout import array_specs, pack_arrays, unpack_arrays  # noqa: E402
+from evolve.config import SearchConfig  # noqa: E402
 from evolve.protocol import Result, Task  # noqa: E402
 from evolve.wire import pack_result, unpack_result  # noqa: E402
 
@@ -73,6 +74,7 @@ CHECKPOINT_EVERY = 4608  # evaluations: the default 10 s at 27,648 workers with 
 WINDOW_STARTS = (1000, 20_000)  # growth_20k_vs_1k compares the CHECKPOINT_EVERY evaluations after these two
 EVALUATIONS = WINDOW_STARTS[-1] + CHECKPOINT_EVERY
 FUTURES_TASKS = 10_000  # the futures loop's cost per task does not depend on how many
+PREFETCH = SearchConfig().prefetch  # tasks queued behind each worker's training, as evens run queues them by default
 
 
 def zero_work(task_id: int) -> dict:
@@ -99,7 +101,7 @@ def instant_training(curve_epochs: int):
     return instant
 
 
-def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int = 0) -> dict:
+def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int = PREFETCH) -> dict:
     """The evens contender on rank 0 (or in one process): figures of the master's CPU over the whole search.
     ``workers_cpu()`` is CPU this process spent as the workers (the loopback's), taken out of the figures."""
     from ensemble.problem import Classification
@@ -167,7 +169,7 @@ def parse_bench_space():
     return parse_space({}).for_sample_shape((1, 8, 8))
 
 
-def measure(evaluations: int, curve_epochs: int = 2, prefetch: int = 0) -> dict | None:
+def measure(evaluations: int, curve_epochs: int = 2, prefetch: int = PREFETCH) -> dict | None:
     """Collective: both contenders on this MPI world; rank 0 returns the figures."""
     from mpi4py import MPI
     from mpi4py.futures import MPICommExecutor, wait, FIRST_COMPLETED
@@ -249,7 +251,7 @@ class Loopback:
         pass
 
 
-def launch(np_: int, evaluations: int, curve_epochs: int, worker_spins: int | None = None, prefetch: int = 0) -> dict:
+def launch(np_: int, evaluations: int, curve_epochs: int, worker_spins: int | None = None, prefetch: int = PREFETCH) -> dict:
     here = os.path.join(os.path.dirname(sys.executable), "mpiexec")  # the venv's MPICH, else the PATH's (a site MPI)
     cmd = [here if os.path.exists(here) else "mpiexec", "-n", str(np_), sys.executable, os.path.abspath(__file__), "--role", "measure",
            "--evaluations", str(evaluations), "--curve-epochs", str(curve_epochs), "--prefetch", str(prefetch)]
@@ -275,7 +277,7 @@ def median_row(launches: list[dict]) -> dict:
     return row
 
 
-def in_process(evaluations: int, curve_epochs: int, repeats: int, prefetch: int = 0) -> None:
+def in_process(evaluations: int, curve_epochs: int, repeats: int, prefetch: int = PREFETCH) -> None:
     runs = []
     for _ in range(repeats):
         loopback = Loopback(3, curve_epochs)
@@ -303,8 +305,8 @@ def main() -> None:
                         help="epochs in each result's curve (default 2): the median rule takes in every one")
     parser.add_argument("--worker-spins", type=int, default=None,
                         help="EXPERIMENT: how many times a waiting worker yields before it naps (evens' WORKER_SPINS)")
-    parser.add_argument("--prefetch", type=int, default=0,
-                        help="tasks queued on each worker behind its training (search.prefetch; default 0, the config's default)")
+    parser.add_argument("--prefetch", type=int, default=PREFETCH,
+                        help=f"tasks queued on each worker behind its training (search.prefetch; default {PREFETCH}, the config's)")
     parser.add_argument("--in-process", action="store_true",
                         help="the evens master alone over a loopback transport (no MPI): --repeats runs, medians")
     parser.add_argument("--role", default="lead", help=argparse.SUPPRESS)
@@ -332,7 +334,7 @@ def main() -> None:
     first, last = (str(w) for w in WINDOW_STARTS)
     print(f"# bench_master  {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}  host={platform.node()}  "
           f"cpus={os.cpu_count()}  load={' '.join(f'{v:.2f}' for v in os.getloadavg())}  {args.evaluations} evaluations per "
-          f"launch, zero-work trainings with {args.curve_epochs}-epoch curves, a checkpoint every {CHECKPOINT_EVERY}; "
+          f"launch, zero-work trainings with {args.curve_epochs}-epoch curves, a checkpoint every {CHECKPOINT_EVERY}, prefetch {args.prefetch}; "
           f"medians over {repeats} launch(es)")
     print(f"{'np':>3} {'workers':>7} {'futures us/eval':>16} {'evens us/eval':>14} {'evens/futures':>14} "
           f"{'first ' + first:>11} {'evens after ' + first:>17} {'after ' + last:>12} {'growth':>7}  checkpoint ms (each launch)")
@@ -348,12 +350,13 @@ def main() -> None:
         "vs_futures": r["vs_futures"],
         "growth_20k_vs_1k": r["growth"],
         "np": main_np,
+        "prefetch": args.prefetch,
         "rows": rows,
     }
     # The simulated scale figures, with the master's cost just measured (scripts/bench_sim.py has them all).
     from bench_sim import figures
 
-    sim = figures(r["evens_us"], workers=(27648,), per_worker=2.0 if args.quick else 3.0, steps=4 if args.quick else 6)
+    sim = figures(r["evens_us"], workers=(27648,), per_worker=2.0 if args.quick else 3.0, steps=4 if args.quick else 6, prefetch=args.prefetch)
     print(f"# SIMULATION at 27,648 workers (master {r['evens_us']:.0f} us per result, lognormal trainings, sigma 0.5): "
           f"utilization {sim['sim_util_27648_60s']:.5f} at a 60 s median; >= 0.95 down to a {sim['sim_min_task_s_95_27648']:.2f} s "
           f"median; async/generational {sim['async_vs_generational_27648']:.2f}")

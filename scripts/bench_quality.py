@@ -22,6 +22,9 @@ what fits each dataset's sample shape) and each trains the same number of networ
 * ``evens-no-es`` (a diagnostic, not one of the three the targets speak of): evens' search with
   early stopping off (``--set search.early_stopping=false``), to tell the GA's part from the
   stopping rule's.
+* ``evens-no-prefetch`` (a diagnostic too): evens' search with ``search.prefetch = 0`` (no task queued
+  behind a worker's training: with ``--workers W``, W networks out at once instead of 2W), to tell
+  what queueing costs the search (each child is bred with that much less feedback).
 
 Every network is trained by the same worker function (``ensemble.train.train_and_evaluate``) with
 the same seed scheme (:func:`evolve.master.task_seed` of the search seed and the evaluation's
@@ -72,8 +75,8 @@ from evolve.protocol import InProcessTransport, Task, evaluate_safely  # noqa: E
 from evolve.space import Choice, Gene, SearchSpace  # noqa: E402
 from evolve.worker import trainer_for  # noqa: E402
 
-CONTENDERS = ("evens", "random", "optuna-tpe", "evens-no-es")
-PEERS = ("evens", "random", "optuna-tpe")  # the contenders the targets speak of; evens-no-es is a diagnostic
+CONTENDERS = ("evens", "random", "optuna-tpe", "evens-no-es", "evens-no-prefetch")
+PEERS = ("evens", "random", "optuna-tpe")  # the contenders the targets speak of; evens-no-es and evens-no-prefetch are diagnostics
 DATASETS = ("digits", "breast_cancer")
 
 
@@ -157,7 +160,7 @@ def network_row(ident: int, status: str, fitness: float, metrics: dict, epochs: 
 
 
 def run_evens(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, evaluations: int, workers: int,
-              early_stopping: bool = True) -> Outcome:
+              early_stopping: bool = True, prefetch: int = 1) -> Outcome:
     """The product's search loop, in one process: async steady-state GA with the median stopping rule (unless told not to)."""
     s = cfg.search
     settings = SearchSettings(
@@ -170,6 +173,7 @@ def run_evens(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, eval
         mode="async",
         early_stopping=early_stopping,
         warmup=s.early_stopping_warmup,
+        prefetch=prefetch,
     )
     state = SearchState.fresh(seed, cfg.ensemble.candidates)
     with Timer() as t:
@@ -377,8 +381,9 @@ def main() -> int:
             for seed in range(args.seeds):
                 # Interleaved seed by seed, in an order that rotates, so a noisy machine hurts all alike.
                 for c in contenders[seed % len(contenders):] + contenders[: seed % len(contenders)]:
-                    if c in ("evens", "evens-no-es"):
-                        out = run_evens(cfg, space, data, seed, args.evaluations, args.workers, early_stopping=c == "evens")
+                    if c in ("evens", "evens-no-es", "evens-no-prefetch"):
+                        out = run_evens(cfg, space, data, seed, args.evaluations, args.workers, early_stopping=c != "evens-no-es",
+                                        prefetch=0 if c == "evens-no-prefetch" else cfg.search.prefetch)
                     elif c == "random":
                         out = run_random(cfg, space, data, seed, args.evaluations)
                     else:

@@ -26,35 +26,37 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from evolve.config import SearchConfig  # noqa: E402
 from evolve.simulate import simulate  # noqa: E402
 from evolve.space_config import parse_space  # noqa: E402
 
 WORKERS = (1024, 18688, 27648)
+PREFETCH = SearchConfig().prefetch  # as evens run searches by default
 SIGMA = 0.5
 
 
-def min_task_seconds(space, workers: int, master_seconds: float, per_worker: float, steps: int) -> float:
+def min_task_seconds(space, workers: int, master_seconds: float, per_worker: float, steps: int, prefetch: int = PREFETCH) -> float:
     """The smallest median training time with utilization >= 0.95, by bisection in log space."""
     saturation = workers * master_seconds / math.exp(SIGMA**2 / 2)  # where the master can just keep up, on average
     low, high = 0.5 * saturation, 2.0 * saturation
     for _ in range(steps):
         mid = math.sqrt(low * high)
-        util = simulate(space, workers, mid, SIGMA, master_seconds, int(per_worker * workers)).utilization
+        util = simulate(space, workers, mid, SIGMA, master_seconds, int(per_worker * workers), prefetch=prefetch).utilization
         low, high = (low, mid) if util >= 0.95 else (mid, high)
     return high
 
 
-def figures(master_us: float, workers=WORKERS, per_worker: float = 3.0, steps: int = 6) -> dict:
+def figures(master_us: float, workers=WORKERS, per_worker: float = 3.0, steps: int = 6, prefetch: int = PREFETCH) -> dict:
     space = parse_space({}).for_sample_shape((1, 8, 8))
     c = master_us * 1e-6
-    out = {"master_us": master_us, "sigma": SIGMA, "evaluations_per_worker": per_worker}
+    out = {"master_us": master_us, "sigma": SIGMA, "evaluations_per_worker": per_worker, "prefetch": prefetch}
     for w in workers:
         n = int(per_worker * w)
-        steady = simulate(space, w, 60.0, SIGMA, c, n)
-        generational = simulate(space, w, 60.0, SIGMA, c, n, mode="generational", population=w)
+        steady = simulate(space, w, 60.0, SIGMA, c, n, prefetch=prefetch)
+        generational = simulate(space, w, 60.0, SIGMA, c, n, mode="generational", population=w, prefetch=prefetch)
         out[f"sim_util_{w}_60s"] = steady.utilization
         out[f"sim_master_load_{w}_60s"] = steady.master_load
-        out[f"sim_min_task_s_95_{w}"] = min_task_seconds(space, w, c, per_worker, steps)
+        out[f"sim_min_task_s_95_{w}"] = min_task_seconds(space, w, c, per_worker, steps, prefetch)
         out[f"async_vs_generational_{w}"] = steady.utilization / generational.utilization
     return out
 
@@ -64,10 +66,11 @@ def main() -> None:
     parser.add_argument("--master-us", type=float, required=True, help="the master's CPU per result (scripts/bench_master.py)")
     parser.add_argument("--per-worker", type=float, default=3.0, help="simulated evaluations per worker")
     parser.add_argument("--steps", type=int, default=6, help="bisection steps for the minimum training time")
+    parser.add_argument("--prefetch", type=int, default=PREFETCH, help=f"search.prefetch (default {PREFETCH}, the config's)")
     args = parser.parse_args()
-    out = figures(args.master_us, per_worker=args.per_worker, steps=args.steps)
+    out = figures(args.master_us, per_worker=args.per_worker, steps=args.steps, prefetch=args.prefetch)
     print("# SIMULATION (no training): the real search loop on simulated workers; lognormal trainings, sigma 0.5;"
-          f" master {args.master_us:g} us per result")
+          f" master {args.master_us:g} us per result; prefetch {args.prefetch}")
     print(f"{'workers':>8} {'util at 60 s':>13} {'master load':>12} {'min median s for 95 %':>22} {'async/generational':>19}")
     for w in WORKERS:
         print(f"{w:>8} {out[f'sim_util_{w}_60s']:>13.5f} {out[f'sim_master_load_{w}_60s']:>12.3f} "

@@ -8,8 +8,8 @@ import numpy as np
 
 from ensemble.hall_of_fame import clears
 from ensemble.problem import Classification
-from ensemble.results import Evaluation
-from evolve.protocol import Result, Task, delivered, evaluate_safely, want_all
+from ensemble.results import Evaluation, failed_evaluation
+from evolve.protocol import SKIPPED, Result, Task, delivered, evaluate_safely, want_all
 from evolve.simulate import VirtualClock
 
 VAL_SHAPE, TEST_SHAPE = (4, 2), (6, 2)
@@ -52,6 +52,7 @@ class SimulatedTransport:
         self.depth = depth
         self._free_at: dict[int, float] = {}  # when each worker's last task ends
         self.starts: list[tuple[float, int, int]] = []  # (time, worker, task id): when each training began
+        self.skipped: set[int] = set()  # tasks dropped from a queue at a drain
         self.speed = seconds_per_task
         self.evaluate = evaluate
         self.clock = clock or VirtualClock()
@@ -76,7 +77,20 @@ class SimulatedTransport:
         finish, _, worker, task = heapq.heappop(self._running)
         self.clock.now = finish
         self.results.append((finish, worker, task.id))
+        if task.id in self.skipped:
+            return worker, Result(task.id, failed_evaluation("dropped from the queue at a drain", SKIPPED))
         return worker, Result(task.id, delivered(evaluate_safely(self.evaluate, task), task.id, wants))
+
+    def drain(self) -> None:
+        """Every task queued behind a training comes back ``skipped`` when that training ends."""
+        now, kept = self.clock.now, []
+        for finish, n, worker, task in self._running:
+            if finish - self.speed[worker] > now:  # not started
+                self.skipped.add(task.id)
+                finish -= self.speed[worker]
+            kept.append((finish, n, worker, task))
+        self._running = kept
+        heapq.heapify(self._running)
 
     def stop(self) -> None:
         pass

@@ -118,19 +118,23 @@ def test_a_signal_drains_the_running_trainings_and_ends_cleanly(tmp_path, small_
     assert proc.returncode == 75, stderr
     out_then = int(re.search(r"draining: waiting up to 60 s for (\d+) trainings", stderr).group(1))
     assert 1 <= out_then <= 2
-    assert f"draining: all {out_then} trainings recorded" in stderr
+    # the tasks queued behind them (search.prefetch, default 1) are dropped, unless one had just started
+    recorded = int(re.search(r"draining: all (\d+) trainings recorded", stderr).group(1))
+    assert out_then <= recorded <= 2 * out_then
     assert "MPI_Abort" not in stderr
-    saved = int(re.search(r"checkpoint saved with (\d+) evaluations;", stderr).group(1))
+    saved = int(re.search(r"checkpoint saved with (\d+) evaluations[;,]", stderr).group(1))
     assert not [p for p in shm if os.path.exists(p)], "a clean end frees MPICH's shared memory"
     final = report(out)
-    assert final["pending"] == 0 and final["evaluations"] == saved
+    assert final["evaluations"] == saved
     from evolve import checkpoint
     state, _ = checkpoint.load(os.path.join(out, "checkpoint.h5"))
-    assert sorted(r.id for r in state.records) == list(range(saved)) and state.pending == []  # nothing out, nothing lost
-    resumed = launch(3, evens_cmd() + ["run", "--resume", out, "--set", f"search.evaluations={final['evaluations'] + 2}"],
+    dropped = {p.id: p.attempts for p in state.pending}  # never started: to redo, nothing counted against them
+    assert final["pending"] == len(dropped) <= 2 and set(dropped.values()) <= {0}
+    assert sorted([r.id for r in state.records] + list(dropped)) == list(range(saved + len(dropped)))  # nothing lost
+    resumed = launch(3, evens_cmd() + ["run", "--resume", out, "--set", f"search.evaluations={final['evaluations'] + len(dropped) + 2}"],
                      timeout=180, cwd=ROOT)
     assert resumed.returncode == 0, resumed.stderr
-    assert "0 to redo" in resumed.stderr
+    assert f"{len(dropped)} to redo" in resumed.stderr
 
 
 def test_a_second_signal_ends_the_drain_at_once(tmp_path, small_config):
@@ -153,7 +157,8 @@ def test_a_second_signal_ends_the_drain_at_once(tmp_path, small_config):
     assert "a second signal" in stderr and "checkpoint saved" in stderr
     with h5py.File(os.path.join(out, "checkpoint.h5"), "r") as f:
         pending = dict(zip(f["pending/id"][...].tolist(), f["pending/attempts"][...].tolist()))
-    assert pending == {4: 0}  # redone on resume; a stop is not a crash
+    # 4 (and what was queued behind it on its stopped worker) redone on resume; a stop is not a crash
+    assert pending[4] == 0 and set(pending.values()) == {0} and len(pending) <= 2
 
 
 def test_a_network_that_kills_its_worker_is_recorded_as_crashed_and_the_run_finishes(tmp_path, small_config):

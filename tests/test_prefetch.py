@@ -76,6 +76,21 @@ def test_a_queued_task_counts_towards_a_hang_only_from_when_it_starts():
     assert len(state.records) == 20
 
 
+def test_a_drain_waits_for_the_trainings_running_and_redoes_the_queued_tasks():
+    clock = VirtualClock()
+    transport = SimulatedTransport({1: 4.0, 2: 7.0}, clock=clock, depth=2)
+    state = SearchState.fresh(0)
+    # the signal at 4 s, as worker 1 reports and starts its queued task (4-8 s); worker 2 trains its
+    # first (0-7 s), with one queued behind it (7-14 s)
+    assert not run_search(state, transport, SPACE, settings(100, prefetch=1, drain_seconds=100.0),
+                          should_stop=lambda: int(clock.now >= 4.0), clock=clock, wall_clock=clock)
+    assert clock.now == 8.0  # the drain ended with the trainings running at the signal, not with the queued one (14 s)
+    assert len(transport.skipped) == 1 and {p.id for p in state.pending} == transport.skipped
+    assert all(p.attempts == 0 for p in state.pending)  # it never ran: redone on resume, nothing counted
+    assert [r.status for r in state.records] == ["ok"] * 3 and not {r.id for r in state.records} & transport.skipped
+    assert state.utilization <= 1.0
+
+
 def test_prefetch_keeps_workers_busy_where_the_master_queues_results():
     # 32 workers with 5 ms trainings and a master busy 100 us per result: a worker without a task
     # queued waits for the master's answer behind the others' results
@@ -89,3 +104,12 @@ def test_a_stop_skips_the_tasks_queued_before_it():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["first"] == out["sent_first"] and out["trained"] == [2, 2]
+
+
+@pytest.mark.mpi
+def test_a_drain_answers_the_tasks_queued_skipped_and_lets_the_running_ones_finish():
+    proc = launch_python(3, "prog_prefetch.py", "--drain")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["trained"] == [2, 2]
+    assert out["statuses"] == {"1": ["ok", "ok", "skipped"], "2": ["ok", "ok", "skipped"]}
