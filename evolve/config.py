@@ -58,7 +58,7 @@ class SearchConfig:
     eval_timeout_seconds: float = 0.0  # stop a training after this many seconds (recorded as "timeout"); 0: no limit
     drain_seconds: float = 60.0  # after SIGTERM/SIGUSR1/SIGINT, wait this long for running trainings (recorded) before the checkpoint and exit 75; a second signal ends the wait
     hang_seconds: float = 120.0  # a worker silent for eval_timeout_seconds plus this long is reported hung and the job ends (exit 69); 0, or no time limit: no hang detection
-    prefetch: int = 1  # tasks queued on each worker behind the one it trains, started the moment it reports instead of after the master's answer (0: each task goes out when its worker is free)
+    prefetch: int = 1  # async mode over MPI: tasks queued on each worker behind the one it trains, started the moment it reports instead of after the master's answer (0: each task goes out when its worker is free)
 
 
 @dataclass(frozen=True)

@@ -215,7 +215,11 @@ def _search(state: SearchState, transport: Transport, space: SearchSpace, settin
     # worker's tasks in the order sent (its results come back in that order): (individual, task,
     # started (clock), (wall)), the times of a queued task set again when it starts, when the one
     # before it comes back.
-    idle = deque(w for _ in range(1 + settings.prefetch) for w in transport.workers)
+    # Only in async mode (a generation's barrier would leave its last children queued behind busy
+    # workers while others idle) and over a transport whose workers queue (``queues``: MPI's, the
+    # simulations'; in one process a queued task gains nothing and is bred from an older population).
+    depth = 1 + settings.prefetch if settings.mode == "async" and getattr(transport, "queues", False) else 1
+    idle = deque(w for _ in range(depth) for w in transport.workers)
     out: dict[int, deque[tuple[Pending, Task, float, float]]] = {w: deque() for w in transport.workers}
     inflight = 0  # tasks out, running or queued
     hall = state.hall_of_fame
@@ -226,11 +230,13 @@ def _search(state: SearchState, transport: Transport, space: SearchSpace, settin
     def account() -> None:
         state.capacity_seconds = capacity_before + len(transport.workers) * (clock() - loop_start)
 
-    def outstanding(deaths: Callable[[int], int]) -> list[Pending]:
+    def outstanding(deaths: Callable[[int], int], queued: bool = True) -> list[Pending]:
         """Sent out but not back, then not yet re-sent: what a resume must redo first; ``deaths(worker)``
-        is what being out now adds to an individual's attempts."""
-        # a queued task has not started: no death is its doing (5x faster than dataclasses.replace: 7 against 37 ms for 27,648 out)
-        pending = [Pending(p.id, p.genome, p.parents, p.operators, p.attempts + (deaths(w) if k == 0 else 0))
+        is what being out now adds to an individual's attempts, to the one its worker trains and, with
+        ``queued``, to those queued behind it (at a checkpoint: one may start, and kill the job, before
+        the next; not at a hang: the worker will never start them)."""
+        # (5x faster than dataclasses.replace: 7 against 37 ms for 27,648 out)
+        pending = [Pending(p.id, p.genome, p.parents, p.operators, p.attempts + (deaths(w) if queued or k == 0 else 0))
                    for w, tasks in out.items() for k, (p, _, _, _) in enumerate(tasks)]
         return pending + list(redo)
 
@@ -249,9 +255,9 @@ def _search(state: SearchState, transport: Transport, space: SearchSpace, settin
         state.next_id += 1
         return Pending(state.next_id - 1, proposal.genome, proposal.parents, proposal.operators), proposal.key
 
-    def save_point(deaths: Callable[[int], int] = lambda worker: 0) -> None:
+    def save_point(deaths: Callable[[int], int] = lambda worker: 0, queued: bool = True) -> None:
         account()
-        state.pending = outstanding(deaths)
+        state.pending = outstanding(deaths, queued)
         state.strategy = strategy.to_state()
 
     # The settings go out as the genome's key (Task.from_key): the master never builds them, except
@@ -331,7 +337,7 @@ def _search(state: SearchState, transport: Transport, space: SearchSpace, settin
             if now - since > hung_after:
                 ident = out[worker][0][0].id
                 state.busy_seconds += sum(now - d for _, d in running())
-                save_point(lambda w: 1 if w == worker else 0)  # the hung individual is to blame, the others not
+                save_point(lambda w: 1 if w == worker else 0, queued=False)  # the hung individual is to blame, the others not
                 raise HungWorker(worker, ident, now - since)
         if checkpoint is not None and unsaved and now - last_checkpoint >= settings.checkpoint_seconds:
             # Written after the free workers have their next task, so none idles during the write. Each

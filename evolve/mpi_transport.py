@@ -25,8 +25,8 @@ decided until then, against the hall as it is then, so no two payloads asked for
 compete for one place (a result without an offer cannot enter the hall: it did
 not clear a bar that has only risen since). A worker waits for that answer (or the
 stop) alone: tasks the master queued behind its training (``search.prefetch``)
-wait in MPI's queue meanwhile. A worker looks for the stop, and the drain, before
-each task it starts: a stop skips the tasks queued before it, a drain (``TAG_DRAIN``,
+wait in MPI's queue meanwhile. Before each task it starts, a worker takes every
+message that has come and looks among them for the stop and the drain: a stop skips the tasks queued before it, a drain (``TAG_DRAIN``,
 sent as a drain begins) answers each of them with a result whose status is
 ``skipped``, so that the master waits only for the trainings running. Results already waiting can be
 taken without waiting (:meth:`poll`).
@@ -113,6 +113,8 @@ def _wait_until(ready, timeout: float | None, spins: int = SPINS) -> bool:
 
 class MPIMasterTransport:
     """Rank ``master`` of ``comm`` talks to every other rank as a worker."""
+
+    queues = True  # a worker takes tasks sent while it trains, in order (search.prefetch)
 
     def __init__(self, comm: MPI.Comm, master: int = 0):
         self.comm = comm
@@ -253,10 +255,13 @@ class MPIWorkerChannel:
         self.comm = comm
         self.master = master
         self.offers = self.sent = 0  # payloads offered, and sent because the master wanted them
+        self._inbox: deque[tuple[int, object]] = deque()  # messages taken from MPI's queue, not yet acted on
         self._space = None  # the search space the master sent, to decode keyed tasks with
         self._status = MPI.Status()
 
     def _next_message(self) -> tuple[int, object]:
+        if self._inbox:
+            return self._inbox.popleft()
         status = self._status
         if not self.comm.Iprobe(source=self.master, tag=MPI.ANY_TAG, status=status):
             _wait_for(self.comm, self.master, MPI.ANY_TAG, status, None, WORKER_SPINS)
@@ -265,22 +270,31 @@ class MPIWorkerChannel:
 
     def _stopping(self) -> bool:
         """Looks past the tasks queued here for a stop (then drops them: True) or a drain (then answers
-        each with a ``skipped`` result and goes on: False)."""
-        iprobe, master = self.comm.Iprobe, self.master
-        for wanted in (TAG_STOP, TAG_DRAIN):
-            # (twice: an Iprobe that finds nothing makes progress and returns; a message that has come
-            # is seen by the next one; MPICH)
-            if not (iprobe(source=master, tag=wanted) or iprobe(source=master, tag=wanted)):
-                continue
-            tag, message = self._next_message()
-            while tag != wanted:
+        each task before it with a ``skipped`` result and goes on: False).
+
+        Every message that has come is taken into the inbox first, in order: an ``Iprobe`` that finds
+        nothing may only have made progress (MPICH moves arrived messages along a few at a time), so
+        a tag-specific probe can miss a stop or drain behind several tasks; the inbox cannot."""
+        iprobe, master, status, inbox = self.comm.Iprobe, self.master, self._status, self._inbox
+        while iprobe(source=master, tag=MPI.ANY_TAG, status=status) or iprobe(source=master, tag=MPI.ANY_TAG, status=status):
+            tag = status.Get_tag()
+            inbox.append((tag, self.comm.recv(source=master, tag=tag)))
+        if not inbox:
+            return False
+        tags = [tag for tag, _ in inbox]
+        if TAG_STOP in tags:
+            inbox.clear()  # (nothing is sent after the stop)
+            return True
+        if TAG_DRAIN in tags:
+            while True:
+                tag, message = inbox.popleft()
+                if tag == TAG_DRAIN:
+                    break
                 if tag == TAG_SPACE:
                     self._space = parse_space(message)
-                elif wanted == TAG_DRAIN and tag in (TAG_KEYED, TAG_TASK):
+                elif tag in (TAG_KEYED, TAG_TASK):
                     ident = message[0] if tag == TAG_KEYED else message["id"]
                     self.send_result(Result(ident, failed_evaluation("dropped from the queue at a drain", SKIPPED)))
-                tag, message = self._next_message()
-            return wanted == TAG_STOP
         return False
 
     def next_task(self) -> Task | None:

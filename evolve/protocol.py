@@ -130,6 +130,8 @@ class Transport(Protocol):
     def stop(self) -> None:
         """Tell every worker there is no more work."""
 
+    # Optional: ``queues = True``, a worker takes tasks sent while it trains and starts them in order
+    # (the master then keeps ``search.prefetch`` queued behind each training).
     # Optional: ``drain()``, tell every worker to drop the tasks queued behind its training
     # (``search.prefetch``), answering each with a result whose status is SKIPPED.
     # Optional: ``poll(wants)``, a finished result that is already here, or None at once, never waiting.

@@ -47,6 +47,8 @@ class VirtualClock:
 class SimulatedWorkers:
     """A transport of ``workers`` simulated workers on a virtual clock, with a master that costs time."""
 
+    queues = True  # a task sent to a worker still training starts when that training ends (search.prefetch)
+
     def __init__(self, workers: int, task_seconds: float, sigma: float, master_seconds: float, seed: int = 0):
         self.workers = list(range(1, workers + 1))
         self.clock = VirtualClock()

@@ -12,7 +12,9 @@ what fits each dataset's sample shape) and each trains the same number of networ
 * ``evens``: this project's search as ``evens run`` on one rank runs it: :func:`evolve.master.run_search`
   with the steady-state ``async`` strategy and the median early-stopping rule on, over an
   :class:`~evolve.protocol.InProcessTransport` whose worker is the real one
-  (:func:`evolve.worker.trainer_for`). A network stopped early counts as one of the budget.
+  (:func:`evolve.worker.trainer_for`), its workers holding ``search.prefetch`` tasks queued behind
+  their training as MPI workers do when there are several (``--workers``; the order of results,
+not the speed). A network stopped early counts as one of the budget.
 * ``random``: random genomes from the search's rng (``random.Random(seed)``), decoded by the space; no
   early stopping.
 * ``optuna-tpe``: Optuna's ``TPESampler(seed=seed)``, define-by-run over the same genes: each gene
@@ -177,7 +179,9 @@ def run_evens(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, eval
     )
     state = SearchState.fresh(seed, cfg.ensemble.candidates)
     with Timer() as t:
-        run_search(state, InProcessTransport(trainer_for(data), workers), space, settings)
+        transport = InProcessTransport(trainer_for(data), workers)
+        transport.queues = workers > 1  # W > 1 workers stand for MPI's: a task queued behind each training (search.prefetch)
+        run_search(state, transport, space, settings)
     rows = [network_row(r.id, r.status, r.fitness, r.metrics, r.epochs_done) for r in state.records]
     return Outcome(rows, state.hall_of_fame, t.wall, t.cpu)
 

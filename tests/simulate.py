@@ -50,6 +50,7 @@ class SimulatedTransport:
     def __init__(self, seconds_per_task: dict[int, float], evaluate=landscape, clock: VirtualClock | None = None, depth: int = 1):
         self.workers = sorted(seconds_per_task)
         self.depth = depth
+        self.queues = depth > 1
         self._free_at: dict[int, float] = {}  # when each worker's last task ends
         self.starts: list[tuple[float, int, int]] = []  # (time, worker, task id): when each training began
         self.skipped: set[int] = set()  # tasks dropped from a queue at a drain

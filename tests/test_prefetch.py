@@ -47,23 +47,24 @@ def test_the_last_round_queues_nothing_behind_a_busy_worker():
     assert not queued & set(range(30 - len(SPEEDS), 30))  # ... but none of the last: each went to a free worker
 
 
-def test_a_queued_task_is_not_blamed_for_a_job_death():
+def test_a_queued_task_counts_as_out_at_a_job_death_but_not_at_a_hang():
+    # at a checkpoint, a task queued behind a training may start, and kill the job, before the next one
     clock = VirtualClock()
     transport = SimulatedTransport({1: 2.0, 2: 50.0}, clock=clock, depth=2)
     state = SearchState.fresh(0)
     seen = []
-
-    def save(s):  # at each checkpoint: what is out, and which of it is training
-        done = {r.id for r in s.records}
-        training = {ident for start, _, ident in transport.starts if start <= clock.now and ident not in done}
-        seen.append(({p.id: p.attempts for p in s.pending}, training))
-
-    run_search(state, transport, SPACE, settings(100, checkpoint_seconds=0, prefetch=1), checkpoint=save,
+    run_search(state, transport, SPACE, settings(100, checkpoint_seconds=0, prefetch=1),
+               checkpoint=lambda s: seen.append({p.id: p.attempts for p in s.pending}),
                should_stop=lambda: int(clock.now >= 5.0), clock=clock)
-    assert seen
-    for pending, training in seen:  # two training count as out at one more job death, the two queued behind them not
-        assert len(pending) == 4 and len(training) == 2
-        assert {i for i, a in pending.items() if a == 1} == training and {i for i, a in pending.items() if a == 0} == set(pending) - training
+    assert seen and all(len(pending) == 4 and set(pending.values()) == {1} for pending in seen)
+    # a hung worker will never start what is queued behind its training: only that training is to blame
+    clock = VirtualClock()
+    transport = SimulatedTransport({1: 1.0, 2: math.inf}, clock=clock, depth=2)
+    state = SearchState.fresh(0)
+    with pytest.raises(HungWorker) as caught:
+        run_search(state, transport, SPACE, settings(1000, prefetch=1, eval_timeout=5.0, hang_seconds=10.0), clock=clock)
+    attempts = {p.id: p.attempts for p in state.pending}
+    assert attempts.pop(caught.value.ident) == 1 and len(attempts) == 3 and set(attempts.values()) == {0}
 
 
 def test_a_queued_task_counts_towards_a_hang_only_from_when_it_starts():
@@ -91,6 +92,16 @@ def test_a_drain_waits_for_the_trainings_running_and_redoes_the_queued_tasks():
     assert state.utilization <= 1.0
 
 
+def test_nothing_is_queued_in_generational_mode_or_over_workers_that_do_not_queue():
+    for mode, depth in (("generational", 2), ("nsga2", 2), ("async", 1)):
+        clock = VirtualClock()
+        transport = SimulatedTransport(SPEEDS, clock=clock, depth=depth)  # depth 1: asserts no second task
+        state = SearchState.fresh(0)
+        run_search(state, transport, SPACE, settings(24, prefetch=1, mode=mode), clock=clock, wall_clock=clock)
+        sent = {ident: at for at, _, ident in transport.sends}
+        assert len(state.records) == 24 and all(at == sent[ident] for at, _, ident in transport.starts), mode
+
+
 def test_prefetch_keeps_workers_busy_where_the_master_queues_results():
     # 32 workers with 5 ms trainings and a master busy 100 us per result: a worker without a task
     # queued waits for the master's answer behind the others' results
@@ -113,3 +124,10 @@ def test_a_drain_answers_the_tasks_queued_skipped_and_lets_the_running_ones_fini
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["trained"] == [2, 2]
     assert out["statuses"] == {"1": ["ok", "ok", "skipped"], "2": ["ok", "ok", "skipped"]}
+
+
+@pytest.mark.mpi
+def test_a_drain_behind_eight_queued_tasks_skips_them_all():
+    proc = launch_python(3, "prog_drain_queue.py", "8")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == '8 {"1": "ossssssss", "2": "ossssssss"}'
