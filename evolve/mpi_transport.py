@@ -26,10 +26,11 @@ compete for one place (a result without an offer cannot enter the hall: it did
 not clear a bar that has only risen since). A worker waits for that answer (or the
 stop) alone: tasks the master queued behind its training (``search.prefetch``)
 wait in MPI's queue meanwhile. Before each task it starts, a worker takes every
-message that has come and looks among them for the stop and the drain: a stop skips the tasks queued before it, a drain (``TAG_DRAIN``,
-sent as a drain begins) answers each of them with a result whose status is
-``skipped``, so that the master waits only for the trainings running. Results already waiting can be
-taken without waiting (:meth:`poll`).
+message that has come and looks among them for the stop and the drain: a stop
+skips the tasks queued before it, a drain (``TAG_DRAIN``, sent as a drain begins)
+answers each of them with a result whose status is ``skipped``, so that the master
+waits only for the trainings running. Results already waiting can be taken
+without waiting (:meth:`poll`).
 Both ends wait by testing (the master its receive, a worker with ``Iprobe``),
 yielding the CPU between tests and then sleeping (see :func:`_wait_for`), so
 the master stays responsive to signals and a waiting rank uses almost no CPU.
