@@ -124,6 +124,11 @@ def log_index(run_dir: str) -> int:
 
 
 def one_round(config: str, run_dir: str, budget: int, delay: float, before: dict[int, tuple]) -> dict:
+    """Start (or resume) the job, SIGKILL rank 0 after ``delay`` s, and check the run directory.
+
+    A kill that lands once the checkpoint holds the whole budget (the job was writing its last
+    checkpoint, tearing down or already gone) is marked ``late``: it tested nothing, and the job may
+    well have ended with 0."""
     proc = job(start_args(config, run_dir, budget), run_dir)
     deadline = time.monotonic() + delay
     pid = None
@@ -162,6 +167,7 @@ def one_round(config: str, run_dir: str, budget: int, delay: float, before: dict
     row["lost"] = len(finished - set(now))
     row["temporaries"] = len(temporaries(run_dir))  # a write cut by the kill; the next job removes them
     row["records"] = now
+    row["late"] = killed and found is not None and len(now) >= budget and found[1] == 0
     return row
 
 
@@ -183,7 +189,7 @@ def chaos(kills: int, seed: int, budget: int, max_delay: float, work: str | None
         print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
         if not row.get("loads", False) or row.get("hung"):
             break
-        if row.get("returncode") == 0 and not row["killed"]:
+        if (row.get("returncode") == 0 and not row["killed"]) or row.get("late"):
             break  # the budget was done before the kill came
     final = job(start_args(config, run_dir, budget), run_dir)
     try:
@@ -195,7 +201,7 @@ def chaos(kills: int, seed: int, budget: int, max_delay: float, work: str | None
     found = recorded(run_dir) if final.returncode == 0 else None
     records = found[0] if found else {}
     result = {
-        "kills": sum(r.get("killed", False) for r in rounds),
+        "kills": sum(r.get("killed", False) and not r.get("late") for r in rounds),
         "rounds": rounds,
         "final_returncode": final.returncode,
         "final_error": stderr.strip().splitlines()[-1] if final.returncode else "",
@@ -220,7 +226,7 @@ def main() -> int:
     args = parser.parse_args()
     result = chaos(args.kills, args.seed, args.budget, args.max_delay, args.work)
     rounds = result["rounds"]
-    killed = [r for r in rounds if r.get("killed")]
+    killed = [r for r in rounds if r.get("killed") and not r.get("late")]
     print(f"{result['kills']} kills; every checkpoint loaded: {all(r.get('loads') for r in rounds)}; "
           f"none lost a checkpointed evaluation: {all(r.get('kept', False) for r in rounds if r.get('checkpoint'))}; "
           f"work lost per kill (finished, not in the checkpoint): max {max((r.get('lost', 0) for r in killed), default=0)}, "

@@ -20,7 +20,7 @@ WORKERS = 2  # chaos_master.py runs mpiexec -n 3
 @pytest.mark.parametrize("seed", [11])
 def test_killing_the_master_at_random_moments_loses_no_checkpointed_work_and_never_blocks_a_resume(tmp_path, seed):
     mpiexec()  # skips without MPI
-    budget = 100
+    budget = 150  # the kills (at most 7 s each) must come before the budget is done
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "chaos_master.py"), "--kills", "4", "--seed", str(seed),
                           "--budget", str(budget), "--max-delay", "7", "--work", str(tmp_path), "--json"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
@@ -33,7 +33,7 @@ def test_killing_the_master_at_random_moments_loses_no_checkpointed_work_and_nev
         assert r["status_ok"], r  # and `evens status` reads it
         if r["checkpoint"]:
             assert r["kept"], r  # no evaluation of the previous checkpoint went missing or changed
-        if r["killed"]:
+        if r["killed"] and not r["late"]:  # late: the kill landed after the whole budget was checkpointed
             assert r["returncode"] != 0 and r["end_seconds"] < 30, r  # the other ranks go with the master
             # checkpoint_seconds = 0: a checkpoint follows every result, so at most the results that
             # arrived during the write under way (one per worker) are lost, and they are redone
