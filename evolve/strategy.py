@@ -119,16 +119,19 @@ class SteadyState(_Breeder):
     Children are bred ahead in broods (:func:`~evolve.ga.breed_batch`, whole-array operations, their
     keys decoded together by :class:`BatchKeys`) from the population as it stands, and a brood is
     dropped the moment the population changes: every child is still bred from the population at the
-    time it is asked for. A brood's size doubles (up to :attr:`MAX_BROOD`) each time one is used up
-    and starts again at :attr:`MIN_BROOD` after a change, so little is bred in vain while the
-    population moves and most work is shared once it settles. Each brood draws from a numpy
-    generator seeded from the search's rng, so a search is still fixed by its seed. Children that
-    decode to a network already proposed are skipped, up to ``ATTEMPTS`` in a row (as
+    time it is asked for. After a change the first :attr:`SINGLES` children are bred one at a time
+    (:func:`~evolve.ga.breed_child`, from the search's rng): early in a search the population
+    changes after nearly every result, and a brood then serves one child at some ten times the cost
+    of breeding that child alone. Then a brood's size doubles (up to :attr:`MAX_BROOD`) each time
+    one is used up, starting at :attr:`MIN_BROOD`, so little is bred in vain while the population
+    moves and most work is shared once it settles. Each brood draws from a numpy generator seeded
+    from the search's rng, so a search is still fixed by its seed. Children that decode to a
+    network already proposed are skipped, up to ``ATTEMPTS`` in a row (as
     :func:`~evolve.ga.breed_child` retries).
     """
 
     mode = "async"
-    MIN_BROOD, MAX_BROOD, ATTEMPTS = 8, 256, 20
+    MIN_BROOD, MAX_BROOD, ATTEMPTS, SINGLES = 8, 256, 20, 2
 
     def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict):
         super().__init__(space, params, rng, known)
@@ -137,6 +140,7 @@ class SteadyState(_Breeder):
         self._bits = np.random.PCG64(0)
         self._gen = np.random.Generator(self._bits)
         self._brood_size = self.MIN_BROOD
+        self._singles = 0  # children bred one at a time since the population last changed
         self._drop_brood()
         self._lowest = min((ind.value for ind in self.population), default=-math.inf)  # the worst member's fitness
 
@@ -162,6 +166,9 @@ class SteadyState(_Breeder):
     def ask(self) -> Proposal:
         if len(self.population) < self.params.population:
             return self.random()
+        if self._singles < self.SINGLES:
+            self._singles += 1
+            return self.child(self.population)
         seen = self.seen
         for attempt in range(self.ATTEMPTS):
             if self._next >= len(self._genomes):
@@ -183,7 +190,7 @@ class SteadyState(_Breeder):
         newcomer = _individual(record)
         if admit(self.population, newcomer, self.params.population) is not newcomer:  # the population changed
             self._drop_brood()
-            self._brood_size = self.MIN_BROOD
+            self._brood_size, self._singles = self.MIN_BROOD, 0
             self._lowest = min(ind.value for ind in self.population)
 
     def to_state(self) -> dict:

@@ -180,6 +180,42 @@ def test_async_breeds_from_the_population_as_it_stands():
     assert all(p.key == SPACE.key(p.genome) for _, _, p in asked)
 
 
+def test_async_breeds_one_child_at_a_time_while_the_population_keeps_changing():
+    """Just after a change, SINGLES children are bred alone (a brood would serve one child); broods once it settles."""
+    import random
+
+    from evolve.records import Record
+    from evolve.strategy import SteadyState
+
+    params = GAParams(population=4)
+    strategy = SteadyState(SPACE, params, random.Random(0), {}, [], {})
+    broods = []
+    real = strategy._breed_brood
+
+    def counted():
+        real()
+        broods.append(len(strategy._genomes))
+
+    strategy._breed_brood = counted
+
+    def result(ident: int, fitness: float) -> Record:
+        p = next(q for q in asked if q[0] == ident)[1]
+        return Record(ident, p.genome, p.parents, "ok", fitness, {}, 1.0, 1, 1, 0.0, 1.0, "", p.operators, [])
+
+    asked = []
+    for ident in range(40):  # every result beats the worst member: the population changes every time
+        asked.append((ident, strategy.ask()))
+        strategy.tell(result(ident, float(ident)))
+    assert broods == []
+    assert all(p.operators != "random" for _, p in asked[4:])
+    population = {ind.ident for ind in strategy.population}
+    for ident in range(40, 40 + SteadyState.SINGLES + 100):  # no result changes it any more
+        asked.append((ident, strategy.ask()))
+        assert set(asked[-1][1].parents) <= population
+        strategy.tell(result(ident, -1.0))
+    assert broods[:4] == [8, 16, 32, 64]  # then broods, doubling
+
+
 def test_async_search_is_fixed_by_its_seed():
     runs = [search(3, 120, "async", seed=s) for s in (4, 4, 5)]
     assert trace(runs[0][0]) == trace(runs[1][0]) != trace(runs[2][0])
