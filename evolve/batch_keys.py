@@ -47,11 +47,14 @@ class BatchKeys:
         self.counted = np.array([k[0] in ("choice", "int") for k in self.kinds])
         self._top = (self.n - 1).astype(np.int64)
         self._options: dict[int, np.ndarray] = {}  # per choice gene: its options as an object array, to index with codes
+        self._defaults: dict[int, np.ndarray] = {}  # ... and its default, as a 0-d object array (to assign to many rows)
         for i, kind in enumerate(self.kinds):
             if kind[0] == "choice":
                 table = self._options[i] = np.empty(len(kind[1]), dtype=object)
                 for j, option in enumerate(kind[1]):
                     table[j] = option  # one by one: an option that is a tuple stays one object
+                default = self._defaults[i] = np.empty((), dtype=object)
+                default[()] = genes[i].default
         order, seen = [], set()
 
         def visit(i: int) -> None:  # conditions first (a space's conditions never form a cycle)
@@ -84,17 +87,9 @@ class BatchKeys:
             raise ValueError(f"genomes have {width} genes, the space has {len(self.kinds)}")
         codes = np.minimum((u * self.n).astype(np.int64), self._top)  # (count, genes)
         numbers = self.low + u * self.span
-        columns = []  # each gene's values, as Python objects (only the columns each kind needs are converted)
+        logs = {}  # log ranges first: an integer one's code is its rounded value, which a condition may test
         for i, kind in enumerate(self.kinds):
-            tag = kind[0]
-            if tag == "choice":
-                options = kind[1]
-                columns.append([options[0]] * count if len(options) == 1 else self._options[i][codes[:, i]].tolist())
-            elif tag == "int":
-                columns.append((codes[:, i] + kind[1]).tolist())
-            elif tag == "float":
-                columns.append(numbers[:, i].tolist())
-            else:
+            if kind[0] == "log":
                 domain, exp = kind[1], math.exp
                 values = [exp(x) for x in numbers[:, i].tolist()]
                 if domain.integer:
@@ -102,7 +97,8 @@ class BatchKeys:
                     values = [min(max(int(round(v)), lo), hi) for v in values]
                     codes[:, i] = values
                     codes[:, i] -= lo
-                columns.append(values)
+                logs[i] = values
+        inactive: dict[int, np.ndarray] = {}  # per conditional gene inactive somewhere: where
         active: list[np.ndarray | None] = [None] * width  # None: active everywhere
         for i, needs in self.plan:
             here = None
@@ -113,7 +109,29 @@ class BatchKeys:
                 here = ok if here is None else here & ok
             active[i] = here
             if not here.all():
-                default, column = self.space.genes[i].default, columns[i]
-                for row in np.flatnonzero(~here).tolist():
+                inactive[i] = ~here
+        columns = []  # each gene's values, as Python objects (only the columns each kind needs are converted)
+        for i, kind in enumerate(self.kinds):
+            tag, off = kind[0], inactive.get(i)
+            if tag == "choice":
+                options = kind[1]
+                if off is None and len(options) == 1:
+                    columns.append([options[0]] * count)
+                    continue
+                column = self._options[i][codes[:, i]]
+                if off is not None:  # an inactive gene takes its default (whole-array: one object, a tuple too)
+                    column[off] = self._defaults[i]
+                columns.append(column.tolist())
+                continue
+            if tag == "int":
+                column = (codes[:, i] + kind[1]).tolist()
+            elif tag == "float":
+                column = numbers[:, i].tolist()
+            else:
+                column = logs[i]
+            if off is not None:
+                default = self.space.genes[i].default
+                for row in np.flatnonzero(off).tolist():
                     column[row] = default
+            columns.append(column)
         return list(zip(*columns))

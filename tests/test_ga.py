@@ -100,3 +100,39 @@ def test_the_inline_operators_draw_and_compute_exactly_what_deaps_do(seed, genes
         tools.mutPolynomialBounded(a, eta, 0.0, 1.0, indpb)
         assert child == a and changed == (a != before)
     assert mine.getstate() == deaps.getstate()  # the same number of draws
+
+
+def test_a_brood_breeds_as_breed_child_does():
+    """breed_batch (the async search's broods) against breed_child, the reference, over many children:
+    who wins the tournaments, how often crossover and mutation change a child, and how far a mutation moves a gene."""
+    import numpy as np
+
+    from evolve.ga import breed_batch
+
+    pop = population([0.3, 0.9, 0.1, 0.9, 0.5, 0.0], genes=8, seed=3)  # (a tie for the fittest)
+    params = GAParams(tournament=3, crossover_prob=0.6, mutation_prob=0.25, mutation_eta=8.0)
+    n = 40_000
+    rng = random.Random(0)
+    scalar = [breed_child(pop, rng, params, attempts=1) for _ in range(n)]
+    brood = breed_batch(np.array([ind for ind in pop]), np.array([ind.value for ind in pop]), np.random.default_rng(0), params, n)
+    ids = [ind.ident for ind in pop]
+
+    def shares(values) -> np.ndarray:
+        return np.bincount(np.asarray(values), minlength=len(pop)) / len(values)
+
+    assert np.abs(shares([p[1][0] for p in scalar]) - shares([ids[m] for m in brood.mothers])).max() < 0.01
+    assert np.abs(shares([p[1][1] for p in scalar]) - shares([ids[f] for f in brood.fathers])).max() < 0.01
+    ops = [p[2] for p in scalar]
+    for name, batch in (("crossover", brood.crossed), ("mutation", brood.mutated)):
+        assert abs(sum(name in o for o in ops) / n - batch.mean()) < 0.01, name
+    assert brood.genomes.min() >= 0.0 and brood.genomes.max() <= 1.0
+    mothers = np.array([ind for ind in pop])[brood.mothers]
+    uncrossed = ~brood.crossed
+    batch_moves = np.abs(brood.genomes[uncrossed] - mothers[uncrossed])
+    by_id = {ind.ident: ind for ind in pop}
+    scalar_moves = np.array([np.abs(np.array(g) - np.array(by_id[p[0]])) for g, p, o in scalar if "crossover" not in o])
+    for moves in (batch_moves, scalar_moves):
+        assert 0.23 < (moves > 0).mean() < 0.27  # mutation_prob of the genes move ...
+    moved_batch, moved_scalar = batch_moves[batch_moves > 0], scalar_moves[scalar_moves > 0]
+    assert abs(moved_batch.mean() - moved_scalar.mean()) < 0.003  # ... as far (eta 9 instead of 8: 0.0065 nearer)
+    assert abs(np.median(moved_batch) - np.median(moved_scalar)) < 0.003
