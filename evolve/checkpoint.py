@@ -45,7 +45,7 @@ from .tempfiles import exclusive_temp
 from .segments import Segment, append, merged, read_segment, remove_unlisted
 
 FORMAT = "evens-checkpoint"
-FORMAT_VERSION = 7  # 7: segments of plain arrays (fixed-width status and operators, flat curves); 6: typed genes
+FORMAT_VERSION = 8  # 8: messages flat in segments; 7: segments of plain arrays (fixed-width status and operators, flat curves); 6: typed genes
 OLDEST_VERSION = 6  # the oldest format this evens reads (6: its segments are converted when next merged)
 CHECKPOINT_NAME = RUN_FILE_NAME
 

@@ -12,13 +12,15 @@ Segments are merged like the digits of a binary counter (a new segment merges
 with the one before it while that one is no larger), so a run of n evaluations
 has at most log2(n) + 1 of them and each record is rewritten O(log n) times in
 all. Only numbers and strings are stored. Every column is a plain array (checkpoint
-format 7): ``status`` and ``operators`` fixed-width strings, the curves one flat
-float64 array ``curve`` with ``curve_length`` per row, and only ``message`` a
-variable-length string; a merge is then a concatenation of arrays, and the
-columns of the segments this process wrote are kept in memory for it, so a merge
-never reads a file back. Segments of format 6 (``curve`` and ``status`` and
-``operators`` variable-length) are still read, and a merge rewrites them in the
-new layout.
+format 8): ``status`` and ``operators`` fixed-width strings, the curves one flat
+float64 array ``curve`` with ``curve_length`` per row, and the messages their UTF-8
+bytes one after the other (``message``, uint8) with ``message_length`` per row; a
+merge is then a concatenation of arrays, and the columns of the segments this
+process wrote are kept in memory for it, so a merge never reads a file back.
+(Messages as variable-length strings, as format 7 stored them, made half the cost
+of writing a segment: 1.9 of 3.7 ms for 4,608 rows.) Segments of formats 6 and 7
+(``curve``, ``status`` and ``operators`` variable-length in 6; ``message`` in both)
+are still read, and a merge rewrites them in the new layout.
 """
 from __future__ import annotations
 
@@ -60,6 +62,16 @@ def _fixed(values: list[str]) -> np.ndarray:
     return np.array([v.encode() for v in values], dtype=bytes) if values else np.zeros(0, dtype="S1")
 
 
+def _flat_text(values: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Strings as their UTF-8 bytes one after the other (uint8) and each one's length in bytes
+    (each distinct string encoded once: most messages are empty)."""
+    encoded = dict.fromkeys(values)
+    for v in encoded:
+        encoded[v] = v.encode()
+    parts = list(map(encoded.__getitem__, values))
+    return np.frombuffer(b"".join(parts), dtype=np.uint8).copy(), np.fromiter(map(len, parts), np.int64, len(parts))
+
+
 def _record_columns(records: list[Record], n_genes: int) -> dict:
     """The columns of ``records`` (arrays, and the metrics as a dict of arrays), as a segment stores them."""
     n = len(records)
@@ -71,9 +83,7 @@ def _record_columns(records: list[Record], n_genes: int) -> dict:
     curves = list(map(attrgetter("curve"), records))
     columns["curve_length"] = np.fromiter(map(len, curves), np.int64, n)
     columns["curve"] = np.fromiter(itertools.chain.from_iterable(curves), np.float64, int(columns["curve_length"].sum()))
-    messages = np.empty(n, dtype=object)
-    messages[:] = list(map(attrgetter("message"), records))
-    columns["message"] = messages
+    columns["message"], columns["message_length"] = _flat_text(list(map(attrgetter("message"), records)))
     metrics = list(map(attrgetter("metrics"), records))
     columns["metrics"] = {name: np.fromiter((m.get(name, math.nan) for m in metrics), np.float64, n)
                           for name in sorted({k for m in metrics for k in m})}
@@ -87,14 +97,14 @@ def _fill(f: h5py.File, columns: dict) -> None:
             for metric, column in values.items():
                 h5write.dataset(group, metric, column)
         else:
-            h5write.dataset(f, key, values)  # (message: str objects, stored as variable-length strings)
+            h5write.dataset(f, key, values)
 
 
-def _decoded(values: np.ndarray) -> list[str]:
-    """Fixed-width (or variable-length) strings as ``str``, each distinct value decoded once."""
+def _decoded(values: np.ndarray | list) -> list[str]:
+    """Fixed-width (or variable-length) strings, or a list of bytes, as ``str``, each distinct value decoded once."""
     seen: dict[bytes, str] = {}
     out = []
-    for v in values.tolist():
+    for v in values.tolist() if isinstance(values, np.ndarray) else values:
         s = seen.get(v)
         if s is None:
             s = seen[v] = v.decode() if isinstance(v, bytes) else str(v)
@@ -105,21 +115,26 @@ def _decoded(values: np.ndarray) -> list[str]:
 def _records(columns: dict) -> list[Record]:
     """The records of a segment's columns (as :func:`_columns` gives them)."""
     n = len(columns["id"])
-    lengths = {name: len(v) for name, v in columns.items() if name not in ("metrics", "curve")}
+    lengths = {name: len(v) for name, v in columns.items() if name not in ("metrics", "curve", "message")}
     lengths.update({f"metrics/{name}": len(v) for name, v in columns["metrics"].items()})
     if len(set(lengths.values())) > 1:
         raise ValueError(f"the evaluation columns have different lengths ({lengths})")
-    ends = np.cumsum(columns["curve_length"]).tolist()
-    if (ends[-1] if ends else 0) != len(columns["curve"]) or (columns["curve_length"] < 0).any():
-        raise ValueError("the curves do not add up to their lengths")
-    flat = columns["curve"].tolist()
-    curves = [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
+    curves = _split(columns["curve"].tolist(), columns["curve_length"], "curves")
+    messages = _decoded(_split(columns["message"].tobytes(), columns["message_length"], "messages"))
     named = {name: v.tolist() for name, v in columns["metrics"].items()}
     metrics = [{k: v[i] for k, v in named.items() if v[i] == v[i]} for i in range(n)]  # NaN: no such metric
     return list(map(Record, columns["id"].tolist(), columns["genome"].tolist(), map(tuple, columns["parents"].tolist()),
                     _decoded(columns["status"]), columns["fitness"].tolist(), metrics, columns["seconds"].tolist(),
                     columns["epochs_done"].tolist(), columns["worker"].tolist(), columns["started"].tolist(),
-                    columns["finished"].tolist(), _decoded(columns["message"]), _decoded(columns["operators"]), curves))
+                    columns["finished"].tolist(), messages, _decoded(columns["operators"]), curves))
+
+
+def _split(flat, lengths: np.ndarray, what: str) -> list:
+    """``flat`` (a list, or bytes) cut into consecutive pieces of ``lengths``."""
+    ends = np.cumsum(lengths).tolist()
+    if (ends[-1] if ends else 0) != len(flat) or (lengths < 0).any():
+        raise ValueError(f"the {what} do not add up to their lengths")
+    return [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
 
 
 def _new_segment(folder: str, rows: int, fill: Callable[[h5py.File], None]) -> Segment:
@@ -162,7 +177,7 @@ def _checked_bytes(folder: str, segment: Segment) -> bytes:
 
 def _columns(folder: str, segment: Segment, cached: bool = False) -> dict:
     """A listed segment's columns, in the present layout (see :func:`_record_columns`): from its file
-    (checked against its checksum; format 6 converted), or with ``cached`` from memory if this process
+    (checked against its checksum; formats 6 and 7 converted), or with ``cached`` from memory if this process
     wrote it (what a merge rewrites)."""
     if cached:
         columns = _cache.get((os.path.abspath(folder), segment.name, segment.crc32))
@@ -177,6 +192,8 @@ def _columns(folder: str, segment: Segment, cached: bool = False) -> dict:
         columns["curve"] = np.concatenate([np.asarray(r, dtype=np.float64) for r in rows]) if len(rows) else np.zeros(0)
         for name in _NAMES:
             columns[name] = _fixed(_decoded(columns[name]))
+    if "message_length" not in columns:  # formats 6 and 7: messages as variable-length strings
+        columns["message"], columns["message_length"] = _flat_text(_decoded(columns["message"]))
     return columns
 
 

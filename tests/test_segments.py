@@ -1,11 +1,13 @@
 """The appendable checkpoint: a log of segments and a state file that commits them."""
 import math
+from dataclasses import replace
 import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import h5py
+import numpy as np
 import pytest
 
 from checkpoint_fixture import STEPS, full_state, growing_saves, info, record_keys
@@ -188,9 +190,10 @@ def test_a_changed_hall_loads_the_same_whether_its_group_was_copied_whole_or_mem
         assert all((f["ensemble/labels"][k][...] == g["ensemble/labels"][k][...]).all() for k in ("val", "test"))
 
 
-def _as_format_6(path):
-    """Rewrite a checkpoint's segments in format 6's layout (status, operators and curve variable-length,
-    no curve_length) and mark it format 6, as an evens of that format wrote it."""
+def _as_format(path, version):
+    """Rewrite a checkpoint's segments in the layout of format ``version`` and mark it so, as an evens of
+    that format wrote it: in 7 the messages variable-length strings (no message_length); in 6 also
+    status, operators and curve variable-length, no curve_length."""
     import zlib
 
     import h5py
@@ -203,24 +206,59 @@ def _as_format_6(path):
         for name in names:
             seg = os.path.join(folder, name)
             with h5py.File(seg, "r+") as s:
-                lengths, flat = s["curve_length"][...], s["curve"][...]
-                rows = np.empty(len(lengths), dtype=object)
-                for i, (a, b) in enumerate(zip(np.concatenate([[0], np.cumsum(lengths)[:-1]]), np.cumsum(lengths))):
-                    rows[i] = flat[a:b]
-                del s["curve"], s["curve_length"]
-                s.create_dataset("curve", (len(rows),), dtype=h5py.vlen_dtype(np.float64), data=rows if len(rows) else None)
-                for column in ("status", "operators"):
-                    values = s[column].asstr()[...]
-                    del s[column]
-                    s.create_dataset(column, data=np.asarray(values, dtype=object), dtype=h5py.string_dtype())
+                lengths, raw = s["message_length"][...], s["message"][...].tobytes()
+                ends = np.cumsum(lengths)
+                messages = np.empty(len(lengths), dtype=object)
+                messages[:] = [raw[a:b].decode() for a, b in zip(np.concatenate([[0], ends[:-1]]).astype(int), ends)]
+                del s["message"], s["message_length"]
+                s.create_dataset("message", data=messages, dtype=h5py.string_dtype())
+                if version == 6:
+                    lengths, flat = s["curve_length"][...], s["curve"][...]
+                    rows = np.empty(len(lengths), dtype=object)
+                    for i, (a, b) in enumerate(zip(np.concatenate([[0], np.cumsum(lengths)[:-1]]), np.cumsum(lengths))):
+                        rows[i] = flat[a:b]
+                    del s["curve"], s["curve_length"]
+                    s.create_dataset("curve", (len(rows),), dtype=h5py.vlen_dtype(np.float64), data=rows if len(rows) else None)
+                    for column in ("status", "operators"):
+                        values = s[column].asstr()[...]
+                        del s[column]
+                        s.create_dataset(column, data=np.asarray(values, dtype=object), dtype=h5py.string_dtype())
             with open(seg, "rb") as fh:
                 crcs.append(zlib.crc32(fh.read()))
         del f["segments/crc32"]
         f["segments"].create_dataset("crc32", data=np.asarray(crcs, dtype=np.uint32), fletcher32=True)
-        f.attrs["format_version"] = 6
+        f.attrs["format_version"] = version
 
 
-def test_a_run_of_format_6_loads_resumes_and_is_rewritten_as_it_merges(tmp_path):
+MESSAGES = ["", "diverged at epoch 3", "CUDA out of memory: 1.5 GiB (Größe) \u2013 \u6f22\u5b57", "x" * 5000, "\n"]
+
+
+def with_messages(path, out):
+    """The checkpoint ``path`` written again whole to ``out``, its records given messages of every kind."""
+    state, _ = checkpoint.load(path)
+    for i, r in enumerate(state.records):
+        r.message = MESSAGES[i % len(MESSAGES)]
+    checkpoint.save(out, state, info())
+    return state.records
+
+
+def test_messages_of_any_length_and_script_survive_a_save_a_merge_and_a_load(tmp_path):
+    path, out = str(tmp_path / "c.h5"), str(tmp_path / "m" / "c.h5")
+    list(growing_saves(path))
+    os.makedirs(os.path.dirname(out))
+    expected = with_messages(path, out)
+    checkpoint._written.clear()
+    segments._cache.clear()  # as a new job would find it: the merge below reads the segment from its file
+    assert checkpoint.load(out)[0].records == expected
+    state, _ = checkpoint.load(out)
+    state.records += [replace(r, id=r.id + 1000, message=MESSAGES[-1 - i % len(MESSAGES)]) for i, r in enumerate(state.records)]
+    checkpoint.save(out, state, info())  # as many new rows: they merge with the segment before them (read back from its file)
+    assert checkpoint.load(out)[0].records == state.records
+    assert len(checkpoint._listed(out)[0]) == 1
+
+
+@pytest.mark.parametrize("version", [6, 7])
+def test_a_run_of_an_older_format_loads_resumes_and_is_rewritten_as_it_merges(tmp_path, version):
     from evolve.master import run_search
     from evolve.protocol import InProcessTransport
     from evolve.ga import GAParams
@@ -228,10 +266,11 @@ def test_a_run_of_format_6_loads_resumes_and_is_rewritten_as_it_merges(tmp_path)
     from checkpoint_fixture import SPACE
     from simulate import landscape
 
-    path = str(tmp_path / "c.h5")
-    list(growing_saves(path))
-    expected = checkpoint.load(path)[0].records
-    _as_format_6(path)
+    first, path = str(tmp_path / "first.h5"), str(tmp_path / "run" / "c.h5")
+    list(growing_saves(first))
+    os.makedirs(os.path.dirname(path))
+    expected = with_messages(first, path)
+    _as_format(path, version)
     checkpoint._written.clear()  # as a new job would find it
     old, _ = checkpoint.load(path)
     assert old.records == expected
@@ -244,4 +283,4 @@ def test_a_run_of_format_6_loads_resumes_and_is_rewritten_as_it_merges(tmp_path)
     import h5py
 
     with h5py.File(os.path.join(segments_folder(path), listed[0].name), "r") as s:
-        assert "curve_length" in s and s["status"].dtype.kind == "S"
+        assert "curve_length" in s and s["status"].dtype.kind == "S" and s["message"].dtype == np.uint8 and "message_length" in s
