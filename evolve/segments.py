@@ -57,7 +57,7 @@ class Segment:
     crc32: int
 
 
-def _fixed(values: list[str]) -> np.ndarray:
+def fixed(values: list[str]) -> np.ndarray:
     """Strings as a fixed-width byte array (UTF-8)."""
     return np.array([v.encode() for v in values], dtype=bytes) if values else np.zeros(0, dtype="S1")
 
@@ -77,7 +77,7 @@ def _record_columns(records: list[Record], n_genes: int) -> dict:
     n = len(records)
     columns = {name: np.fromiter(map(attrgetter(name), records), np.int64, n) for name in _INTS}
     columns.update({name: np.fromiter(map(attrgetter(name), records), np.float64, n) for name in _FLOATS})
-    columns.update({name: _fixed(list(map(attrgetter(name), records))) for name in _NAMES})
+    columns.update({name: fixed(list(map(attrgetter(name), records))) for name in _NAMES})
     columns["genome"] = np.fromiter(itertools.chain.from_iterable(map(attrgetter("genome"), records)), np.float64, n * n_genes).reshape(n, n_genes)
     columns["parents"] = np.fromiter(itertools.chain.from_iterable(map(attrgetter("parents"), records)), np.int64, 2 * n).reshape(n, 2)
     curves = list(map(attrgetter("curve"), records))
@@ -100,7 +100,7 @@ def _fill(f: h5py.File, columns: dict) -> None:
             h5write.dataset(f, key, values)
 
 
-def _decoded(values: np.ndarray | list) -> list[str]:
+def decoded(values: np.ndarray | list) -> list[str]:
     """Fixed-width (or variable-length) strings, or a list of bytes, as ``str``, each distinct value decoded once."""
     seen: dict[bytes, str] = {}
     out = []
@@ -120,13 +120,13 @@ def _records(columns: dict) -> list[Record]:
     if len(set(lengths.values())) > 1:
         raise ValueError(f"the evaluation columns have different lengths ({lengths})")
     curves = _split(columns["curve"].tolist(), columns["curve_length"], "curves")
-    messages = _decoded(_split(columns["message"].tobytes(), columns["message_length"], "messages"))
+    messages = decoded(_split(columns["message"].tobytes(), columns["message_length"], "messages"))
     named = {name: v.tolist() for name, v in columns["metrics"].items()}
     metrics = [{k: v[i] for k, v in named.items() if v[i] == v[i]} for i in range(n)]  # NaN: no such metric
     return list(map(Record, columns["id"].tolist(), columns["genome"].tolist(), map(tuple, columns["parents"].tolist()),
-                    _decoded(columns["status"]), columns["fitness"].tolist(), metrics, columns["seconds"].tolist(),
+                    decoded(columns["status"]), columns["fitness"].tolist(), metrics, columns["seconds"].tolist(),
                     columns["epochs_done"].tolist(), columns["worker"].tolist(), columns["started"].tolist(),
-                    columns["finished"].tolist(), messages, _decoded(columns["operators"]), curves))
+                    columns["finished"].tolist(), messages, decoded(columns["operators"]), curves))
 
 
 def _split(flat, lengths: np.ndarray, what: str) -> list:
@@ -191,9 +191,9 @@ def _columns(folder: str, segment: Segment, cached: bool = False) -> dict:
         columns["curve_length"] = np.fromiter(map(len, rows), np.int64, len(rows))
         columns["curve"] = np.concatenate([np.asarray(r, dtype=np.float64) for r in rows]) if len(rows) else np.zeros(0)
         for name in _NAMES:
-            columns[name] = _fixed(_decoded(columns[name]))
+            columns[name] = fixed(decoded(columns[name]))
     if "message_length" not in columns:  # formats 6 and 7: messages as variable-length strings
-        columns["message"], columns["message_length"] = _flat_text(_decoded(columns["message"]))
+        columns["message"], columns["message_length"] = _flat_text(decoded(columns["message"]))
     return columns
 
 

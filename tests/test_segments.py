@@ -192,8 +192,8 @@ def test_a_changed_hall_loads_the_same_whether_its_group_was_copied_whole_or_mem
 
 def _as_format(path, version):
     """Rewrite a checkpoint's segments in the layout of format ``version`` and mark it so, as an evens of
-    that format wrote it: in 7 the messages variable-length strings (no message_length); in 6 also
-    status, operators and curve variable-length, no curve_length."""
+    that format wrote it: in 7 the messages and the pending operators variable-length strings (no
+    message_length); in 6 also status, operators and curve variable-length, no curve_length."""
     import zlib
 
     import h5py
@@ -227,6 +227,9 @@ def _as_format(path, version):
                 crcs.append(zlib.crc32(fh.read()))
         del f["segments/crc32"]
         f["segments"].create_dataset("crc32", data=np.asarray(crcs, dtype=np.uint32), fletcher32=True)
+        operators = f["pending/operators"][...]
+        del f["pending/operators"]
+        f["pending"].create_dataset("operators", data=np.asarray([o.decode() for o in operators], dtype=object), dtype=h5py.string_dtype())
         f.attrs["format_version"] = version
 
 
@@ -234,22 +237,28 @@ MESSAGES = ["", "diverged at epoch 3", "CUDA out of memory: 1.5 GiB (Größe) \u
 
 
 def with_messages(path, out):
-    """The checkpoint ``path`` written again whole to ``out``, its records given messages of every kind."""
+    """The checkpoint ``path`` written again whole to ``out``, its records given messages of every kind, and
+    three individuals pending (their operators strings of several lengths and scripts)."""
+    from evolve.records import Pending
+
     state, _ = checkpoint.load(path)
     for i, r in enumerate(state.records):
         r.message = MESSAGES[i % len(MESSAGES)]
+    state.pending = [Pending(state.next_id + k, list(state.records[k].genome), (1, 2), ops, k)
+                     for k, ops in enumerate(["crossover+mutation+redo", "random", "mutation \u00fc"])]
+    state.next_id += 3
     checkpoint.save(out, state, info())
-    return state.records
+    return state.records, state.pending
 
 
 def test_messages_of_any_length_and_script_survive_a_save_a_merge_and_a_load(tmp_path):
     path, out = str(tmp_path / "c.h5"), str(tmp_path / "m" / "c.h5")
     list(growing_saves(path))
     os.makedirs(os.path.dirname(out))
-    expected = with_messages(path, out)
+    expected, pending = with_messages(path, out)
     checkpoint._written.clear()
     segments._cache.clear()  # as a new job would find it: the merge below reads the segment from its file
-    assert checkpoint.load(out)[0].records == expected
+    assert checkpoint.load(out)[0].records == expected and checkpoint.load(out)[0].pending == pending
     state, _ = checkpoint.load(out)
     state.records += [replace(r, id=r.id + 1000, message=MESSAGES[-1 - i % len(MESSAGES)]) for i, r in enumerate(state.records)]
     checkpoint.save(out, state, info())  # as many new rows: they merge with the segment before them (read back from its file)
@@ -269,11 +278,11 @@ def test_a_run_of_an_older_format_loads_resumes_and_is_rewritten_as_it_merges(tm
     first, path = str(tmp_path / "first.h5"), str(tmp_path / "run" / "c.h5")
     list(growing_saves(first))
     os.makedirs(os.path.dirname(path))
-    expected = with_messages(first, path)
+    expected, pending = with_messages(first, path)
     _as_format(path, version)
     checkpoint._written.clear()  # as a new job would find it
     old, _ = checkpoint.load(path)
-    assert old.records == expected
+    assert old.records == expected and old.pending == pending
     run_search(old, InProcessTransport(landscape, 2), SPACE, SearchSettings(len(expected) + 40, GAParams(population=4), 3, 0))
     checkpoint.save(path, old, info())  # the new segment merges with the old ones
     again, _ = checkpoint.load(path)
