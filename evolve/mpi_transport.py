@@ -44,7 +44,7 @@ from collections import deque
 import numpy as np
 from mpi4py import MPI
 
-from data_bcast.layout import array_specs, pack_arrays, packed_size, unpack_arrays
+from data_bcast.layout import ArraySpec, array_specs, array_views, pack_arrays, packed_size, plan_layout, unpack_arrays
 
 from ensemble.results import failed_evaluation
 
@@ -127,7 +127,7 @@ class MPIMasterTransport:
         self._buffer = bytearray(RESULT_BYTES)  # where results arrive ...
         self._request: MPI.Prequest | None = None  # ... through this persistent receive from any worker
         self._waiting = False  # whether it is started and not yet completed
-        self._payload: tuple | None = None  # the wanted payload on its way: (worker, result, offer, buffer, Irecv request)
+        self._payload: tuple | None = None  # the wanted payload on its way: (worker, result, its Layout, buffer, Irecv request)
         self._offers: deque[tuple] = deque()  # offers that came meanwhile, undecided: (worker, result, offer)
 
     def send(self, worker: int, task: Task) -> None:
@@ -180,10 +180,10 @@ class MPIMasterTransport:
         arrives meanwhile is decided once that payload has been handed over, against the hall as it is
         then, so two payloads asked for never compete for one place."""
         if self._payload is not None:
-            worker, result, offer, buffer, request = self._payload
+            worker, result, layout, buffer, request = self._payload
             if request.Test():
                 self._payload = None
-                result.evaluation.take_payload(unpack_arrays(offer, buffer))
+                result.evaluation.take_payload(array_views(layout, buffer))
                 return worker, result
         elif self._offers:
             got = self._offered(*self._offers.popleft(), wants)
@@ -207,8 +207,9 @@ class MPIMasterTransport:
             self.comm.send(False, dest=worker, tag=TAG_WANT)
             return worker, result
         self.comm.send(True, dest=worker, tag=TAG_WANT)
-        buffer = np.empty(packed_size(offer), dtype=np.uint8)
-        self._payload = (worker, result, offer, buffer, self.comm.Irecv([buffer, MPI.BYTE], source=worker, tag=TAG_PAYLOAD))
+        layout = plan_layout([ArraySpec(name, shape, dtype) for name, shape, dtype in offer])  # (planned once: 10 us a payload)
+        buffer = np.empty(layout.total_bytes, dtype=np.uint8)
+        self._payload = (worker, result, layout, buffer, self.comm.Irecv([buffer, MPI.BYTE], source=worker, tag=TAG_PAYLOAD))
         return None  # the worker is sending it: meanwhile, the next result
 
     def _decode(self) -> tuple[int, Result, list | None]:
