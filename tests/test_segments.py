@@ -293,3 +293,22 @@ def test_a_run_of_an_older_format_loads_resumes_and_is_rewritten_as_it_merges(tm
 
     with h5py.File(os.path.join(segments_folder(path), listed[0].name), "r") as s:
         assert "curve_length" in s and s["status"].dtype.kind == "S" and s["message"].dtype == np.uint8 and "message_length" in s
+
+
+def test_a_damaged_pending_operator_is_refused_not_loaded(tmp_path):
+    from evolve.errors import RunDirError
+
+    path, out = str(tmp_path / "c.h5"), str(tmp_path / "m" / "c.h5")
+    list(growing_saves(path))
+    os.makedirs(os.path.dirname(out))
+    with_messages(path, out)  # three pending individuals
+    with h5py.File(out, "r") as f:
+        at = f["pending/operators"].id.get_chunk_info(0).byte_offset
+    with open(out, "r+b") as fh:
+        fh.seek(at)
+        byte = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([byte[0] ^ 0x20]))  # "c" -> "C": still text, another operator
+    checkpoint._written.clear()
+    with pytest.raises(RunDirError, match="damaged checkpoint"):
+        checkpoint.load(out)
