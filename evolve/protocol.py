@@ -78,8 +78,7 @@ class Task:
         return self._training
 
     def _decode(self) -> None:
-        network, training = self.space.specs(self.key)
-        self._network, self._training = _plain(network), _plain(training)
+        self._network, self._training = self.space.settings(self.key)
 
     def specs(self) -> tuple[NetworkSpec, TrainSpec]:
         return NetworkSpec(**self.network), TrainSpec(**self.training)

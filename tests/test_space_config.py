@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from ensemble.specs import families_for
 from evolve.config import apply_overrides, config_from_dict, load_config, parse_value
 from evolve.errors import ConfigError
+from evolve.protocol import _plain
 from evolve.space import DEFAULT_SPACE, GENE_NAMES, Choice, Range
 from evolve.space_config import parse_space
 
@@ -84,6 +85,10 @@ def test_any_genome_of_any_space_decodes_to_a_valid_network_for_its_data(raw, da
     network, training = space.candidate(genome)
     assert network.family in families_for(shape) and network == network.canonical()
     assert len(network.layer_widths) == network.depth and training.epochs >= 1 and training.learning_rate > 0
+    # the settings as plain dicts (what workers decode, built without the dataclasses): exactly the specs' fields, values and types
+    typed = lambda d: [(k, type(v), v) for k, v in d.items()]  # noqa: E731
+    plain_network, plain_training = space.settings(space.key(genome))
+    assert typed(plain_network) == typed(_plain(network)) and typed(plain_training) == typed(_plain(training))
     assert parse_space(space.to_config()) == space  # the stored form parses back to the same space
 
 
