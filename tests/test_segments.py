@@ -312,3 +312,39 @@ def test_a_damaged_pending_operator_is_refused_not_loaded(tmp_path):
     checkpoint._written.clear()
     with pytest.raises(RunDirError, match="damaged checkpoint"):
         checkpoint.load(out)
+
+
+@pytest.mark.parametrize("damage", ["lengths", "negative", "utf8"])
+def test_a_segment_whose_messages_do_not_add_up_or_decode_is_refused(tmp_path, damage):
+    """Checksummed and listed, yet not ours (written by something else): one clear error, never garbled records."""
+    import zlib
+
+    from evolve.errors import RunDirError
+
+    path, out = str(tmp_path / "c.h5"), str(tmp_path / "m" / "c.h5")
+    list(growing_saves(path))
+    os.makedirs(os.path.dirname(out))
+    with_messages(path, out)
+    name = checkpoint._listed(out)[0][0].name
+    seg = os.path.join(segments_folder(out), name)
+    with h5py.File(seg, "r+") as s:
+        lengths, raw = s["message_length"][...], bytearray(s["message"][...].tobytes())
+        if damage == "lengths":
+            lengths[-1] += 1
+        elif damage == "negative":
+            lengths[1], lengths[2] = -1, lengths[1] + lengths[2] + 1
+        else:
+            raw[raw.index(b"\xc3")] = 0xFF  # within "Größe": no longer UTF-8
+        del s["message_length"], s["message"]
+        s["message_length"], s["message"] = lengths, np.frombuffer(bytes(raw), dtype=np.uint8)
+    with open(seg, "rb") as fh:
+        crc = zlib.crc32(fh.read())
+    with h5py.File(out, "r+") as f:
+        crcs = f["segments/crc32"][...]
+        crcs[0] = crc
+        del f["segments/crc32"]
+        f["segments"].create_dataset("crc32", data=crcs, fletcher32=True)
+    checkpoint._written.clear()
+    segments._cache.clear()
+    with pytest.raises(RunDirError, match="damaged checkpoint.*(messages do not add up|utf-8)"):
+        checkpoint.load(out)
