@@ -163,7 +163,7 @@ def read_stored(path: str, weights_of="all") -> StoredEnsemble:
             raise EnsembleError(f"{file}: holds no ensemble (a run file from an older evens, or not a run file)")
         try:
             return read_ensemble(f[GROUP], weights_of)
-        except (KeyError, ValueError, TypeError, AttributeError, OSError) as exc:
+        except (KeyError, ValueError, TypeError, AttributeError, OSError, RuntimeError) as exc:  # (h5py: RuntimeError for some damaged headers)
             raise EnsembleError(f"{file}: damaged ensemble ({type(exc).__name__}: {exc})") from None
 
 

@@ -8,9 +8,15 @@ numbers, strings and JSON, so loading it executes no code (no pickle, no
     /ensemble            attrs: format, format_version, problem (JSON), sample_shape (JSON),
                                 x_dtype, capacity, selection (JSON, or "" before the first)
     /ensemble/labels     val, test: the splits' labels or targets, to score members and ensembles
-    /ensemble/members/<id>   attrs: fitness, network (JSON), training (JSON)
+    /ensemble/members/<id>   attrs: fitness, network (JSON), training (JSON), checksums (JSON)
         val_pred, test_pred  float32 (N, outputs): the member's predictions
         weights/<name>       its trained state dict, one dataset per tensor, under its own name
+
+Every array carries HDF5's Fletcher-32, which catches a damaged chunk; ``checksums`` (format 3)
+is [CRC-32 of the predictions, CRC-32 of the weights], each over the arrays' names, dtypes, shapes
+and bytes, checked as they are read. It catches what Fletcher-32 cannot: damage to the file's
+metadata that makes HDF5 miss a chunk (read as zeros, with no error) or read the bytes as another
+dtype or shape (found by scripts/fuzz_run_file.py: 1 load in 150 gave changed predictions).
 
 Member groups are written once and never change, so a later appendable run
 file can add and drop them without rewriting the rest.
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from dataclasses import dataclass
 
 import h5py
@@ -30,7 +37,7 @@ from .problem import Problem, problem_from_dict
 from .select import METHODS, Selection
 
 FORMAT = "evens-ensemble"
-FORMAT_VERSION = 2  # 2: network specs may carry widths, kernel_size, pooling, norm, residual (1 still loads)
+FORMAT_VERSION = 3  # 3: members carry checksums; 2: network specs may carry widths, kernel_size, pooling, norm, residual (all load)
 GROUP = "ensemble"
 RUN_FILE_NAME = "checkpoint.h5"  # the run file in a run directory, which holds GROUP
 X_DTYPES = ("float32", "uint8")  # what the data reader produces, and so what networks were trained on
@@ -85,12 +92,24 @@ def add_members(members: h5py.Group, added: list[Member]) -> None:
     _refuse_unloaded(added)
     for m in added:
         g = h5write.group(members, str(m.id))
-        h5write.attrs(g, fitness=m.fitness, network=json.dumps(m.network), training=json.dumps(m.training))
-        checksummed(g, "val_pred", np.asarray(m.val_pred, dtype=np.float32))
-        checksummed(g, "test_pred", np.asarray(m.test_pred, dtype=np.float32))
+        val, test = np.asarray(m.val_pred, dtype=np.float32), np.asarray(m.test_pred, dtype=np.float32)
+        h5write.attrs(g, fitness=m.fitness, network=json.dumps(m.network), training=json.dumps(m.training),
+                      checksums=json.dumps([_crc({"val_pred": val, "test_pred": test}), _crc(m.weights)]))
+        checksummed(g, "val_pred", val)
+        checksummed(g, "test_pred", test)
         w = h5write.group(g, "weights")
         for name, array in m.weights.items():
             checksummed(w, name, array)
+
+
+def _crc(arrays: dict[str, np.ndarray]) -> int:
+    """CRC-32 of named arrays, in name order: each one's name, dtype (byte order included), shape and bytes."""
+    crc = 0
+    for name in sorted(arrays):
+        a = np.asarray(arrays[name])
+        crc = zlib.crc32(f"{name}:{a.dtype.str}:{a.shape}".encode(), crc)
+        crc = zlib.crc32(np.ascontiguousarray(a).data, crc)
+    return crc
 
 
 def _refuse_unloaded(members: list[Member]) -> None:
@@ -123,11 +142,16 @@ def read_ensemble(group: h5py.Group, weights_of: str | list[int] = "all") -> Sto
         weights = None
         if wanted is None or ident in wanted:
             weights = {name: d[...] for name, d in g["weights"].items()}
+        val, test = g["val_pred"][...], g["test_pred"][...]
+        if "checksums" in g.attrs:  # (format 3; older files have Fletcher-32 alone)
+            preds_crc, weights_crc = (int(c) for c in json.loads(g.attrs["checksums"]))
+            if _crc({"val_pred": val, "test_pred": test}) != preds_crc:
+                raise ValueError(f"member {ident}: its predictions do not match their checksum")
+            if weights is not None and _crc(weights) != weights_crc:
+                raise ValueError(f"member {ident}: its weights do not match their checksum")
         members.append(
-            Member(
-                ident, float(g.attrs["fitness"]), dict(json.loads(g.attrs["network"])), dict(json.loads(g.attrs["training"])),
-                g["val_pred"][...], g["test_pred"][...], weights,
-            )
+            Member(ident, float(g.attrs["fitness"]), dict(json.loads(g.attrs["network"])), dict(json.loads(g.attrs["training"])),
+                   val, test, weights)
         )
     selection = group.attrs["selection"]
     stored = StoredEnsemble(

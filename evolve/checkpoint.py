@@ -89,7 +89,7 @@ def _listed(path: str) -> tuple[list[Segment], int]:
             seg = f["segments"]
             listed = [Segment(str(n), int(r), int(c)) for n, r, c in zip(seg["name"].asstr()[...], seg["rows"][...], seg["crc32"][...])]
             return listed, int(seg.attrs["last_id"])
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError, RuntimeError):
         return [], -1
 
 
@@ -278,7 +278,7 @@ def load(path: str, weights: bool = True) -> tuple[SearchState, RunInfo]:
             state, info = _read(f, weights)
             merge_into(path, state, len(info.gene_names))
             return state, info
-        except (KeyError, ValueError, TypeError, IndexError, AttributeError, OSError) as exc:
+        except (KeyError, ValueError, TypeError, IndexError, AttributeError, OSError, RuntimeError) as exc:  # (h5py: RuntimeError for some damaged headers)
             raise RunDirError(f"{path}: damaged checkpoint ({type(exc).__name__}: {exc})") from None
 
 

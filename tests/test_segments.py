@@ -348,3 +348,19 @@ def test_a_segment_whose_messages_do_not_add_up_or_decode_is_refused(tmp_path, d
     segments._cache.clear()
     with pytest.raises(RunDirError, match="damaged checkpoint.*(messages do not add up|utf-8)"):
         checkpoint.load(out)
+
+
+def test_a_header_h5py_cannot_decode_is_a_damaged_checkpoint(tmp_path, monkeypatch):
+    """h5py raises RuntimeError for some damaged object headers (found by scripts/fuzz_run_file.py): one line."""
+    from evolve.errors import RunDirError
+
+    path = str(tmp_path / "c.h5")
+    list(growing_saves(path))
+    checkpoint._written.clear()
+
+    def damaged(self, name):
+        raise RuntimeError("Can't synchronously determine if attribute exists by name (ran off end of input buffer while decoding)")
+
+    monkeypatch.setattr(h5py.AttributeManager, "__contains__", damaged)
+    with pytest.raises(RunDirError, match="damaged checkpoint.*RuntimeError"):
+        checkpoint.load(path)

@@ -99,12 +99,24 @@ def test_inputs_are_checked(tmp_path):
     assert ens.predict(x[:0])["probabilities"].shape == (0, 3)
 
 
+def checksums_again(member: h5py.Group) -> None:
+    """A member's checksums made again from what it holds now: an edited file that is consistent with itself."""
+    from ensemble.store import _crc
+
+    preds = _crc({"val_pred": member["val_pred"][...], "test_pred": member["test_pred"][...]})
+    member.attrs["checksums"] = json.dumps([preds, _crc({name: d[...] for name, d in member["weights"].items()})])
+
+
 def test_damaged_weights_are_a_clear_error(tmp_path):
     path, _, _ = stored_run(tmp_path, (12,), FAMILIES[(12,)][:1])
     with h5py.File(path, "a") as f:
         w = f["ensemble/members/0/weights"]
         del w["1.weight"]
         w["1.weight"] = np.zeros((3, 3), np.float32)
+    with pytest.raises(EnsembleError, match="member 0: its weights do not match their checksum"):
+        load_ensemble(path, device="cpu")
+    with h5py.File(path, "a") as f:  # the checksum made again: a file consistent with itself, yet wrong for the network
+        checksums_again(f["ensemble/members/0"])
     with pytest.raises(EnsembleError, match="stored weights do not fit its network"):
         load_ensemble(path, device="cpu")
     with h5py.File(path, "a") as f:
@@ -131,11 +143,30 @@ def test_hand_edited_members_are_clear_errors(tmp_path):
     with h5py.File(path, "a") as f:
         w = f["ensemble/members/0/weights/1.weight"]
         w[0, 0] = np.nan
+    with pytest.raises(EnsembleError, match="member 0: its weights do not match their checksum"):
+        load_ensemble(path, device="cpu")
+    with h5py.File(path, "a") as f:
+        checksums_again(f["ensemble/members/0"])
     with pytest.raises(EnsembleError, match="member #0 predicts NaN or infinite values"):
         load_ensemble(path, device="cpu").predict(arrays["test/x"])
     with h5py.File(path, "a") as f:
         f["ensemble/members/0"].attrs["network"] = '{"family": "mlp", "depth": 1, "width": 4, "colour": "red"}'
     with pytest.raises(EnsembleError, match="member #0: invalid network spec"):
+        load_ensemble(path, device="cpu")
+
+
+@pytest.mark.parametrize("part", ["test_pred", "weights"])
+def test_a_chunk_that_hdf5_no_longer_finds_is_refused_not_read_as_zeros(tmp_path, part):
+    """Damage to a dataset's chunk index (scripts/fuzz_run_file.py found one in 150 flips) makes HDF5 read a chunk
+    as its fill value, with no error and no Fletcher-32 to check: the member's checksums catch it."""
+    path, _, _ = stored_run(tmp_path, (12,), FAMILIES[(12,)][:1])
+    with h5py.File(path, "a") as f:  # the same effect, made on purpose: an all-zero chunk where data was
+        g = f["ensemble/members/0"]
+        name = "test_pred" if part == "test_pred" else "weights/" + sorted(g["weights"])[0]
+        data = g[name][...]
+        del g[name]
+        g.create_dataset(name, data=np.zeros_like(data), fletcher32=True)
+    with pytest.raises(EnsembleError, match="damaged ensemble.*member 0: its (predictions|weights) do not match their checksum"):
         load_ensemble(path, device="cpu")
 
 
@@ -200,3 +231,16 @@ def test_a_flipped_byte_in_stored_weights_or_predictions_is_refused_not_loaded(t
         with pytest.raises((EnsembleError, EvensError)) as info:
             load_ensemble(path, device="cpu").predict(arrays["test/x"])
         assert "\n" not in str(info.value)
+
+
+def test_a_header_h5py_cannot_decode_is_a_one_line_error(tmp_path, monkeypatch):
+    """h5py raises RuntimeError for some damaged object headers ("ran off end of input buffer while decoding",
+    found by scripts/fuzz_run_file.py): a damaged ensemble, not a traceback."""
+    path, _, _ = stored_run(tmp_path, (12,), FAMILIES[(12,)][:1])
+
+    def damaged(self, name):
+        raise RuntimeError("Can't synchronously determine if attribute exists by name (ran off end of input buffer while decoding)")
+
+    monkeypatch.setattr(h5py.AttributeManager, "__contains__", damaged)
+    with pytest.raises(EnsembleError, match="damaged ensemble.*RuntimeError"):
+        load_ensemble(path, device="cpu")
