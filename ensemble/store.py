@@ -147,7 +147,7 @@ def read_ensemble(group: h5py.Group, weights_of: str | list[int] = "all") -> Sto
             preds_crc, weights_crc = (int(c) for c in json.loads(g.attrs["checksums"]))
             if _crc({"val_pred": val, "test_pred": test}) != preds_crc:
                 raise ValueError(f"member {ident}: its predictions do not match their checksum")
-            if weights is not None and _crc(weights) != weights_crc:
+            if weights and _crc(weights) != weights_crc:  # (none at all: refused later, as "no stored weights")
                 raise ValueError(f"member {ident}: its weights do not match their checksum")
         members.append(
             Member(ident, float(g.attrs["fitness"]), dict(json.loads(g.attrs["network"])), dict(json.loads(g.attrs["training"])),

@@ -95,3 +95,14 @@ def small_config(tmp_path):
     cfg = tmp_path / "small.toml"
     cfg.write_text(f'[data]\npath = "{data}"\n[search]\nevaluations = 6\ncheckpoint_seconds = 0.0\n')
     return str(cfg)
+
+
+def checksums_again(member) -> None:
+    """A member group's checksums (ensemble format 3) made again from what it holds now: a hand-edited run
+    file that is consistent with itself, so that what a test edited meets the checks after the checksums."""
+    import json
+
+    from ensemble.store import _crc
+
+    preds = _crc({"val_pred": member["val_pred"][...], "test_pred": member["test_pred"][...]})
+    member.attrs["checksums"] = json.dumps([preds, _crc({name: d[...] for name, d in member["weights"].items()})])

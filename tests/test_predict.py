@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import ROOT, evens_cmd, launch, tiny_search, write_blobs
+from conftest import ROOT, checksums_again, evens_cmd, launch, tiny_search, write_blobs
 from ensemble import EnsembleError, load_ensemble
 
 pytestmark = pytest.mark.e2e
@@ -117,6 +117,7 @@ def _nan_member(run, tmp):
         weights = f["ensemble"]["members"][str(last)]["weights"]
         name = next(n for n in weights if weights[n].dtype.kind == "f")
         weights[name][(0,) * weights[name].ndim] = np.nan
+        checksums_again(f["ensemble"]["members"][str(last)])  # (else the checksums refuse it, on rank 0, before it is read)
     return [run_dir, run["data"], "--split", "test"]
 
 

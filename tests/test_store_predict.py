@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import blob_splits
+from conftest import blob_splits, checksums_again
 from ensemble.combine import combine
 from ensemble.hall_of_fame import HallOfFame, Member
 from ensemble.predict import load_ensemble
@@ -97,14 +97,6 @@ def test_inputs_are_checked(tmp_path):
         with pytest.raises(EnsembleError, match=message):
             ens.predict(bad)
     assert ens.predict(x[:0])["probabilities"].shape == (0, 3)
-
-
-def checksums_again(member: h5py.Group) -> None:
-    """A member's checksums made again from what it holds now: an edited file that is consistent with itself."""
-    from ensemble.store import _crc
-
-    preds = _crc({"val_pred": member["val_pred"][...], "test_pred": member["test_pred"][...]})
-    member.attrs["checksums"] = json.dumps([preds, _crc({name: d[...] for name, d in member["weights"].items()})])
 
 
 def test_damaged_weights_are_a_clear_error(tmp_path):
