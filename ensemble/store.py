@@ -94,12 +94,17 @@ def add_members(members: h5py.Group, added: list[Member]) -> None:
         g = h5write.group(members, str(m.id))
         val, test = np.asarray(m.val_pred, dtype=np.float32), np.asarray(m.test_pred, dtype=np.float32)
         h5write.attrs(g, fitness=m.fitness, network=json.dumps(m.network), training=json.dumps(m.training),
-                      checksums=json.dumps([_crc({"val_pred": val, "test_pred": test}), _crc(m.weights)]))
+                      checksums=json.dumps(member_checksums(val, test, m.weights)))
         checksummed(g, "val_pred", val)
         checksummed(g, "test_pred", test)
         w = h5write.group(g, "weights")
         for name, array in m.weights.items():
             checksummed(w, name, array)
+
+
+def member_checksums(val_pred: np.ndarray, test_pred: np.ndarray, weights: dict[str, np.ndarray]) -> list[int]:
+    """A member's ``checksums`` attribute: [CRC-32 of its predictions, CRC-32 of its weights] (see :func:`_crc`)."""
+    return [_crc({"val_pred": val_pred, "test_pred": test_pred}), _crc(weights)]
 
 
 def _crc(arrays: dict[str, np.ndarray]) -> int:
@@ -144,10 +149,11 @@ def read_ensemble(group: h5py.Group, weights_of: str | list[int] = "all") -> Sto
             weights = {name: d[...] for name, d in g["weights"].items()}
         val, test = g["val_pred"][...], g["test_pred"][...]
         if "checksums" in g.attrs:  # (format 3; older files have Fletcher-32 alone)
-            preds_crc, weights_crc = (int(c) for c in json.loads(g.attrs["checksums"]))
-            if _crc({"val_pred": val, "test_pred": test}) != preds_crc:
+            stored_preds, stored_weights = (int(c) for c in json.loads(g.attrs["checksums"]))
+            preds, of_weights = member_checksums(val, test, weights or {})
+            if preds != stored_preds:
                 raise ValueError(f"member {ident}: its predictions do not match their checksum")
-            if weights and _crc(weights) != weights_crc:  # (none at all: refused later, as "no stored weights")
+            if weights and of_weights != stored_weights:  # (none at all: refused later, as "no stored weights")
                 raise ValueError(f"member {ident}: its weights do not match their checksum")
         members.append(
             Member(ident, float(g.attrs["fitness"]), dict(json.loads(g.attrs["network"])), dict(json.loads(g.attrs["training"])),

@@ -273,7 +273,7 @@ class SearchSpace:
     def settings(self, key: tuple) -> tuple[dict, dict]:
         """:meth:`specs` as plain dicts (their fields in order; per-layer widths a list), built directly:
         what every worker decodes from each task's key, and the master for each network entering the
-        hall of fame (4 us, against 11 through the dataclasses and back)."""
+        hall of fame (3.6 us, against 11.4 through the dataclasses and back)."""
         v = dict(zip(self._names, key))
         family, depth = v["family"], v["depth"]
         widths = [v[f"width_{i}"] for i in range(1, depth + 1)] if "width_1" in v else [v["width"]] * depth

@@ -43,7 +43,7 @@ sys.path.insert(0, ROOT)
 
 from ensemble.hall_of_fame import Member  # noqa: E402
 from ensemble.problem import Classification  # noqa: E402
-from ensemble.store import _crc, add_members  # noqa: E402
+from ensemble.store import add_members, member_checksums  # noqa: E402
 from evolve import checkpoint, segments  # noqa: E402
 from evolve.checkpoint import RunInfo  # noqa: E402
 from evolve.master import SearchState  # noqa: E402
@@ -76,7 +76,7 @@ def members_by_h5py(f: h5py.File, members: list[Member]) -> None:
         g = group.create_group(str(m.id))
         val, test = np.asarray(m.val_pred, dtype=np.float32), np.asarray(m.test_pred, dtype=np.float32)
         g.attrs.update(fitness=m.fitness, network=json.dumps(m.network), training=json.dumps(m.training),
-                       checksums=json.dumps([_crc({"val_pred": val, "test_pred": test}), _crc(m.weights)]))  # (ensemble format 3)
+                       checksums=json.dumps(member_checksums(val, test, m.weights)))  # (ensemble format 3)
         for name, array in (("val_pred", m.val_pred), ("test_pred", m.test_pred)):
             g.create_dataset(name, data=array, fletcher32=True)
         w = g.create_group("weights")

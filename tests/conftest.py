@@ -102,7 +102,7 @@ def checksums_again(member) -> None:
     file that is consistent with itself, so that what a test edited meets the checks after the checksums."""
     import json
 
-    from ensemble.store import _crc
+    from ensemble.store import member_checksums
 
-    preds = _crc({"val_pred": member["val_pred"][...], "test_pred": member["test_pred"][...]})
-    member.attrs["checksums"] = json.dumps([preds, _crc({name: d[...] for name, d in member["weights"].items()})])
+    weights = {name: d[...] for name, d in member["weights"].items()}
+    member.attrs["checksums"] = json.dumps(member_checksums(member["val_pred"][...], member["test_pred"][...], weights))
