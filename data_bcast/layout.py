@@ -96,14 +96,19 @@ def pack_arrays(arrays: dict[str, np.ndarray]) -> tuple[list[tuple[str, tuple[in
     return [s.as_tuple() for s in specs], buffer
 
 
+def packed_layout(specs: list[tuple[str, tuple[int, ...], str]]) -> Layout:
+    """The layout :func:`pack_arrays` gave the arrays of these specs (plain tuples, as it returns them)."""
+    return plan_layout([ArraySpec(n, tuple(s), t) for n, s, t in specs])
+
+
 def packed_size(specs: list[tuple[str, tuple[int, ...], str]]) -> int:
     """Bytes of the buffer that :func:`pack_arrays` made for these specs."""
-    return plan_layout([ArraySpec(n, tuple(s), t) for n, s, t in specs]).total_bytes
+    return packed_layout(specs).total_bytes
 
 
 def unpack_arrays(specs: list[tuple[str, tuple[int, ...], str]], buffer: np.ndarray) -> dict[str, np.ndarray]:
     """Views, by name, into a buffer made by :func:`pack_arrays` (they keep the buffer alive)."""
-    return array_views(plan_layout([ArraySpec(n, tuple(s), t) for n, s, t in specs]), buffer)
+    return array_views(packed_layout(specs), buffer)
 
 
 @dataclass(frozen=True)

@@ -190,6 +190,14 @@ def test_a_changed_hall_loads_the_same_whether_its_group_was_copied_whole_or_mem
         assert all((f["ensemble/labels"][k][...] == g["ensemble/labels"][k][...]).all() for k in ("val", "test"))
 
 
+def _relist(f, crcs):
+    """The state file ``f`` lists its segments with these CRC-32s (after a test rewrote them)."""
+    import numpy as np
+
+    del f["segments/crc32"]
+    f["segments"].create_dataset("crc32", data=np.asarray(crcs, dtype=np.uint32), fletcher32=True)
+
+
 def _as_format(path, version):
     """Rewrite a checkpoint's segments in the layout of format ``version`` and mark it so, as an evens of
     that format wrote it: in 7 the messages and the pending operators variable-length strings (no
@@ -225,8 +233,7 @@ def _as_format(path, version):
                         s.create_dataset(column, data=np.asarray(values, dtype=object), dtype=h5py.string_dtype())
             with open(seg, "rb") as fh:
                 crcs.append(zlib.crc32(fh.read()))
-        del f["segments/crc32"]
-        f["segments"].create_dataset("crc32", data=np.asarray(crcs, dtype=np.uint32), fletcher32=True)
+        _relist(f, crcs)
         operators = f["pending/operators"][...]
         del f["pending/operators"]
         f["pending"].create_dataset("operators", data=np.asarray([o.decode() for o in operators], dtype=object), dtype=h5py.string_dtype())
@@ -342,8 +349,7 @@ def test_a_segment_whose_messages_do_not_add_up_or_decode_is_refused(tmp_path, d
     with h5py.File(out, "r+") as f:
         crcs = f["segments/crc32"][...]
         crcs[0] = crc
-        del f["segments/crc32"]
-        f["segments"].create_dataset("crc32", data=crcs, fletcher32=True)
+        _relist(f, crcs)
     checkpoint._written.clear()
     segments._cache.clear()
     with pytest.raises(RunDirError, match="damaged checkpoint.*(messages do not add up|utf-8)"):
