@@ -7,7 +7,7 @@ from ensemble.hall_of_fame import HallOfFame, Member
 from evolve import checkpoint
 from evolve.checkpoint import RunInfo
 from evolve.ga import GAParams
-from evolve.master import SearchSettings, SearchState, run_search
+from evolve.master import YOUNG_COLLECTION, SearchSettings, SearchState, run_search
 from evolve.protocol import InProcessTransport
 from evolve.space import GENE_NAMES
 from evolve.space_config import parse_space
@@ -283,13 +283,21 @@ def test_the_history_is_kept_from_the_garbage_collector_while_the_search_runs_an
     import gc
 
     assert gc.get_freeze_count() == 0
-    frozen = []  # how many objects the collector leaves alone, seen as each result is recorded
+    before = gc.get_threshold()
+    frozen, thresholds = [], []  # how many objects the collector leaves alone, and when it looks at the young ones
     state = SearchState.fresh(0)
+
+    def seen(record, s):
+        frozen.append(gc.get_freeze_count())
+        thresholds.append(gc.get_threshold())
+
     run_search(state, in_process(2), SPACE, SearchSettings(40, GAParams(population=6), 3, 0, checkpoint_seconds=0),
-               checkpoint=lambda s: None, on_result=lambda record, s: frozen.append(gc.get_freeze_count()))
+               checkpoint=lambda s: None, on_result=seen)
     assert len(frozen) == 40 and min(frozen) > 0
     assert frozen[-1] > frozen[0]  # what each checkpoint left alive joined the frozen history
     assert gc.get_freeze_count() == 0  # all of it back in the collector's reach
+    # the young objects are collected less often while it runs (the loop makes no cycles), as before after
+    assert set(thresholds) == {(max(before[0], YOUNG_COLLECTION), *before[1:])} and gc.get_threshold() == before
     gc.freeze()  # a caller's own frozen objects stay frozen
     try:
         run_search(SearchState.fresh(1), in_process(2), SPACE, settings(10))
