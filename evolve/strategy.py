@@ -125,17 +125,19 @@ class SteadyState(_Breeder):
     changes after nearly every result, and a brood then serves one child at some ten times the cost
     of breeding that child alone. Then a brood's size doubles (up to :attr:`MAX_BROOD`) each time
     one is used up, starting at :attr:`MIN_BROOD`, so little is bred in vain while the population
-    moves and most work is shared once it settles. (A brood's fixed cost, some 140 us, outweighs
-    what a large one wastes when the population changes: in bench_master's search of 24,608
-    evaluations, broods of up to 1,024 breed 37,224 children in 112 broods, and ``ask`` costs 8.8 us
-    an evaluation; up to 256, 33,672 in 206 broods and 11.3 us. Larger ones gain no more.) Each brood draws from a numpy generator seeded
+    moves and most work is shared once it settles. (Up to 512: bench_master's search of 24,608
+    evaluations, alternated in one process, cost 43.3 us an evaluation with broods of up to 512,
+    45.3 up to 256 and 41.4 up to 1,024, medians of 6, but the evaluations after the 20,000th cost
+    39.7, 40.5 and 42.9: a brood's fixed cost, some 140 us, makes small ones dear while the population
+    moves, and a brood of 1,024 children, its genomes and keys as Python objects, no longer fits in a
+    core's cache once it holds still.) Each brood draws from a numpy generator seeded
     from the search's rng, so a search is still fixed by its seed. Children that decode to a
     network already proposed are skipped, up to ``ATTEMPTS`` in a row (as
     :func:`~evolve.ga.breed_child` retries).
     """
 
     mode = "async"
-    MIN_BROOD, MAX_BROOD, ATTEMPTS, SINGLES = 8, 1024, 20, 2
+    MIN_BROOD, MAX_BROOD, ATTEMPTS, SINGLES = 8, 512, 20, 2
 
     def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict):
         super().__init__(space, params, rng, known)
