@@ -128,7 +128,7 @@ class SteadyState(_Breeder):
     moves and most work is shared once it settles. (Up to 512: bench_master's search of 24,608
     evaluations, alternated in one process, cost 43.3 us an evaluation with broods of up to 512,
     45.3 up to 256 and 41.4 up to 1,024, medians of 6, but the evaluations after the 20,000th cost
-    39.7, 40.5 and 42.9: a brood's fixed cost, some 140 us, makes small ones dear while the population
+    39.7, 40.6 and 42.9: a brood's fixed cost, some 140 us, makes small ones dear while the population
     moves, and a brood of 1,024 children, its genomes and keys as Python objects, no longer fits in a
     core's cache once it holds still.) Each brood draws from a numpy generator seeded
     from the search's rng, so a search is still fixed by its seed. Children that decode to a
