@@ -271,6 +271,35 @@ def test_results_already_waiting_are_taken_in_one_turn_and_every_task_is_journal
     assert sum(kind == "flush" for kind, _ in events) < 40
 
 
+def test_the_search_loop_and_its_checkpoints_make_no_reference_cycles(tmp_path):
+    """Young collections are rare while a search runs (YOUNG_COLLECTION), and what is alive at each
+    checkpoint is frozen: cyclic garbage made per evaluation would pile up for the whole search."""
+    import gc
+
+    data = {"problem": PROBLEM.to_dict(), "sample_shape": [1, 8, 8], "x_dtype": "float32"}
+
+    def garbage(budget: int, name: str) -> list:
+        info = RunInfo({"search": {"evaluations": budget}}, list(GENE_NAMES), data, VAL_Y, TEST_Y)
+        path = str(tmp_path / name)
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds unreachable is kept in gc.garbage, to count
+        try:
+            state = SearchState.fresh(0)
+            run_search(state, SimulatedTransport({1: 1.0, 2: 1.5, 3: 2.5}), SPACE,
+                       SearchSettings(budget, GAParams(population=6), 8, 0, checkpoint_seconds=0, early_stopping=True),
+                       checkpoint=lambda s: checkpoint.save(path, s, info))
+            checkpoint.save(path, state, info)
+            gc.collect()  # after the search: nothing is frozen any more
+            return [type(o).__name__ for o in gc.garbage]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+
+    garbage(10, "warm.h5")  # modules imported and caches filled on first use leave garbage once
+    few, many = garbage(20, "few.h5"), garbage(120, "many.h5")
+    assert len(many) <= len(few), f"{len(many) - len(few)} more objects of cyclic garbage for 100 more evaluations: {many[:20]}"
+
+
 def test_a_checkpoint_due_ends_the_turn_so_checkpoint_seconds_0_saves_after_every_result():
     transport = _Polled(4, [])
     state = SearchState.fresh(0)
