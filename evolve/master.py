@@ -178,8 +178,9 @@ def _history_frozen():
     The young objects are collected less often (:data:`YOUNG_COLLECTION` allocations apart, not 700):
     the loop makes no reference cycles (a search of 24,608 evaluations leaves 634 objects of cyclic
     garbage, all from setting it up), so a young collection only walks the records and members made
-    since the last one; doing that every 700 allocations cost about 1.2 us an evaluation at np=4's
-    pace, every 50,000 about 0.1 (bench_master.py --in-process, the 2-core VM).
+    since the last one. Every 700 allocations that cost 1.3-1.5 us an evaluation of bench_master.py's
+    search in one process (the 2-core VM); every 50,000 nothing, as ``gc.freeze`` at each checkpoint
+    resets the count first.
     """
     mine = gc.get_freeze_count() == 0  # a caller who froze objects of their own keeps them frozen
     thresholds = gc.get_threshold()

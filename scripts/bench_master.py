@@ -34,7 +34,7 @@ after the 20,000th, over that after the 1,000th. Each window holds exactly one c
 everything else the master does per result; it must not grow with the history (target <= 1.5).
 With several launches (``--repeats``) every figure is the median over launches. ``--quick`` makes
 three launches at np=4 (about 10 s each on the 2-core VM): one launch on a shared 2-core machine can
-come out 20 % off its neighbours (47.7 against 56.7 us, one launch after the other, on 2026-11-23), and
+come out 20 % off its neighbours (47.4 against 59.1 us, a minute apart, on 2026-11-23), and
 the median of three is the figure the full run reports too.
 
 ``--in-process`` runs the evens contender alone, ``--repeats`` times, over :class:`Loopback`: no MPI,
