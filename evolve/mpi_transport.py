@@ -44,7 +44,7 @@ from collections import deque
 import numpy as np
 from mpi4py import MPI
 
-from data_bcast.layout import array_specs, array_views, pack_arrays, packed_layout, packed_size, unpack_arrays
+from data_bcast.layout import array_specs, array_views, pack_arrays, packed_layout
 
 from ensemble.results import failed_evaluation
 
@@ -71,9 +71,10 @@ def recv_arrays(comm: MPI.Comm, source: int, tag: int, payload_tag: int) -> tupl
     specs = header.pop("arrays")
     if not specs:
         return header, {}
-    buffer = np.empty(packed_size(specs), dtype=np.uint8)
+    layout = packed_layout(specs)  # (planned once: for the buffer's size and for the views)
+    buffer = np.empty(layout.total_bytes, dtype=np.uint8)
     comm.Recv([buffer, MPI.BYTE], source=source, tag=payload_tag)
-    return header, unpack_arrays(specs, buffer)
+    return header, array_views(layout, buffer)
 
 
 # Waiting for a message: first up to ``spins`` ``sched_yield``s (a microsecond or so of CPU each, and a

@@ -266,7 +266,7 @@ class SearchSpace:
 
     def specs(self, key: tuple) -> tuple[NetworkSpec, TrainSpec]:
         """The network and training settings of a :meth:`key`, the network in its canonical form
-        (:meth:`NetworkSpec.canonical`, built directly: this is on the master's path for every task)."""
+        (:meth:`NetworkSpec.canonical`): :meth:`settings` as the dataclasses."""
         network, training = self.settings(key)
         return NetworkSpec(**network), TrainSpec(**training)
 
