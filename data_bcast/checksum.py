@@ -1,12 +1,14 @@
-"""The CRC-32 of the data plane: ISA-L's when the optional ``isal`` package is installed (about 3x
-zlib's speed on a 2-core VM: 3.1 against 0.93 GB/s), else zlib's. Both compute the same standard
-CRC-32, so fingerprints and chunk checks agree whichever a rank has.
+"""The CRC-32 of the data plane: ISA-L's when the optional ``isal`` package is installed (several
+times faster; see docs/measurements/data-plane-notes.md), else zlib's. Both compute the same
+standard CRC-32, so fingerprints and chunk checks agree whichever a rank has.
 
 ``crc32_combine(a, b, n)`` is the CRC-32 of two pieces joined, from the CRC-32s of each (``n``: the
 second's length), as zlib's C function of that name computes it: so a chunk is checksummed once,
 in pieces by several threads if need be, and its array's running CRC follows without a second
-pass over the bytes.
+pass over the bytes. :func:`fingerprint` names the data a broadcast sent by its arrays' CRC-32s.
 """
+import zlib
+
 try:
     from isal.isal_zlib import crc32, crc32_combine
 except ImportError:  # pragma: no cover - depends on what is installed
@@ -14,7 +16,7 @@ except ImportError:  # pragma: no cover - depends on what is installed
 
     crc32_combine = None
 
-__all__ = ["crc32", "crc32_combine", "crc32_combine_python"]
+__all__ = ["crc32", "crc32_combine", "crc32_combine_python", "fingerprint"]
 
 _POLY = 0xEDB88320  # CRC-32's polynomial, bit-reversed
 
@@ -60,3 +62,9 @@ def crc32_combine_python(crc1: int, crc2: int, len2: int) -> int:
 
 if crc32_combine is None:  # pragma: no cover - depends on what is installed
     crc32_combine = crc32_combine_python
+
+
+def fingerprint(crcs: dict[str, int]) -> str:
+    """One string for the data sent: each array's name and CRC-32 (independent of the chunking)."""
+    return zlib.crc32(";".join(f"{name}={crc:08x}" for name, crc in sorted(crcs.items())).encode()).to_bytes(4, "big").hex() + \
+        f"-{len(crcs)}"

@@ -48,7 +48,7 @@ def _sklearn_dataset(name: str):
     try:
         from sklearn import datasets
     except ImportError:
-        raise DataError(f"the {name} demo data needs scikit-learn: pip install 'evens[demo]'") from None
+        raise DataError(f"the {name} demo data needs scikit-learn, a dependency of evens: pip install 'scikit-learn>=1.2'") from None
     return getattr(datasets, f"load_{name}")()
 
 
@@ -71,7 +71,7 @@ def write_digits(dst: str, seed: int = 0, overwrite: bool = False) -> dict[str, 
     The data ships inside scikit-learn, so nothing is downloaded. Split, seeded: 40 % test (718),
     20 % val (359), 40 % train (720). The large test split keeps the comparison of networks and
     ensembles above the noise of a few samples; the small train split keeps the task from
-    saturating at 99.5 %, where everything is within two test samples of everything else.
+    saturating, where everything is within two test samples of everything else.
     """
     digits = _sklearn_dataset("digits")
     x = (digits.images / 16.0).astype(np.float32)[:, None, :, :]

@@ -14,7 +14,7 @@ rows of the chunk straight into its window while the root reads the next chunk. 
 ``Scatter`` ahead of each chunk gives each leader the CRC-32 of its part, checked on arrival. The
 root's CRC-32 of each array runs over the rows in the split's order, so the data's fingerprint is
 the same in either mode and on any number of nodes. Validation and test go whole to every node,
-by the broadcast of :mod:`data_bcast.broadcast`.
+by the broadcast of :mod:`data_bcast.stream`.
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from mpi4py import MPI
 
 from .checksum import crc32, crc32_combine
 from .h5file import DataError, DataPlan
-from .reader import RowReader
 from .layout import ArraySpec, deal_chunk, plan_chunks, plan_layout, shard_members, shard_rows
+from .reader import RowReader
 
 SPLIT = "train"  # the split that is sharded; val and test stay whole
 MIN_ROWS = 2  # rows a shard needs: training needs two, as inspect_file requires of a whole split

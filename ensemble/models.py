@@ -22,7 +22,7 @@ ACTIVATIONS = {
     "leaky_relu": nn.LeakyReLU,
 }
 assert tuple(ACTIVATIONS) == ACTIVATION_NAMES
-__all__ = ["ACTIVATIONS", "FAMILIES", "NetworkSpec", "Recurrent", "build_network", "families_for"]
+__all__ = ["ACTIVATIONS", "FAMILIES", "NetworkSpec", "Recurrent", "Standardize", "build_network", "families_for"]
 MAX_POOLED_SIDE = 4  # the CNN head sees at most 4 positions per spatial dimension
 
 
@@ -62,13 +62,34 @@ def _mlp(spec: NetworkSpec, sample_shape: tuple[int, ...], outputs: int) -> nn.M
     return nn.Sequential(*layers)
 
 
+class Standardize(nn.Module):
+    """``(x - mean) / std`` per input feature; the statistics are buffers (saved with the weights), set
+    from the training split by :meth:`fit` before training."""
+
+    def __init__(self, sample_shape: tuple[int, ...]):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(sample_shape))
+        self.register_buffer("std", torch.ones(sample_shape))
+
+    @torch.no_grad()
+    def fit(self, x: torch.Tensor) -> None:
+        """Set the statistics from training samples ``x`` (N, *sample shape); a constant feature keeps a std of 1."""
+        x = x.float()
+        self.mean.copy_(x.mean(dim=0))
+        std = x.std(dim=0, unbiased=False)
+        self.std.copy_(torch.where(std > 0, std, torch.ones_like(std)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+
 class ChannelsLast(nn.Module):
     """Puts a (B, C, H, W) batch in channels-last memory order (same values, NHWC strides).
 
     With the conv weights in the same order, oneDNN (CPU) and cuDNN (GPU) run 2-D convolutions,
-    batch norm and pooling without reordering: 1.3-1.6x faster training on the CPU for the demo's
-    CNNs (scripts/bench_train.py). It is part of the network, so training, the predictions stored
-    with a member and ``evens predict`` all run exactly the same computation.
+    batch norm and pooling without reordering, which trains faster (scripts/bench/bench_train.py).
+    It is part of the network, so training, the predictions stored with a member and
+    ``evens predict`` all run exactly the same computation.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -80,16 +101,11 @@ def _cnn(spec: NetworkSpec, sample_shape: tuple[int, ...], outputs: int) -> nn.M
     dims = len(spatial)
     conv, adaptive = {1: (nn.Conv1d, nn.AdaptiveAvgPool1d), 2: (nn.Conv2d, nn.AdaptiveAvgPool2d)}[dims]
     pool = {"max": {1: nn.MaxPool1d, 2: nn.MaxPool2d}, "avg": {1: nn.AvgPool1d, 2: nn.AvgPool2d}}.get(spec.pooling, {}).get(dims)
-    # Every conv keeps the map's size: an odd kernel pads k // 2 on each side (the classic 3x3 network's exact
-    # layers); an even one pads (k - 1) // 2 before and k // 2 after, by an explicit zero-pad layer.
     k = spec.kernel_size
-    padding = k // 2 if k % 2 else 0
-    pad_even = {1: lambda: nn.ConstantPad1d(((k - 1) // 2, k // 2), 0.0),
-                2: lambda: nn.ZeroPad2d(((k - 1) // 2, k // 2, (k - 1) // 2, k // 2))}[dims]
     layers: list[nn.Module] = [ChannelsLast()] if dims == 2 else []
-    for width in spec.layer_widths:
-        block = [*([] if k % 2 else [pad_even()]), conv(channels, width, k, padding=padding), *_norm(spec.norm, width, dims),
-                 ACTIVATIONS[spec.activation]()]
+    for i, width in enumerate(spec.layer_widths):
+        dilation = 2 ** i if spec.dilation == "growing" else 1
+        block = [*_same_size_conv(conv, dims, channels, width, k, dilation), *_norm(spec.norm, width, dims), ACTIVATIONS[spec.activation]()]
         if spec.residual:
             shortcut = nn.Identity() if channels == width else conv(channels, width, 1, bias=False)
             block = [Residual(nn.Sequential(*block), shortcut)]
@@ -100,11 +116,22 @@ def _cnn(spec: NetworkSpec, sample_shape: tuple[int, ...], outputs: int) -> nn.M
         if spec.dropout > 0:
             layers.append(nn.Dropout(spec.dropout))
         channels = width
-    pooled = [min(s, MAX_POOLED_SIDE) for s in spatial]
+    pooled = [1 if spec.head == "average" else min(s, MAX_POOLED_SIDE) for s in spatial]
     layers += [adaptive(tuple(pooled) if dims > 1 else pooled[0]), nn.Flatten()]
     layers.append(nn.Linear(channels * int(torch.tensor(pooled).prod()), outputs))
     model = nn.Sequential(*layers)
     return model.to(memory_format=torch.channels_last) if dims == 2 else model
+
+
+def _same_size_conv(conv, dims: int, channels: int, width: int, k: int, dilation: int) -> list[nn.Module]:
+    """A convolution that keeps the map's size: its span, ``dilation * (k - 1)``, padded half before and half
+    after; evenly by the conv itself (the classic 3x3 network's exact layers), else by an explicit zero-pad."""
+    span = dilation * (k - 1)
+    if span % 2 == 0:
+        return [conv(channels, width, k, padding=span // 2, dilation=dilation)]
+    before, after = span // 2, span - span // 2
+    pad = nn.ConstantPad1d((before, after), 0.0) if dims == 1 else nn.ZeroPad2d((before, after, before, after))
+    return [pad, conv(channels, width, k, dilation=dilation)]
 
 
 class Recurrent(nn.Module):
@@ -146,4 +173,5 @@ def build_network(spec: NetworkSpec, sample_shape: tuple[int, ...], outputs: int
     sample_shape = tuple(int(s) for s in sample_shape)
     if spec.family not in families_for(sample_shape):
         raise ValueError(f"family {spec.family!r} does not apply to samples of shape {sample_shape}; it takes {LAYOUTS[spec.family]}")
-    return _BUILDERS[spec.family](spec, sample_shape, outputs)
+    net = _BUILDERS[spec.family](spec, sample_shape, outputs)
+    return nn.Sequential(Standardize(sample_shape), net) if spec.standardize else net

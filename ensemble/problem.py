@@ -52,8 +52,12 @@ class Classification:
     def fitness(self, scores: dict[str, float]) -> float:
         return scores["accuracy"]
 
-    def selection_key(self, scores: dict[str, float]) -> tuple[float, ...]:
-        """What ensemble selection maximises: accuracy, ties broken by the lower log-loss."""
+    def selection_key(self, scores: dict[str, float], criterion: str = "accuracy") -> tuple[float, ...]:
+        """What ensemble selection maximises: accuracy, ties broken by the lower log-loss; or with
+        ``criterion="loss"`` the lower log-loss (a proper scoring rule, which does not saturate on a
+        small validation split), ties broken by accuracy."""
+        if criterion == "loss":
+            return (-scores["loss"], scores["accuracy"])
         return (scores["accuracy"], -scores["loss"])
 
     def better(self, a: float, b: float) -> bool:
@@ -106,7 +110,8 @@ class Regression:
     def fitness(self, scores: dict[str, float]) -> float:
         return -scores["rmse"]
 
-    def selection_key(self, scores: dict[str, float]) -> tuple[float, ...]:
+    def selection_key(self, scores: dict[str, float], criterion: str = "accuracy") -> tuple[float, ...]:
+        """The lower RMSE (a regression has one criterion)."""
         return (-scores["rmse"],)
 
     def better(self, a: float, b: float) -> bool:

@@ -1,29 +1,67 @@
-"""What a worker reports for one network: plain numbers and numpy arrays, no torch.
+"""How a training ended: the fields every evaluation has, declared once, and what a worker reports.
 
-Every evaluation has a small header (status, fitness, metrics, times). Only a
-network that may enter the hall of fame also carries its payload: predictions on
-the validation and test splits and its trained weights. Everything else leaves
-them ``None``, so an ordinary result costs a few hundred bytes however large the
-network or the data.
+:class:`Outcome` declares the small part of a result (status, fitness, metrics, times, the
+validation curve). The search's record of an evaluation (``evolve.search.records.Record``) extends
+it with who was evaluated and when, and everything that stores or sends results derives its layout
+from these declarations: each field carries a :data:`KINDS` tag (through :func:`column`) that tells
+the run file, the wire header and the CSV how to hold it. Adding a field here adds it everywhere.
+
+:class:`Evaluation` is what a worker reports for one network: an outcome, and, only for a network
+that may enter the hall of fame, its payload (predictions on the validation and test splits and its
+trained weights), so an ordinary result costs a few hundred bytes however large the network.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-@dataclass
-class Evaluation:
-    """What a worker reports for one network."""
+# What a field holds, for the code that stores and sends it:
+#   integer, real: one number (int64, float64); label: a short string of few distinct values
+#   (a status); text: any string (a message); reals: a list of floats of any length (a curve);
+#   vector: a list of floats whose length is fixed per run (a genome); pair: two ints (parents);
+#   named: a dict of floats whose names vary between rows (metrics).
+KINDS = ("integer", "real", "label", "text", "reals", "vector", "pair", "named")
 
-    status: str  # "ok", "diverged", "error", "stopped" (early, by the median rule) or "timeout"
-    fitness: float  # higher is better: validation accuracy, or -RMSE; the last one when stopped; else -inf unless ok
-    metrics: dict[str, float]  # "val_accuracy", "test_loss", "val_rmse", ...: empty unless ok (val only when stopped)
-    seconds: float
-    epochs_done: int
-    message: str = ""
-    curve: list[float] = field(default_factory=list)  # validation fitness after each epoch, when it was watched
+
+def column(kind: str, **options) -> dataclasses.Field:
+    """A dataclass field of the given kind (see :data:`KINDS`); ``options`` go to :func:`dataclasses.field`."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown field kind {kind!r}")
+    return field(metadata={"kind": kind}, **options)
+
+
+def kinds(cls) -> dict[str, str]:
+    """Each field of a dataclass declared with :func:`column`, and its kind, in declaration order."""
+    return {f.name: f.metadata["kind"] for f in dataclasses.fields(cls)}
+
+
+@dataclass(slots=True, kw_only=True)
+class Outcome:
+    """How one training ended."""
+
+    status: str = column("label")  # "ok", "diverged", "error", "stopped" (early), "timeout"; the search adds "crashed"
+    fitness: float = column("real")  # higher is better: validation accuracy, or -RMSE; -inf unless ok (stopped: its last)
+    metrics: dict[str, float] = column("named", default_factory=dict)  # "val_accuracy", "test_loss", "params", ...
+    seconds: float = column("real", default=0.0)  # training time on the worker
+    epochs_done: int = column("integer", default=0)
+    message: str = column("text", default="")  # why it failed, in one line
+    curve: list[float] = column("reals", default_factory=list)  # validation fitness after each epoch, when watched
+
+    def outcome(self) -> dict:
+        """The :class:`Outcome` fields as keyword arguments (what a record of this result takes)."""
+        return {name: getattr(self, name) for name in OUTCOME_FIELDS}
+
+
+OUTCOME_FIELDS = tuple(kinds(Outcome))
+
+
+@dataclass(slots=True, kw_only=True)
+class Evaluation(Outcome):
+    """What a worker reports for one network: its outcome and, when asked for, its payload."""
+
     val_pred: np.ndarray | None = field(default=None, repr=False)  # (N_val, outputs) float32
     test_pred: np.ndarray | None = field(default=None, repr=False)  # (N_test, outputs) float32
     weights: dict[str, np.ndarray] | None = field(default=None, repr=False)  # the trained state dict
@@ -36,18 +74,6 @@ class Evaluation:
         """Forget the predictions and weights (the master did not want them); returns self."""
         self.val_pred = self.test_pred = self.weights = None
         return self
-
-    def header(self) -> dict:
-        """The small part, as plain Python values."""
-        return {
-            "status": self.status,
-            "fitness": float(self.fitness),
-            "metrics": {k: float(v) for k, v in self.metrics.items()},
-            "seconds": float(self.seconds),
-            "epochs_done": int(self.epochs_done),
-            "message": self.message,
-            "curve": [float(f) for f in self.curve],
-        }
 
     def payload(self) -> dict[str, np.ndarray]:
         """Predictions and weights as one flat dict of named arrays (weights under ``w/``)."""
@@ -63,13 +89,7 @@ class Evaluation:
         self.weights = {name[2:]: w for name, w in payload.items() if name.startswith("w/")}
         return self
 
-    @classmethod
-    def from_parts(cls, header: dict, payload: dict[str, np.ndarray] | None = None) -> Evaluation:
-        """The inverse of :meth:`header` and :meth:`payload`."""
-        ev = cls(**header)
-        return ev.take_payload(payload) if payload else ev
-
 
 def failed_evaluation(message: str, status: str = "error", seconds: float = 0.0, epochs_done: int = 0) -> Evaluation:
-    """The record of a network that did not finish: no metrics, no payload, the worst fitness."""
-    return Evaluation(status, -math.inf, {}, seconds, epochs_done, message)
+    """The report of a network that did not finish: no metrics, no payload, the worst fitness."""
+    return Evaluation(status=status, fitness=-math.inf, seconds=seconds, epochs_done=epochs_done, message=message)

@@ -6,21 +6,33 @@
   the validation split, for ``size`` picks; keep the prefix of those picks that
   scored best (the earliest, on ties). A member's weight is its share of the
   picks. The first pick is the best member, and the prefix kept scores at least
-  as well as it, so greedy selection never does worse on validation than the
-  best single network.
+  as well as it, so one greedy pass never does worse on validation than the
+  best single network (by its criterion; bagging and ``min_members`` trade a
+  little of that for an ensemble that holds on test, below).
 * ``top_k``: the best ``size`` members by fitness, equal weights.
 
-"Scores best" is the problem's selection key: accuracy with ties broken by the
-lower log-loss for classification (accuracy alone ties too often on a few
-hundred samples to steer the search), RMSE for regression. The test split is
-never looked at to choose; it is only scored along the way, for the curve that
-reports show.
+"Scores best" is the problem's selection key for ``criterion``: for
+classification accuracy with ties broken by the lower log-loss, or (``"loss"``)
+the lower log-loss, which keeps improving where accuracy has saturated on a
+small validation split; RMSE for regression. With ``bags`` > 0, greedy selection
+runs that many times, each on a random half of the members (at least ``BAG_MIN``; Caruana et al.,
+"Getting the most out of ensemble selection", ICDM 2006), and the ensemble is all
+their picks together: a member's weight is its share of every bag's picks, which
+keeps one lucky member from taking the whole ensemble. With ``min_members`` > 1,
+greedy selection (bagged or not) that kept fewer distinct members runs again,
+once on all members, with its first ``min_members`` picks forced to be distinct
+(each the best of those not yet picked), and that ensemble is taken if its
+validation loss (log-loss; RMSE for regression) is no worse, even where its
+accuracy is: an ensemble does not collapse to one network when a second one
+costs nothing in loss. The test split is never
+looked at to choose; it is only scored along the way, for the curve that reports
+show.
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -28,6 +40,11 @@ from .hall_of_fame import Member
 from .problem import Problem
 
 METHODS = ("greedy", "top_k")
+# A bag holds half the members but at least this many: a half of a few would often leave out every
+# good network (a search of 5 networks: bags of 2). With up to BAG_MIN members every bag holds all of
+# them, and bagged selection is plain greedy selection.
+BAG_MIN = 10
+CRITERIA = ("accuracy", "loss")
 
 
 @dataclass(frozen=True)
@@ -64,44 +81,96 @@ class Selection:
 
 
 def select_ensemble(
-    members: Sequence[Member], problem: Problem, val_y: np.ndarray, test_y: np.ndarray, method: str = "greedy", size: int = 5
+    members: Sequence[Member], problem: Problem, val_y: np.ndarray, test_y: np.ndarray | None, method: str = "greedy", size: int = 5,
+    *, criterion: str = "accuracy", bags: int = 0, seed: int = 0, min_members: int = 1,
 ) -> Selection | None:
-    """Choose from ``members`` (best first, as the hall of fame keeps them); None if there are none."""
+    """Choose from ``members`` (best first, as the hall of fame keeps them); None if there are none.
+    ``bags``, ``seed`` (which halves each bag holds) and ``min_members`` apply to greedy selection.
+    ``test_y`` None: no test curve (the search's own use, which never looks at the test split)."""
     if method not in METHODS:
         raise ValueError(f"unknown ensemble method {method!r} (known: {', '.join(METHODS)})")
+    if criterion not in CRITERIA:
+        raise ValueError(f"unknown selection criterion {criterion!r} (known: {', '.join(CRITERIA)})")
     if size < 1:
         raise ValueError(f"an ensemble needs at least one pick, got {size}")
     if not members:
         return None
     val = [np.asarray(m.val_pred, dtype=np.float64) for m in members]
-    test = [np.asarray(m.test_pred, dtype=np.float64) for m in members]
+    test = [np.asarray(m.test_pred, dtype=np.float64) for m in members] if test_y is not None else None
+    key = lambda scores: problem.selection_key(scores, criterion)  # noqa: E731
     if method == "top_k":
         order = list(range(min(size, len(members))))
+    elif bags:
+        order = _bagged(val, problem, val_y, size, key, bags, np.random.default_rng(seed))
     else:
-        order = _greedy(val, problem, val_y, size)
-    val_sum, test_sum = np.zeros_like(val[0]), np.zeros_like(test[0])
-    keys, curve_val, curve_test = [], [], []
+        order = _greedy(val, problem, val_y, size, key)
+    chosen = _scored(order, val, test, problem, val_y, test_y, key, keep_best=method == "greedy" and not bags)
+    distinct = min(min_members, size, len(members))
+    if method == "greedy" and len(set(order[: chosen.picks])) < distinct:
+        forced = _scored(_greedy(val, problem, val_y, size, key, distinct), val, test, problem, val_y, test_y, key, keep_best=True,
+                         at_least=distinct)
+        loss = lambda c: problem.selection_key(c.kept_scores, "loss")  # noqa: E731, the kept prefix's validation loss
+        if loss(forced) >= loss(chosen):
+            chosen = forced
+    return Selection(method, size, tuple(members[i].id for i in chosen.order), chosen.picks, tuple(chosen.curve_val),
+                     tuple(chosen.curve_test))
+
+
+class _Scored(NamedTuple):
+    picks: int  # the prefix of ``order`` kept
+    curve_val: list[float]
+    curve_test: list[float]  # empty without a test split
+    kept_scores: dict[str, float]  # the kept prefix's validation scores
+    order: list[int]
+
+
+def _scored(order: list[int], val, test, problem: Problem, val_y, test_y, key, keep_best: bool, at_least: int = 1) -> _Scored:
+    """``order`` scored pick by pick: every pick is kept unless ``keep_best``, else the best-scoring prefix
+    (the shortest among equals) that holds ``at_least`` distinct members."""
+    val_sum = np.zeros_like(val[0])
+    test_sum = np.zeros_like(test[0]) if test is not None else None
+    keys, scores, curve_val, curve_test, distinct = [], [], [], [], []
     for p, i in enumerate(order, start=1):
         val_sum += val[i]
-        test_sum += test[i]
-        val_scores = problem.scores(val_sum / p, val_y)
-        keys.append(problem.selection_key(val_scores))
-        curve_val.append(val_scores[problem.metric])
-        curve_test.append(problem.scores(test_sum / p, test_y)[problem.metric])
-    picks = len(order) if method == "top_k" else 1 + max(range(len(keys)), key=lambda p: (keys[p], -p))
-    return Selection(method, size, tuple(members[i].id for i in order), picks, tuple(curve_val), tuple(curve_test))
+        scores.append(problem.scores(val_sum / p, val_y))
+        keys.append(key(scores[-1]))
+        curve_val.append(scores[-1][problem.metric])
+        if test is not None:
+            test_sum += test[i]
+            curve_test.append(problem.scores(test_sum / p, test_y)[problem.metric])
+        distinct.append(len(set(order[:p])))
+    allowed = [p for p in range(len(order)) if distinct[p] >= at_least] or [len(order) - 1]
+    picks = 1 + max(allowed, key=lambda p: (keys[p], -p)) if keep_best else len(order)
+    return _Scored(picks, curve_val, curve_test, scores[picks - 1], order)
 
 
-def _greedy(val: list[np.ndarray], problem: Problem, val_y: np.ndarray, size: int) -> list[int]:
-    """Indices picked by forward selection with replacement, starting from index 0 (the best)."""
+def _bagged(val: list[np.ndarray], problem: Problem, val_y: np.ndarray, size: int, key, bags: int, rng) -> list[int]:
+    """Every bag's greedy picks (indices into ``val``), one bag after the other; each bag is a random half of the
+    members (but at least :data:`BAG_MIN`, or all), in their order (so it starts from its best), and keeps the
+    prefix of its picks that scored best."""
+    order = []
+    for _ in range(bags):
+        bag = sorted(rng.choice(len(val), size=min(len(val), max(len(val) // 2, BAG_MIN)), replace=False).tolist())
+        in_bag = [val[i] for i in bag]
+        picks = _greedy(in_bag, problem, val_y, size, key)
+        kept = _scored(picks, in_bag, None, problem, val_y, None, key, keep_best=True).picks
+        order += [bag[i] for i in picks[:kept]]
+    return order
+
+
+def _greedy(val: list[np.ndarray], problem: Problem, val_y: np.ndarray, size: int, key, distinct: int = 1) -> list[int]:
+    """Indices picked by forward selection with replacement, starting from index 0 (the best); the first
+    ``distinct`` picks are each of a member not picked before."""
     order, running = [0], val[0].copy()
     for p in range(2, size + 1):
         # Strictly better only: on a tie the earlier (better-ranked) member wins.
         best, best_key = None, None
         for i, v in enumerate(val):
-            key = problem.selection_key(problem.scores((running + v) / p, val_y))
-            if best_key is None or key > best_key:
-                best, best_key = i, key
+            if p <= distinct and i in order:
+                continue
+            score = key(problem.scores((running + v) / p, val_y))
+            if best_key is None or score > best_key:
+                best, best_key = i, score
         order.append(best)
         running += val[best]
     return order

@@ -14,8 +14,11 @@ FAMILIES = ("mlp", "cnn", "rnn")
 CELLS = ("gru", "lstm")
 NORMS = ("none", "batch", "layer")
 POOLINGS = ("max", "avg", "none")
+DILATIONS = ("none", "growing")  # a CNN's conv dilation: 1 in every block, or 1, 2, 4, ... (a TCN's)
+HEADS = ("flatten", "average")  # what a CNN's linear head reads: a few positions of each map, or each map's mean
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 SCHEDULES = ("constant", "cosine", "one_cycle")
+AUGMENTS = ("none", "shift")  # training-time augmentation of signals and images
 # The sample layouts (shapes without the batch dimension) each family takes.
 LAYOUTS = {"mlp": "any shape", "cnn": "(C, L) or (C, H, W)", "rnn": "(C, L): C features at each of L steps"}
 
@@ -25,8 +28,13 @@ class NetworkSpec:
     """A network in a few numbers.
 
     * ``mlp``: ``depth`` hidden layers (linear, ``norm``, ``activation``, dropout);
-    * ``cnn``: ``depth`` conv blocks (``kernel_size`` conv, ``norm``, ``activation``, ``pooling``, dropout),
-      then a linear head;
+    * ``cnn``: ``depth`` conv blocks (``kernel_size`` conv, dilated by 1 or, with ``dilation="growing"``,
+      by 2**i in block i; ``norm``, ``activation``, ``pooling``, dropout), then a linear head that reads
+      up to 4 positions per spatial dimension of each map (``head="flatten"``) or each map's mean
+      (``head="average"``, global average pooling);
+    * with ``standardize``, any family first standardises each input feature by the training split's
+      mean and standard deviation, kept in the network (its first layer's buffers) so that whatever
+      applies the network applies them too;
     * ``rnn``: a ``cell`` ("gru" or "lstm") recurrent network of ``depth`` layers, ``bidirectional``
       or not, read at its last step (``activation``, ``norm`` and ``residual`` play no part).
 
@@ -34,7 +42,7 @@ class NetworkSpec:
     every layer (an ``rnn`` always has one width). ``residual`` adds each block's input to its
     output (through a linear or 1x1 projection where the widths differ). ``norm`` is ``"none"``,
     ``"batch"`` or ``"layer"``; left as None it is each family's classic choice (batch norm in a
-    CNN, none in an MLP), which is what specs written before it existed meant.
+    CNN, none in an MLP).
     """
 
     family: str
@@ -49,6 +57,9 @@ class NetworkSpec:
     pooling: str = "max"
     norm: str | None = None
     residual: bool = False
+    dilation: str = "none"
+    head: str = "flatten"
+    standardize: bool = False
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -57,7 +68,8 @@ class NetworkSpec:
             object.__setattr__(self, "norm", "batch" if self.family == "cnn" else "none")
         object.__setattr__(self, "widths", tuple(int(w) for w in self.widths))
         for name, value, known in (("activation", self.activation, ACTIVATION_NAMES), ("recurrent cell", self.cell, CELLS),
-                                   ("norm", self.norm, NORMS), ("pooling", self.pooling, POOLINGS)):
+                                   ("norm", self.norm, NORMS), ("pooling", self.pooling, POOLINGS),
+                                   ("dilation", self.dilation, DILATIONS), ("head", self.head, HEADS)):
             if value not in known:
                 raise ValueError(f"unknown {name} {value!r} (known: {', '.join(known)})")
         if self.depth < 1 or self.width < 1 or not 0.0 <= self.dropout < 1.0 or self.kernel_size < 1:
@@ -80,7 +92,7 @@ class NetworkSpec:
         uniform = self.family == "rnn" or len(set(widths)) == 1
         spec = replace(self, width=widths[0], widths=() if uniform else widths)
         if self.family != "cnn":
-            spec = replace(spec, kernel_size=3, pooling="max")
+            spec = replace(spec, kernel_size=3, pooling="max", dilation="none", head="flatten")
         if self.family == "rnn":
             return replace(spec, activation="relu", norm="none", residual=False)
         return replace(spec, cell="gru", bidirectional=False)
@@ -93,7 +105,10 @@ class TrainSpec:
     ``schedule``: ``"constant"``, ``"cosine"`` (annealed to zero by the last step) or ``"one_cycle"``
     (up from a 25th of the rate, then annealed to almost zero). ``warmup``: the fraction of the
     training's steps over which the rate first rises linearly (for ``one_cycle``, its rising phase;
-    0.3 if left at 0).
+    0.3 if left at 0). ``label_smoothing``: the weight moved from the true class to a uniform target in
+    a classifier's cross-entropy (a regression ignores it). ``augment``: ``"shift"`` moves each
+    training sample of a signal or an image by a random offset of up to an eighth of each spatial
+    size (zeros filling in), a fresh one every batch; ``"none"`` trains on the samples as they are.
     """
 
     learning_rate: float
@@ -103,14 +118,18 @@ class TrainSpec:
     weight_decay: float = 0.0
     schedule: str = "constant"
     warmup: float = 0.0
+    label_smoothing: float = 0.0
+    augment: str = "none"
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {self.optimizer!r} (known: {', '.join(OPTIMIZERS)})")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.schedule!r} (known: {', '.join(SCHEDULES)})")
+        if self.augment not in AUGMENTS:
+            raise ValueError(f"unknown augmentation {self.augment!r} (known: {', '.join(AUGMENTS)})")
         if not (self.learning_rate > 0 and self.batch_size >= 1 and self.epochs >= 1 and self.weight_decay >= 0
-                and 0.0 <= self.warmup < 1.0):
+                and 0.0 <= self.warmup < 1.0 and 0.0 <= self.label_smoothing < 1.0):
             raise ValueError(f"invalid training settings: {self}")
 
 

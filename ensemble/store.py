@@ -12,14 +12,14 @@ numbers, strings and JSON, so loading it executes no code (no pickle, no
         val_pred, test_pred  float32 (N, outputs): the member's predictions
         weights/<name>       its trained state dict, one dataset per tensor, under its own name
 
-Every array carries HDF5's Fletcher-32, which catches a damaged chunk; ``checksums`` (format 3)
+Every array carries HDF5's Fletcher-32, which catches a damaged chunk; ``checksums``
 is [CRC-32 of the predictions, CRC-32 of the weights], each over the arrays' names, dtypes, shapes
 and bytes, checked as they are read. It catches what Fletcher-32 cannot: damage to the file's
 metadata that makes HDF5 miss a chunk (read as zeros, with no error) or read the bytes as another
-dtype or shape (found by scripts/fuzz_run_file.py: 1 load in 150 gave changed predictions).
+dtype or shape (found by fuzzing the run file: scripts/tools/fuzz_run_file.py).
 
-Member groups are written once and never change, so a later appendable run
-file can add and drop them without rewriting the rest.
+Member groups are written once and never change, so a checkpoint can add and
+drop them without rewriting the rest.
 """
 from __future__ import annotations
 
@@ -31,13 +31,12 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
-from . import h5write
 from .hall_of_fame import HallOfFame, Member
 from .problem import Problem, problem_from_dict
 from .select import METHODS, Selection
 
 FORMAT = "evens-ensemble"
-FORMAT_VERSION = 3  # 3: members carry checksums; 2: network specs may carry widths, kernel_size, pooling, norm, residual (all load)
+FORMAT_VERSION = 3  # the one format this evens reads; any change to the group bumps it
 GROUP = "ensemble"
 RUN_FILE_NAME = "checkpoint.h5"  # the run file in a run directory, which holds GROUP
 X_DTYPES = ("float32", "uint8")  # what the data reader produces, and so what networks were trained on
@@ -67,16 +66,15 @@ def write_ensemble(group: h5py.Group, stored: StoredEnsemble) -> None:
     """
     _refuse_unloaded(list(stored.hall_of_fame))
     write_header(group, stored)
-    labels = h5write.group(group, "labels")
+    labels = group.create_group("labels")
     checksummed(labels, "val", stored.val_y)
     checksummed(labels, "test", stored.test_y)
-    add_members(h5write.group(group, "members"), list(stored.hall_of_fame))
+    add_members(group.create_group("members"), list(stored.hall_of_fame))
 
 
 def write_header(group: h5py.Group, stored: StoredEnsemble) -> None:
     """The group's attributes (everything but the labels and the members); those there are replaced."""
-    h5write.attrs(
-        group,
+    group.attrs.update(
         format=FORMAT,
         format_version=FORMAT_VERSION,
         problem=json.dumps(stored.problem.to_dict()),
@@ -91,13 +89,13 @@ def add_members(members: h5py.Group, added: list[Member]) -> None:
     """Write each of ``added`` into ``members`` (the group ``/ensemble/members``), under its id."""
     _refuse_unloaded(added)
     for m in added:
-        g = h5write.group(members, str(m.id))
+        g = members.create_group(str(m.id))
         val, test = np.asarray(m.val_pred, dtype=np.float32), np.asarray(m.test_pred, dtype=np.float32)
-        h5write.attrs(g, fitness=m.fitness, network=json.dumps(m.network), training=json.dumps(m.training),
+        g.attrs.update(fitness=m.fitness, network=json.dumps(m.network), training=json.dumps(m.training),
                       checksums=json.dumps(member_checksums(val, test, m.weights)))
         checksummed(g, "val_pred", val)
         checksummed(g, "test_pred", test)
-        w = h5write.group(g, "weights")
+        w = g.create_group("weights")
         for name, array in m.weights.items():
             checksummed(w, name, array)
 
@@ -127,7 +125,7 @@ def checksummed(group: h5py.Group, name: str, array) -> None:
     """A dataset with HDF5's Fletcher-32 checksum, which HDF5 verifies on every read: a damaged byte
     is an error, never a changed weight. (Empty arrays cannot be chunked, so they go without.)"""
     array = np.asarray(array)
-    h5write.dataset(group, name, array, fletcher32=array.size > 0 and array.ndim > 0)
+    group.create_dataset(name, data=array, fletcher32=array.size > 0 and array.ndim > 0)
 
 
 def read_ensemble(group: h5py.Group, weights_of: str | list[int] = "all") -> StoredEnsemble:
@@ -137,8 +135,9 @@ def read_ensemble(group: h5py.Group, weights_of: str | list[int] = "all") -> Sto
     """
     if group.attrs.get("format") != FORMAT:
         raise ValueError(f"{group.name} is not an evens ensemble")
-    if int(group.attrs["format_version"]) > FORMAT_VERSION:
-        raise ValueError(f"ensemble format {group.attrs['format_version']} is newer than this evens reads")
+    version = int(group.attrs["format_version"])
+    if version != FORMAT_VERSION:
+        raise ValueError(f"ensemble format {version} is not the format this evens reads ({FORMAT_VERSION})")
     problem = problem_from_dict(json.loads(group.attrs["problem"]))
     wanted = None if weights_of == "all" else set() if weights_of == "none" else set(weights_of)
     members = []
@@ -148,16 +147,15 @@ def read_ensemble(group: h5py.Group, weights_of: str | list[int] = "all") -> Sto
         if wanted is None or ident in wanted:
             weights = {name: d[...] for name, d in g["weights"].items()}
         val, test = g["val_pred"][...], g["test_pred"][...]
-        if "checksums" in g.attrs:  # (format 3; older files have Fletcher-32 alone)
-            stored_preds, stored_weights = (int(c) for c in json.loads(g.attrs["checksums"]))
-            preds, of_weights = member_checksums(val, test, weights or {})
-            if preds != stored_preds:
-                raise ValueError(f"member {ident}: its predictions do not match their checksum")
-            if weights and of_weights != stored_weights:  # (none at all: refused later, as "no stored weights")
-                raise ValueError(f"member {ident}: its weights do not match their checksum")
+        stored_preds, stored_weights = (int(c) for c in json.loads(g.attrs["checksums"]))
+        preds, of_weights = member_checksums(val, test, weights or {})
+        if preds != stored_preds:
+            raise ValueError(f"member {ident}: its predictions do not match their checksum")
+        if weights and of_weights != stored_weights:  # (none at all: refused later, as "no stored weights")
+            raise ValueError(f"member {ident}: its weights do not match their checksum")
         members.append(
-            Member(ident, float(g.attrs["fitness"]), dict(json.loads(g.attrs["network"])), dict(json.loads(g.attrs["training"])),
-                   val, test, weights)
+            Member(id=ident, fitness=float(g.attrs["fitness"]), network=dict(json.loads(g.attrs["network"])),
+                   training=dict(json.loads(g.attrs["training"])), val_pred=val, test_pred=test, weights=weights)
         )
     selection = group.attrs["selection"]
     stored = StoredEnsemble(

@@ -69,9 +69,10 @@ class Head:
         y = torch.from_numpy(np.asarray(y, dtype=np.float32).reshape(len(y), -1))
         return (y.to(self._mean.device) - self._mean) / self._scale
 
-    def loss(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    def loss(self, out: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
+        """The training loss; ``label_smoothing`` softens a classifier's targets (a regression has none)."""
         if self.problem.kind == "classification":
-            return F.cross_entropy(out, target)
+            return F.cross_entropy(out, target, label_smoothing=label_smoothing)
         return F.mse_loss(out.float(), target)
 
     def predictions(self, out: torch.Tensor) -> torch.Tensor:
@@ -126,8 +127,8 @@ def as_float(x: torch.Tensor) -> torch.Tensor:
 
 def make_optimizer(spec: TrainSpec, params) -> torch.optim.Optimizer:
     """The optimizer ``spec`` names, in its fastest form: fused kernels where torch has them (Adam,
-    AdamW, SGD; one kernel per step instead of several per parameter: 1.3x on the demo's MLP,
-    scripts/bench_train.py), else multi-tensor (RMSprop)."""
+    AdamW, SGD; one kernel per step instead of several per parameter, see
+    scripts/bench/bench_train.py), else multi-tensor (RMSprop)."""
     lr, wd = spec.learning_rate, spec.weight_decay
     if spec.optimizer == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=wd, fused=True)
@@ -169,7 +170,7 @@ def make_schedule(spec: TrainSpec, optimizer: torch.optim.Optimizer, steps_per_e
 class Watch:
     """What a training is held to while it runs (the master sends it with the task).
 
-    ``stop_below[e]`` is the bar after epoch ``e + 1`` (evolve.early_stop.MedianRule: the median
+    ``stop_below[e]`` is the bar after epoch ``e + 1`` (evolve.search.early_stop.MedianRule: the median
     of earlier networks' running averages there; NaN for no bar); a training whose best fitness so
     far is below it, past ``warmup`` epochs, stops there (``"stopped"``). ``time_limit`` (seconds,
     0 for none) stops a training at the next batch (``"timeout"``). ``measure_latency`` times the
@@ -205,9 +206,12 @@ def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: 
             if deadline is not None and time.monotonic() > deadline:
                 return "timeout", epoch
             index = order[start : start + spec.batch_size]
+            batch = as_float(x[index])
+            if spec.augment == "shift" and batch.dim() > 2:
+                batch = shifted(batch, generator)
             with data.autocast():
-                out = model(as_float(x[index]))
-            loss = data.head.loss(out.float(), target[index])
+                out = model(batch)
+            loss = data.head.loss(out.float(), target[index], spec.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -218,6 +222,22 @@ def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: 
         if on_epoch is not None and epoch + 1 < spec.epochs and not on_epoch(epoch + 1):
             return "stopped", epoch + 1
     return "ok", spec.epochs
+
+
+def shifted(x: torch.Tensor, generator: torch.Generator, fraction: float = 1 / 8) -> torch.Tensor:
+    """Each sample of ``x`` (N, C, *spatial) moved by its own random offset along each spatial dimension,
+    of up to ``fraction`` of that dimension's size (at least 1), zeros filling in."""
+    for dim in range(2, x.dim()):
+        size = x.shape[dim]
+        reach = max(1, int(size * fraction))
+        offsets = torch.randint(-reach, reach + 1, (x.shape[0],), generator=generator).to(x.device)
+        source = torch.arange(size, device=x.device)[None, :] - offsets[:, None]  # (N, size): where each position comes from
+        inside = ((source >= 0) & (source < size)).to(x.dtype)
+        shape = [x.shape[0]] + [1] * (x.dim() - 1)
+        shape[dim] = size
+        index = source.clamp(0, size - 1).reshape(shape).expand(x.shape)
+        x = torch.gather(x, dim, index) * inside.reshape(shape)
+    return x
 
 
 @torch.no_grad()
@@ -263,6 +283,8 @@ def train_and_evaluate(
     torch.manual_seed(seed)  # weight initialisation and dropout
     generator = torch.Generator().manual_seed(seed)  # minibatch order
     model = build_network(network, data.sample_shape, data.problem.outputs).to(data.device)
+    if network.standardize:
+        model[0].fit(as_float(data.x["train"]))
     curve: list[float] = []
     last_val: dict[str, float] = {}
 
@@ -281,10 +303,10 @@ def train_and_evaluate(
         seconds = time.perf_counter() - start
         metrics = {f"val_{k}": v for k, v in last_val.items()}
         message = f"below the median of earlier networks after {epochs} of {training.epochs} epochs"
-        return Evaluation("stopped", curve[-1], metrics, seconds, epochs, message, curve=curve)
+        return Evaluation(status="stopped", fitness=curve[-1], metrics=metrics, seconds=seconds, epochs_done=epochs, message=message, curve=curve)
     if status == "timeout":
         message = f"stopped at its time limit of {watch.time_limit:g} s after {epochs} of {training.epochs} epochs"
-        return Evaluation("timeout", -math.inf, {}, time.perf_counter() - start, epochs, message, curve=curve)
+        return Evaluation(status="timeout", fitness=-math.inf, seconds=time.perf_counter() - start, epochs_done=epochs, message=message, curve=curve)
     preds = {}
     if status == "ok":
         preds = {s: predict(model, data.head, data.x[s], autocast=data.autocast).cpu().numpy() for s in ("val", "test")}
@@ -294,7 +316,7 @@ def train_and_evaluate(
         torch.cuda.synchronize(data.device)
     seconds = time.perf_counter() - start
     if status != "ok":
-        return Evaluation(status, -math.inf, {}, seconds, epochs, "loss became NaN or infinite")
+        return Evaluation(status=status, fitness=-math.inf, seconds=seconds, epochs_done=epochs, message="loss became NaN or infinite")
     scores = {s: data.problem.scores(preds[s], data.y[s]) for s in ("val", "test")}
     metrics = {f"{s}_{name}": value for s in ("val", "test") for name, value in scores[s].items()}
     fitness = data.problem.fitness(scores["val"])
@@ -315,7 +337,7 @@ def train_and_evaluate(
                 if repeat:
                     times.append(time.perf_counter() - began)
         metrics["latency_us"] = float(np.median(times)) / batch.shape[0] * 1e6
-    ev = Evaluation("ok", fitness, metrics, seconds, epochs, curve=curve + [fitness] if watch.stop_below else [])
+    ev = Evaluation(status="ok", fitness=fitness, metrics=metrics, seconds=seconds, epochs_done=epochs, curve=curve + [fitness] if watch.stop_below else [])
     if keep(fitness):
         ev.val_pred, ev.test_pred, ev.weights = preds["val"], preds["test"], state_arrays(model)
     return ev

@@ -1,15 +1,16 @@
 """A search state that grows by a few records at a time, saved after each step: shared by the
 checkpoint tests and by the crash program (tests/mpi/prog_crash_save.py)."""
 import numpy as np
+from fakes import PROBLEM, TEST_Y, VAL_Y, landscape, search_config
 
-from simulate import PROBLEM, TEST_Y, VAL_Y, landscape
-from evolve import checkpoint
-from evolve.checkpoint import RunInfo
-from evolve.ga import GAParams
-from evolve.master import SearchSettings, SearchState, run_search
-from evolve.protocol import InProcessTransport
-from evolve.space import GENE_NAMES
-from evolve.space_config import parse_space
+from evolve.config.schema import config_from_dict
+from evolve.engine.loop import run_search
+from evolve.engine.state import SearchState
+from evolve.runfile import checkpoint
+from evolve.runfile.checkpoint import RunInfo
+from evolve.search.space import GENE_NAMES
+from evolve.search.space_config import parse_space
+from evolve.transport.protocol import InProcessTransport
 
 SPACE = parse_space({}).for_sample_shape((1, 8, 8))
 STEPS = (3, 4, 9, 10, 17, 18, 30)  # the record counts at which the search checkpoints
@@ -17,14 +18,15 @@ STEPS = (3, 4, 9, 10, 17, 18, 30)  # the record counts at which the search check
 
 def info() -> RunInfo:
     data = {"problem": PROBLEM.to_dict(), "sample_shape": [1, 8, 8], "x_dtype": "float32"}
-    return RunInfo({"search": {"evaluations": STEPS[-1]}, "ensemble": {"size": 3, "method": "greedy"}}, list(GENE_NAMES), data, VAL_Y, TEST_Y)
+    return RunInfo(config_from_dict({"search": {"evaluations": STEPS[-1]}, "ensemble": {"size": 3, "method": "greedy"}, "space": {}}), list(GENE_NAMES), data,
+                   VAL_Y, TEST_Y)
 
 
 def growing_saves(path: str):
     """Run one search to each count in STEPS, checkpointing at each; yields the count just saved."""
     state = SearchState.fresh(0, candidates=3)
     for n in STEPS:
-        run_search(state, InProcessTransport(landscape, 2), SPACE, SearchSettings(n, GAParams(population=4), 3, 0))
+        run_search(state, InProcessTransport(landscape, 2), SPACE, search_config(n, 4, 3, 0))
         checkpoint.save(path, state, info())
         yield n
 
@@ -32,7 +34,7 @@ def growing_saves(path: str):
 def full_state() -> SearchState:
     state = SearchState.fresh(0, candidates=3)
     for n in STEPS:
-        run_search(state, InProcessTransport(landscape, 2), SPACE, SearchSettings(n, GAParams(population=4), 3, 0))
+        run_search(state, InProcessTransport(landscape, 2), SPACE, search_config(n, 4, 3, 0))
     return state
 
 

@@ -5,7 +5,6 @@ import subprocess
 import time
 
 import h5py
-
 from conftest import ROOT, evens_cmd, mpiexec, tiny_search
 
 SMALL = tiny_search() + ["--set", "ensemble.size=3"]

@@ -1,4 +1,15 @@
-"""Shared fixtures: tiny synthetic datasets and a launcher for MPI programs."""
+"""Shared fixtures: tiny synthetic datasets and a launcher for MPI programs.
+
+Markers (declared in pyproject.toml):
+  mpi     launches mpiexec in a subprocess (tests/mpi/ programs, at 2 and 3 ranks)
+  e2e     an end-to-end run of the `evens` command
+  slow    takes over 10 s on a 2-core machine
+  timing  asserts on wall-clock time (its docstring says what); margins hold on a loaded 2-core machine
+
+  pytest -q -m "not slow"            the quick loop while working
+  pytest -q -m "not mpi and not e2e" pure unit tests, no mpiexec
+  ./scripts/test.sh                  the whole suite, as CI runs it (under 10 minutes on 2 cores)
+"""
 from __future__ import annotations
 
 import os
@@ -66,7 +77,8 @@ def mpiexec() -> str:
 
 def launch(n: int, args: list[str], timeout: float = 120, cwd: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``mpiexec -n N args...``; a hang fails the test instead of blocking the suite."""
-    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)  # ROOT first, the rest kept
+    # ROOT first, then the tests folder (for programs that share its fixtures), the rest kept
+    path = os.pathsep.join(p for p in (ROOT, os.path.join(ROOT, "tests"), os.environ.get("PYTHONPATH", "")) if p)
     full_env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path, **(env or {}))
     return subprocess.run(
         [mpiexec(), "-n", str(n), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full_env

@@ -10,7 +10,6 @@ import time
 import h5py
 import numpy as np
 import pytest
-
 from cli_fixture import SMALL, checkpoint_evaluations, report, start_job, wait_for_checkpoint
 from conftest import ROOT, evens_cmd, launch, launch_python, tiny_search, write_blobs, write_regression
 
@@ -29,8 +28,8 @@ def test_run_report_and_resume(tmp_path, small_config):
     assert first["evaluations"] == 6 and first["sessions"] == 1
     assert set(first["best"]) >= {"val_accuracy", "test_accuracy"}
     ens = first["ensemble"]
-    assert 1 <= len(ens["members"]) <= ens["picks"] <= 3 and 0 <= ens["test_accuracy"] <= 1
-    assert ens["val_accuracy"] >= first["best"]["val_accuracy"]  # greedy never does worse on validation
+    assert 1 <= len(ens["members"]) <= ens["picks"] <= 3 * 8 and 0 <= ens["test_accuracy"] <= 1  # 8 bags (the default) of up to 3 picks
+    assert ens["val_accuracy"] >= first["best"]["val_accuracy"]  # 6 networks: every bag holds all, so greedy never does worse on validation
     assert len(first["hall_of_fame"]["ids"]) == 6  # room for 32: every network so far is kept
     assert 0 < first["worker_utilization"] <= 1 and first["wall_seconds"] > 0
     with open(os.path.join(out, "summary.json")) as f:
@@ -144,8 +143,11 @@ def _bad_files(tmp_path):
         f["train/x"] = h5py.ExternalLink(str(tmp_path / "elsewhere.h5"), "train/x")
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("case", list(BAD))
 def test_bad_input_ends_every_rank_fast_with_one_line(tmp_path, small_config, case):
+    """Wall-clock timing: every rank ends within 60 s (some 3 s here, loaded or not); a rank left waiting
+    at a collective would hang until the 90 s timeout."""
     if case == "no gpu":
         import torch
 
@@ -171,6 +173,7 @@ def test_bad_input_ends_every_rank_fast_with_one_line(tmp_path, small_config, ca
     assert sorted(os.listdir(tmp_path / "used")) == ["notes.txt"]
 
 
+@pytest.mark.slow
 def test_resume_refuses_other_data_or_another_search_space(tmp_path, small_config):
     out = str(tmp_path / "run")
     first = subprocess.run(evens_cmd() + ["run", small_config, "--out", out, "--set", "search.evaluations=1", *SMALL],
@@ -193,8 +196,12 @@ def test_resume_refuses_other_data_or_another_search_space(tmp_path, small_confi
     assert report(out)["evaluations"] == 1  # the run is untouched
 
 
+@pytest.mark.slow
+@pytest.mark.timing
 def test_one_job_per_run_directory(tmp_path, small_config):
-    """A second job on a run that a job is writing gets one line and exit 2; the first goes on intact."""
+    """A second job on a run that a job is writing gets one line and exit 2; the first goes on intact.
+    Wall-clock timing: each refusal comes within 60 s (a few s here); a job waiting for the lock would hang
+    until the 90 s timeout."""
     out = str(tmp_path / "run")
     first = start_job(["run", small_config, "--out", out, "--set", "search.evaluations=100000", *SMALL])
     wait_for_checkpoint(first, out, 2)
@@ -252,3 +259,24 @@ def test_a_launcher_of_another_mpi_is_refused_before_anything_runs(tmp_path):
     assert re.fullmatch(r"evens: error: the launcher started 3 processes, but MPI sees each one alone: mpi4py uses another "
                         r"MPI \(.+\) than the launcher's; .*docs/cluster.md\)", lines[0][0]), lines[0][0]
     assert not out.exists()
+
+
+def test_a_config_with_only_data_and_search_searches_the_preset_its_data_fits_and_keeps_it_on_resume(tmp_path):
+    data = write_blobs(tmp_path / "images.h5")  # samples (1, 8, 8): the image preset
+    cfg = tmp_path / "plain.toml"
+    cfg.write_text(f'[data]\npath = "{data}"\n\n[search]\nevaluations = 3\npopulation = 2\n')
+    out = str(tmp_path / "run")
+    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out], timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "search space: preset image, chosen for samples of shape (1, 8, 8): 1 channel(s) of 8x8 pixels" in proc.stderr
+    assert "search space: preset image" in proc.stdout  # the summary says it too
+    s = report(out)
+    assert s["space"] == {"asked": "auto", "chosen": "image", "why": "samples of shape (1, 8, 8): 1 channel(s) of 8x8 pixels",
+                          "overrides": []}
+    assert {n["network"].split()[0] for n in s["top"]} <= {"cnn"}
+    proc = launch(3, evens_cmd() + ["run", "--resume", out, "--set", "search.evaluations=4"], timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert report(out)["space"]["chosen"] == "image" and report(out)["evaluations"] == 4
+    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", str(tmp_path / "other"), "--set", "space.preset='tabular'"],
+                  timeout=120, cwd=ROOT)
+    assert proc.returncode == 2 and "space.preset 'tabular' is for samples of 1 dimension(s); the data's are (1, 8, 8)" in proc.stderr

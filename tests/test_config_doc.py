@@ -3,15 +3,16 @@ import os
 from dataclasses import fields
 
 from conftest import ROOT
-from evolve.config import SECTIONS
-from evolve.config_doc import reference
-from evolve.space import VOCABULARY
+
+from evolve.config.reference import reference
+from evolve.config.schema import SECTIONS
+from evolve.search.space import VOCABULARY
 
 
 def test_the_config_reference_is_current():
     with open(os.path.join(ROOT, "docs", "config.md")) as f:
         on_disk = f.read()
-    assert on_disk == reference(), "docs/config.md is out of date: run  python -m evolve.config_doc > docs/config.md"
+    assert on_disk == reference(), "docs/config.md is out of date: run  python -m evolve.config.reference > docs/config.md"
 
 
 def test_every_key_and_gene_is_documented_with_a_meaning():
@@ -20,6 +21,6 @@ def test_every_key_and_gene_is_documented_with_a_meaning():
         assert f"## [{section}]" in text
         for f in fields(cls):
             row = next(line for line in text.splitlines() if line.startswith(f"| `{f.name}` |"))
-            assert row.rstrip(" |").split("|")[-1].strip(), f"{section}.{f.name} has no meaning: comment its line in evolve/config.py"
+            assert row.rstrip(" |").split("|")[-1].strip(), f"{section}.{f.name} has no meaning: comment its line in evolve/config/schema.py"
     for gene in VOCABULARY:
         assert f"| `{gene}` |" in text

@@ -13,13 +13,13 @@ import zlib
 import h5py
 import numpy as np
 import pytest
-
 from conftest import MPI_PROGRAMS, ROOT, blob_splits, evens_cmd, launch, tiny_search, write_blobs, write_regression
-from data_bcast.broadcast import fingerprint
+
 from data_bcast import load_dataset, write_dataset
+from data_bcast.broadcast import fingerprint
 from data_bcast.layout import ArraySpec, plan_chunks, plan_layout
 from ensemble.problem import Regression
-from evolve import checkpoint
+from evolve.runfile import checkpoint
 
 pytestmark = pytest.mark.mpi
 

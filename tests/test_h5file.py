@@ -3,8 +3,8 @@ import os
 import h5py
 import numpy as np
 import pytest
-
 from conftest import blobs, write_blobs, write_regression
+
 from data_bcast.convert import npz_to_h5, write_diabetes
 from data_bcast.h5file import DataError, inspect_file, write_dataset
 from data_bcast.reader import load_dataset

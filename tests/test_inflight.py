@@ -1,19 +1,19 @@
-"""The in-flight log (evolve.inflight): binary frames, one write per flush, torn ends ignored, old JSON logs read."""
+"""The in-flight log (evolve.runfile.inflight): binary frames, one write per flush, torn ends ignored, old JSON logs read."""
 from __future__ import annotations
 
-import json
 import os
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from evolve.inflight import InFlightLog, inflight_path, read_log
-from evolve.records import Pending
+from evolve.runfile.inflight import InFlightLog, inflight_path, read_log
+from evolve.search.records import Pending
 
 GENES = 4
 
 
 def _pending(ident: int, attempts: int = 1) -> Pending:
-    return Pending(ident, [ident + 0.25 * g for g in range(GENES)], (ident - 2, ident - 1), "crossover+mutation", attempts)
+    return Pending(id=ident, genome=[ident + 0.25 * g for g in range(GENES)], parents=(ident - 2, ident - 1), operators="crossover+mutation", attempts=attempts)
 
 
 def _log_bytes(tmp_path, events) -> bytes:
@@ -101,14 +101,6 @@ def test_garbage_and_flipped_bytes_end_the_log_without_an_error(tmp_path):
         assert got in ({}, {1: _pending(1)}, {1: _pending(1), 2: _pending(2)})  # the log ends before the damaged write
     assert isinstance(read_log(os.urandom(4096), GENES), dict)  # random bytes: no error
     assert read_log(b"\x00" * 64, GENES) == {}
-
-
-def test_a_json_lines_log_from_an_older_evens_is_read(tmp_path):
-    lines = [{"sent": 4, "genome": [0.0] * GENES, "parents": [1, 2], "operators": "mutation", "attempts": 2},
-             {"sent": 5, "genome": [1.0] * GENES, "parents": [1, 2], "operators": "random", "attempts": 1},
-             {"done": 5}]
-    data = b"".join(json.dumps(line).encode() + b"\n" for line in lines) + b'{"sent": 6, "genome": [1.0'
-    assert read_log(data, GENES) == {4: Pending(4, [0.0] * GENES, (1, 2), "mutation", 2)}
 
 
 def test_entries_for_another_number_of_genes_are_skipped(tmp_path):

@@ -8,7 +8,6 @@ import time
 
 import h5py
 import pytest
-
 from cli_fixture import SMALL, checkpoint_evaluations, report, start_job, wait_for_checkpoint
 from conftest import ROOT, evens_cmd, launch, launch_python, mpiexec
 
@@ -42,7 +41,10 @@ def test_interrupted_run_resumes(tmp_path, small_config, sig):
     "where, message",
     [("interrupt", "interrupted on rank 0"), ("worker", "injected worker fault")],
 )
+@pytest.mark.timing
 def test_an_internal_failure_on_one_rank_ends_the_whole_job(tmp_path, small_config, where, message):
+    """Wall-clock timing: the job ends within 90 s (a few s here); ranks left waiting on the failed one would
+    hang until the 120 s timeout."""
     out = str(tmp_path / "run")
     start = time.monotonic()
     proc = launch_python(3, "prog_fault.py", where, "run", small_config, "--out", out, "--set", "search.evaluations=30", *SMALL, timeout=120)
@@ -51,7 +53,10 @@ def test_an_internal_failure_on_one_rank_ends_the_whole_job(tmp_path, small_conf
     assert time.monotonic() - start < 90
 
 
+@pytest.mark.timing
 def test_a_full_disk_ends_the_job_in_one_line_and_keeps_the_last_checkpoint(tmp_path, small_config):
+    """Wall-clock timing: the job ends within 90 s (a few s here); workers left waiting on the master would
+    hang until the 120 s timeout."""
     out = str(tmp_path / "run")
     start = time.monotonic()
     proc = launch_python(3, "prog_fault.py", "master", "run", small_config, "--out", out, "--set", "search.evaluations=30", *SMALL, timeout=120)
@@ -128,7 +133,7 @@ def test_a_signal_drains_the_running_trainings_and_ends_cleanly(tmp_path, small_
     assert not [p for p in shm if os.path.exists(p)], "a clean end frees MPICH's shared memory"
     final = report(out)
     assert final["evaluations"] == saved
-    from evolve import checkpoint
+    from evolve.runfile import checkpoint
     state, _ = checkpoint.load(os.path.join(out, "checkpoint.h5"))
     dropped = {p.id: p.attempts for p in state.pending}  # never started: to redo, nothing counted against them
     assert final["pending"] == len(dropped) <= 2 and set(dropped.values()) <= {0}
@@ -139,9 +144,11 @@ def test_a_signal_drains_the_running_trainings_and_ends_cleanly(tmp_path, small_
     assert f"{len(dropped)} to redo" in resumed.stderr
 
 
+@pytest.mark.timing
 def test_a_second_signal_ends_the_drain_at_once(tmp_path, small_config):
     """A training that never ends (its worker stopped) holds the drain; a second signal ends the job
-    at once, with that training left to redo."""
+    at once, with that training left to redo. Wall-clock timing: the job still runs 3 s after the first
+    signal (the drain may wait 600 s), and ends within 15 s of the second (a second or two here)."""
     out = str(tmp_path / "run")
     env = dict(os.environ, EVENS_TEST_FAULTS="hang:4", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
     proc = subprocess.Popen([mpiexec(), "-n", "3", *evens_cmd(), "run", small_config, "--out", out, "--set", "search.evaluations=400",
@@ -163,6 +170,7 @@ def test_a_second_signal_ends_the_drain_at_once(tmp_path, small_config):
     assert pending[4] == 0 and set(pending.values()) == {0} and len(pending) <= 2
 
 
+@pytest.mark.slow
 def test_a_network_that_kills_its_worker_is_recorded_as_crashed_and_the_run_finishes(tmp_path, small_config):
     """Evaluation 5 kills its worker process (as the out-of-memory killer would), which ends the whole
     MPI job; every resume may die once more, and the run still finishes its budget, with evaluation 5
@@ -179,7 +187,7 @@ def test_a_network_that_kills_its_worker_is_recorded_as_crashed_and_the_run_fini
         if resumed.returncode == 0:
             break
     assert codes[-1] == 0 and len(codes) <= 2, (codes, resumed.stderr)
-    from evolve import checkpoint
+    from evolve.runfile import checkpoint
     state, _ = checkpoint.load(os.path.join(out, "checkpoint.h5"))
     assert len(state.records) == 12 and state.pending == []
     crashed = state.by_id()[5]
@@ -188,10 +196,14 @@ def test_a_network_that_kills_its_worker_is_recorded_as_crashed_and_the_run_fini
     assert sorted(r.id for r in state.records) == list(range(12))
 
 
+@pytest.mark.slow
+@pytest.mark.timing
 def test_a_worker_that_stops_answering_is_named_and_the_job_ends(tmp_path, small_config):
     """Evaluation 3's worker stops (SIGSTOP) for good: past its time limit plus search.hang_seconds
     the master names its rank and host, checkpoints and ends the job with exit status 69; the
-    resume redoes it once (it hangs again) and then records it as crashed."""
+    resume redoes it once (it hangs again) and then records it as crashed. Wall-clock timing: the
+    limits (2 s + 3 s) end the first job within 60 s (some 8 s here); a master that never noticed would
+    run until the 120 s timeout."""
     out = str(tmp_path / "run")
     env = {"EVENS_TEST_FAULTS": "hang:3"}
     limits = ["--set", "search.eval_timeout_seconds=2", "--set", "search.hang_seconds=3"]
@@ -206,6 +218,6 @@ def test_a_worker_that_stops_answering_is_named_and_the_job_ends(tmp_path, small
     assert again.returncode == 69, again.stderr
     last = launch(3, evens_cmd() + ["run", "--resume", out, *limits], timeout=120, cwd=ROOT, env=env)
     assert last.returncode == 0, last.stderr
-    from evolve import checkpoint
+    from evolve.runfile import checkpoint
     state, _ = checkpoint.load(os.path.join(out, "checkpoint.h5"))
     assert len(state.records) == 10 and state.by_id()[3].status == "crashed"

@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 PACKAGES = ("data_bcast", "ensemble", "evolve")
@@ -49,12 +48,44 @@ def imported_names(module: str, path: str) -> set[str]:
 
 ALL = dict(modules())
 # Modules that may talk MPI themselves; everything else gets a comm passed in, or none at all.
-MPI_ALLOWED = {"data_bcast.broadcast", "data_bcast.shard", "evolve.mpi_transport"}
+MPI_ALLOWED = {"data_bcast.agreement", "data_bcast.nodes", "data_bcast.shard", "data_bcast.stream", "evolve.transport.mpi_transport"}
 
 
 @pytest.mark.parametrize("module", sorted(m for m in ALL if m.split(".")[0] in ("ensemble", "data_bcast")))
 def test_lower_layers_never_import_the_search(module):
     assert not any(n == "evolve" or n.startswith("evolve.") for n in imported_names(module, ALL[module]))
+
+
+# Which of evolve's subpackages each may import (besides itself, evolve.errors and the version in evolve's
+# __init__); the lower packages ensemble/ and data_bcast/ are open to all. docs/architecture.md draws it.
+EVOLVE_LAYERS = {
+    "search": set(),  # genes, GA, strategies, records: pure search code
+    "config": {"search"},  # the typed config holds the search space
+    "transport": {"search"},  # messages and MPI; the worker decodes tasks with the space
+    "engine": {"search", "config", "transport"},  # the loop, dispatch, the simulator
+    "runfile": {"search", "config", "engine"},  # the checkpoint stores the engine's state
+    "app": {"search", "config", "transport", "engine", "runfile"},  # the command line: everything
+}
+
+
+def subpackage(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[1] if parts[0] == "evolve" and len(parts) > 2 and parts[1] in EVOLVE_LAYERS else None
+
+
+def test_every_subpackage_of_evolve_has_its_layer():
+    found = {name.split(".")[1] for name in ALL if name.startswith("evolve.") and subpackage(name + ".x")}
+    assert found == set(EVOLVE_LAYERS)
+    loose = sorted(m for m in ALL if m.startswith("evolve.") and m.count(".") == 1
+                   and m.split(".")[1] not in (*EVOLVE_LAYERS, "errors", "__main__"))
+    assert loose == [], "a module of evolve/ outside its subpackages"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in ALL if subpackage(m)))
+def test_subpackages_of_evolve_import_only_those_below_them(module):
+    mine = subpackage(module)
+    imported = {subpackage(n) for n in imported_names(module, ALL[module])} - {None, mine}
+    assert imported <= EVOLVE_LAYERS[mine], f"{module} imports evolve.{sorted(imported - EVOLVE_LAYERS[mine])}"
 
 
 @pytest.mark.parametrize("module", sorted(ALL))
@@ -72,16 +103,19 @@ TORCH_FREE = [
     "ensemble.hall_of_fame",
     "ensemble.select",
     "ensemble.store",
-    "ensemble.h5write",
-    "evolve.ga",
-    "evolve.space",
-    "evolve.space_config",
-    "evolve.config",
-    "evolve.master",
-    "evolve.records",
-    "evolve.strategy",
-    "evolve.protocol",
-    "evolve.checkpoint",
+    "evolve.search.ga",
+    "evolve.search.space",
+    "evolve.search.space_config",
+    "evolve.search.records",
+    "evolve.search.strategy",
+    "evolve.search.early_stop",
+    "evolve.config.schema",
+    "evolve.engine.loop",
+    "evolve.engine.dispatch",
+    "evolve.engine.simulator",
+    "evolve.transport.protocol",
+    "evolve.transport.wire",
+    "evolve.runfile.checkpoint",
 ]
 
 
@@ -103,3 +137,21 @@ def test_the_lazy_package_still_exports_its_names():
     assert callable(ensemble.train_and_evaluate)
     with pytest.raises(AttributeError):
         ensemble.no_such_name  # noqa: B018
+
+
+ROLE_BRANCHES = {"evolve.app.driver", "evolve.app.predict_ranks"}  # where evens asks which rank it is
+
+
+def compares_a_rank(path: str) -> bool:
+    """Does the module compare a rank (``comm.rank == 0``, ``rank != ROOT``) anywhere?"""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    named = lambda node: (isinstance(node, ast.Attribute) and node.attr == "rank") or (isinstance(node, ast.Name) and node.id == "rank")  # noqa: E731
+    return any(isinstance(node, ast.Compare) and any(map(named, [node.left, *node.comparators])) for node in ast.walk(tree))
+
+
+@pytest.mark.parametrize("module", sorted(m for m in ALL if m.startswith("evolve")))
+def test_roles_branch_in_one_place(module):
+    """Nothing in evolve/ below the two role-branching modules asks which rank it is (the data plane's
+    collectives, in data_bcast/, know their root; that is communication, not a role)."""
+    assert module in ROLE_BRANCHES or not compares_a_rank(ALL[module]), f"{module} asks which rank it is"

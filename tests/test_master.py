@@ -1,22 +1,23 @@
 import statistics
 
 import pytest
+from fakes import PROBLEM, TEST_Y, VAL_Y, SimulatedTransport, VirtualClock, landscape, search_config
 
-from simulate import PROBLEM, TEST_Y, VAL_Y, SimulatedTransport, VirtualClock, landscape
 from ensemble.hall_of_fame import HallOfFame, Member
-from evolve import checkpoint
-from evolve.checkpoint import RunInfo
-from evolve.ga import GAParams
-from evolve.master import YOUNG_COLLECTION, SearchSettings, SearchState, run_search
-from evolve.protocol import InProcessTransport
-from evolve.space import GENE_NAMES
-from evolve.space_config import parse_space
+from evolve.config.schema import config_from_dict
+from evolve.engine.loop import YOUNG_COLLECTION, run_search
+from evolve.engine.state import SearchState
+from evolve.runfile import checkpoint
+from evolve.runfile.checkpoint import RunInfo
+from evolve.search.space import GENE_NAMES
+from evolve.search.space_config import parse_space
+from evolve.transport.protocol import InProcessTransport
 
 SPACE = parse_space({}).for_sample_shape((1, 8, 8))
 
 
 def settings(budget, population=6, k=3):
-    return SearchSettings(budget=budget, ga=GAParams(population=population), candidates=k, seed=0, checkpoint_seconds=0)
+    return search_config(budget, population, k, 0, checkpoint_seconds=0)
 
 
 def in_process(workers, evaluate=landscape):
@@ -108,7 +109,7 @@ def test_stop_checkpoint_resume_continues_the_count(tmp_path):
     assert saved, "the loop wrote checkpoints while it ran"
 
     data = {"problem": PROBLEM.to_dict(), "sample_shape": [1, 8, 8], "x_dtype": "float32"}
-    info = RunInfo({"search": {"evaluations": 12}}, list(GENE_NAMES), data, VAL_Y, TEST_Y)
+    info = RunInfo(config_from_dict({"search": {"evaluations": 12}, "space": {}}), list(GENE_NAMES), data, VAL_Y, TEST_Y)
     path = str(tmp_path / "checkpoint.h5")
     checkpoint.save(path, state, info)
     resumed, _ = checkpoint.load(path)
@@ -206,7 +207,7 @@ def test_more_workers_than_budget_is_fine(workers):
 def test_a_task_made_from_a_key_carries_the_settings_the_genome_decodes_to():
     import random
 
-    from evolve.protocol import Task
+    from evolve.transport.protocol import Task
 
     rng = random.Random(0)
     for _ in range(50):
@@ -279,14 +280,14 @@ def test_the_search_loop_and_its_checkpoints_make_no_reference_cycles(tmp_path):
     data = {"problem": PROBLEM.to_dict(), "sample_shape": [1, 8, 8], "x_dtype": "float32"}
 
     def garbage(budget: int, name: str) -> list:
-        info = RunInfo({"search": {"evaluations": budget}}, list(GENE_NAMES), data, VAL_Y, TEST_Y)
+        info = RunInfo(config_from_dict({"search": {"evaluations": budget}, "space": {}}), list(GENE_NAMES), data, VAL_Y, TEST_Y)
         path = str(tmp_path / name)
         gc.collect()
         gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds unreachable is kept in gc.garbage, to count
         try:
             state = SearchState.fresh(0)
             run_search(state, SimulatedTransport({1: 1.0, 2: 1.5, 3: 2.5}), SPACE,
-                       SearchSettings(budget, GAParams(population=6), 8, 0, checkpoint_seconds=0, early_stopping=True),
+                       search_config(budget, 6, 8, 0, checkpoint_seconds=0, early_stopping=True),
                        checkpoint=lambda s: checkpoint.save(path, s, info))
             checkpoint.save(path, state, info)
             gc.collect()  # after the search: nothing is frozen any more
@@ -320,7 +321,7 @@ def test_the_history_is_kept_from_the_garbage_collector_while_the_search_runs_an
         frozen.append(gc.get_freeze_count())
         thresholds.append(gc.get_threshold())
 
-    run_search(state, in_process(2), SPACE, SearchSettings(40, GAParams(population=6), 3, 0, checkpoint_seconds=0),
+    run_search(state, in_process(2), SPACE, search_config(40, 6, 3, 0, checkpoint_seconds=0),
                checkpoint=lambda s: None, on_result=seen)
     assert len(frozen) == 40 and min(frozen) > 0
     assert frozen[-1] > frozen[0]  # what each checkpoint left alive joined the frozen history

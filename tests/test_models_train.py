@@ -1,14 +1,13 @@
 import numpy as np
 import pytest
 import torch
-
 from conftest import blob_splits, blobs
+
 from ensemble.device import cpu_threads
-from ensemble.problem import Classification, Regression
 from ensemble.models import NetworkSpec, build_network, families_for
+from ensemble.problem import Classification, Regression
 from ensemble.specs import TrainSpec
 from ensemble.train import DeviceData, set_precision, train_and_evaluate
-
 
 ACCEPTS = {"mlp": {1, 2, 3}, "cnn": {2, 3}, "rnn": {2}}  # sample dimensions each family takes
 
@@ -146,7 +145,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from ensemble.train import lr_factor  # noqa: E402
-from evolve.space_config import parse_space  # noqa: E402
+from evolve.search.space_config import parse_space  # noqa: E402
 
 SMALL_SPACE = parse_space({
     "depth": {"low": 1, "high": 3}, "width": {"choices": [3, 4, 6], "per_layer": True}, "epochs": 1, "batch_size": 16,
@@ -268,3 +267,89 @@ def test_precision_settings():
     assert torch.backends.cuda.matmul.fp32_precision == "ieee" and torch.backends.cudnn.conv.fp32_precision == "ieee"
     with pytest.raises(ValueError, match="unknown precision 'fp8'"):
         set_precision("fp8")
+
+
+@pytest.mark.parametrize("shape", [(2, 64), (1, 12, 12)])
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_growing_dilation_doubles_each_blocks_reach_and_keeps_the_maps_size(shape, k):
+    """dilation="growing": block i convolves with dilation 2**i (a TCN's receptive field), the map's size kept."""
+    spec = NetworkSpec("cnn", 3, 4, kernel_size=k, pooling="none", dilation="growing")
+    net = build_network(spec, shape, 3)
+    convs = [m for m in net.modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d))]
+    assert [c.dilation[0] for c in convs] == [1, 2, 4]
+    x = torch.randn(2, *shape)
+    maps = torch.nn.Sequential(*[m for m in net if not isinstance(m, (torch.nn.AdaptiveAvgPool1d, torch.nn.AdaptiveAvgPool2d, torch.nn.Flatten, torch.nn.Linear))])
+    assert maps(x).shape[2:] == x.shape[2:]
+    plain = build_network(NetworkSpec("cnn", 3, 4, kernel_size=k, pooling="none"), shape, 3)
+    assert all(m.dilation[0] == 1 for m in plain.modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d)))
+
+
+@pytest.mark.parametrize("shape", [(2, 40), (3, 9, 9)])
+def test_an_average_head_reads_each_maps_mean_and_a_flatten_head_a_few_positions(shape):
+    average = build_network(NetworkSpec("cnn", 2, 6, pooling="none", head="average"), shape, 5)
+    flatten = build_network(NetworkSpec("cnn", 2, 6, pooling="none"), shape, 5)
+    assert [m for m in average.modules() if isinstance(m, torch.nn.Linear)][-1].in_features == 6
+    assert [m for m in flatten.modules() if isinstance(m, torch.nn.Linear)][-1].in_features == 6 * 4 ** (len(shape) - 1)
+    assert average(torch.randn(3, *shape)).shape == (3, 5)
+    # the average head sees where a pattern is no more: a shifted input gives the same output (circular padding aside)
+    net = build_network(NetworkSpec("cnn", 1, 6, kernel_size=1, pooling="none", head="average", norm="none"), shape, 5).eval()
+    x = torch.randn(1, *shape)
+    assert torch.allclose(net(x), net(torch.roll(x, 3, dims=-1)), atol=1e-5)
+
+
+def test_dilation_and_head_are_a_cnns_alone():
+    spec = NetworkSpec("mlp", 2, 8, dilation="growing", head="average")
+    assert (spec.canonical().dilation, spec.canonical().head) == ("none", "flatten")
+    with pytest.raises(ValueError, match="unknown dilation"):
+        NetworkSpec("cnn", 2, 8, dilation="exponential")
+
+
+def test_label_smoothing_softens_a_classifiers_loss_and_a_regression_ignores_it():
+    from ensemble.train import Head
+
+    head = Head(Classification(3))
+    out, target = torch.tensor([[8.0, 0.0, 0.0]]), torch.tensor([0])
+    assert head.loss(out, target, 0.1) > head.loss(out, target) > 0  # a confident, right answer costs more when smoothed
+    data = regression_data()
+    y = data.fit_target[:4]
+    assert data.head.loss(y, y, 0.3) == 0.0
+    smoothed = train_and_evaluate(NetworkSpec("mlp", 1, 16), TrainSpec(1e-2, 32, 3, label_smoothing=0.2), data_for((12,)), seed=0)
+    assert smoothed.status == "ok" and smoothed.metrics["val_accuracy"] > 0.8
+    with pytest.raises(ValueError):
+        TrainSpec(1e-2, 32, 3, label_smoothing=1.0)
+
+
+def test_standardize_learns_the_training_splits_statistics_and_keeps_them_in_the_weights():
+    """A table whose features live far from 0 and 1: standardised inside the network, and the statistics
+    travel with the weights, so a rebuilt network predicts the same."""
+    from ensemble.models import Standardize
+
+    data = regression_data(shape=(6,))
+    far = {s: data.x[s] * 1000.0 + 5000.0 for s in data.x}
+    data.x.update(far)
+    ev = train_and_evaluate(NetworkSpec("mlp", 2, 32, standardize=True), TrainSpec(1e-2, 32, 30), data, seed=0)
+    plain = train_and_evaluate(NetworkSpec("mlp", 2, 32), TrainSpec(1e-2, 32, 30), data, seed=0)
+    assert ev.status == "ok" and ev.metrics["val_rmse"] < 0.5 * plain.metrics["val_rmse"]
+    assert np.allclose(ev.weights["0.mean"], far["train"].mean(dim=0).numpy(), rtol=1e-5)
+    rebuilt = build_network(NetworkSpec("mlp", 2, 32, standardize=True), (6,), 1)
+    rebuilt.load_state_dict({k: torch.from_numpy(v) for k, v in ev.weights.items()})
+    assert isinstance(rebuilt[0], Standardize) and torch.allclose(rebuilt[0].std, torch.from_numpy(ev.weights["0.std"]))
+    constant = Standardize((2,))
+    constant.fit(torch.tensor([[1.0, 3.0], [1.0, 5.0]]))
+    assert constant.std.tolist() == [1.0, 1.0] and constant(torch.tensor([[1.0, 4.0]])).tolist() == [[0.0, 0.0]]
+
+
+def test_shift_augmentation_moves_each_sample_by_its_own_offset_within_an_eighth_and_fills_with_zeros():
+    from ensemble.train import shifted
+
+    x = torch.zeros(64, 1, 16, 16)
+    x[:, 0, 8, 8] = 1.0
+    moved = shifted(x, torch.Generator().manual_seed(0))
+    where = [tuple(torch.nonzero(m[0]).tolist()[0]) for m in moved]
+    assert all(abs(r - 8) <= 2 and abs(c - 8) <= 2 for r, c in where) and len(set(where)) > 10  # 16 / 8 = 2 either way
+    assert moved.sum() == 64  # nothing but the pixel moved in (zeros fill)
+    signal = torch.arange(8.0).repeat(5, 2, 1)  # (5, 2, 8): both channels of a sample move together
+    out = shifted(signal, torch.Generator().manual_seed(1))
+    assert torch.equal(out[:, 0], out[:, 1])
+    ev = train_and_evaluate(NetworkSpec("cnn", 2, 8, head="average"), TrainSpec(1e-2, 32, 4, augment="shift"), data_for((1, 8, 8)), seed=0)
+    assert ev.status == "ok" and ev.metrics["val_accuracy"] > 0.8

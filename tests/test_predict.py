@@ -9,8 +9,8 @@ import subprocess
 import h5py
 import numpy as np
 import pytest
-
 from conftest import ROOT, checksums_again, evens_cmd, launch, tiny_search, write_blobs
+
 from ensemble import EnsembleError, load_ensemble
 
 pytestmark = pytest.mark.e2e

@@ -3,20 +3,20 @@ import json
 import math
 
 import pytest
-
 from conftest import launch_python
-from simulate import SimulatedTransport, VirtualClock
-from evolve.ga import GAParams
-from evolve.master import HungWorker, SearchSettings, SearchState, run_search
-from evolve.simulate import simulate
-from evolve.space_config import parse_space
+from fakes import SimulatedTransport, VirtualClock, search_config
+
+from evolve.engine.loop import HungWorker, run_search
+from evolve.engine.simulator import simulate
+from evolve.engine.state import SearchState
+from evolve.search.space_config import parse_space
 
 SPACE = parse_space({}).for_sample_shape((1, 8, 8))
 SPEEDS = {1: 1.0, 2: 1.5, 3: 2.5}
 
 
 def settings(budget, checkpoint_seconds=math.inf, **kw):
-    return SearchSettings(budget=budget, ga=GAParams(population=4), candidates=3, seed=0, checkpoint_seconds=checkpoint_seconds, **kw)
+    return search_config(budget, 4, 3, 0, checkpoint_seconds=checkpoint_seconds, **kw)
 
 
 def test_each_worker_starts_its_queued_task_the_moment_it_reports_and_records_when_it_started():
@@ -62,7 +62,7 @@ def test_a_queued_task_counts_as_out_at_a_job_death_but_not_at_a_hang():
     transport = SimulatedTransport({1: 1.0, 2: math.inf}, clock=clock, depth=2)
     state = SearchState.fresh(0)
     with pytest.raises(HungWorker) as caught:
-        run_search(state, transport, SPACE, settings(1000, prefetch=1, eval_timeout=5.0, hang_seconds=10.0), clock=clock)
+        run_search(state, transport, SPACE, settings(1000, prefetch=1, eval_timeout_seconds=5.0, hang_seconds=10.0), clock=clock)
     attempts = {p.id: p.attempts for p in state.pending}
     assert attempts.pop(caught.value.ident) == 1 and len(attempts) == 3 and set(attempts.values()) == {0}
 
@@ -73,7 +73,7 @@ def test_a_queued_task_counts_towards_a_hang_only_from_when_it_starts():
     state = SearchState.fresh(0)
     # each training takes 8 s; its limit (10 s) plus hang_seconds (5 s) is never passed, though a task
     # queued at 0 s comes back at 16 s
-    assert run_search(state, transport, SPACE, settings(20, prefetch=1, eval_timeout=10.0, hang_seconds=5.0), clock=clock)
+    assert run_search(state, transport, SPACE, settings(20, prefetch=1, eval_timeout_seconds=10.0, hang_seconds=5.0), clock=clock)
     assert len(state.records) == 20
 
 
@@ -105,12 +105,15 @@ def test_nothing_is_queued_in_generational_mode_or_over_workers_that_do_not_queu
 def test_prefetch_keeps_workers_busy_where_the_master_queues_results():
     # 32 workers with 5 ms trainings and a master busy 100 us per result: a worker without a task
     # queued waits for the master's answer behind the others' results
-    alone, queued = (simulate(SPACE, 32, 0.005, 0.5, 100e-6, 3000, prefetch=p).utilization for p in (0, 1))
+    alone, queued = (simulate(search_config(1, space=SPACE, prefetch=p), 32, 0.005, 0.5, 100e-6, 3000).utilization for p in (0, 1))
     assert alone < 0.98 and queued > 0.995
 
 
 @pytest.mark.mpi
+@pytest.mark.timing
 def test_a_stop_skips_the_tasks_queued_before_it():
+    """Wall-clock timing (prog_prefetch.py): a training sleeps 1 s and the stop goes out 0.5 s after the
+    first results, so each worker has 0.5 s to start its second task and the stop 0.5 s to come before the third."""
     proc = launch_python(3, "prog_prefetch.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -118,7 +121,9 @@ def test_a_stop_skips_the_tasks_queued_before_it():
 
 
 @pytest.mark.mpi
+@pytest.mark.timing
 def test_a_drain_answers_the_tasks_queued_skipped_and_lets_the_running_ones_finish():
+    """Wall-clock timing: as above, with the drain in place of the stop."""
     proc = launch_python(3, "prog_prefetch.py", "--drain")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -127,7 +132,10 @@ def test_a_drain_answers_the_tasks_queued_skipped_and_lets_the_running_ones_fini
 
 
 @pytest.mark.mpi
+@pytest.mark.timing
 def test_a_drain_behind_eight_queued_tasks_skips_them_all():
+    """Wall-clock timing (prog_drain_queue.py): the queued tasks and the drain go out once each worker says it
+    began its first training (a 1 s sleep), so all of them are there a second before it ends."""
     proc = launch_python(3, "prog_drain_queue.py", "8")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == '8 {"1": "ossssssss", "2": "ossssssss"}'

@@ -4,6 +4,7 @@ import logging
 import math
 
 from test_checkpoint_report import finished_run
+
 from evolve.app.log import LOG, setup_logging
 from evolve.app.progress import Progress
 
@@ -37,18 +38,18 @@ def test_batch_output_gets_a_status_line_every_n_seconds_and_at_the_end():
 def test_quiet_prints_nothing_and_verbose_logs_every_evaluation():
     state, _ = finished_run(budget=4)
     out = io.StringIO()
-    setup_logging(0, verbose=True, stream=out)
+    setup_logging(True, 0, verbose=True, stream=out)
     try:
         progress = Progress(4, 0, "accuracy", quiet=True, stream=io.StringIO())
         for r in state.records:
             progress(r, state)
         assert [line.split(" fitness")[0] for line in out.getvalue().splitlines()] == [f"evens: #{r.id} {r.status}" for r in state.records]
     finally:
-        setup_logging(0)
+        setup_logging(True, 0)
     assert LOG.level == logging.INFO
-    setup_logging(3)  # a worker: warnings and errors only
+    setup_logging(False, 3)  # a worker: warnings and errors only
     assert LOG.level == logging.WARNING
-    setup_logging(0)
+    setup_logging(True, 0)
 
 
 def test_an_unchosen_ensemble_shows_a_dash_not_nan():

@@ -4,23 +4,24 @@ import math
 
 import h5py
 import pytest
-
 from checkpoint_fixture import info as run_info
-from simulate import SimulatedTransport, VirtualClock, landscape
+from fakes import SimulatedTransport, VirtualClock, landscape, search_config
+
 from ensemble.results import Evaluation
-from evolve import checkpoint
-from evolve.ga import GAParams
-from evolve.master import CRASHED_MESSAGE, HungWorker, SearchSettings, SearchState, run_search
-from evolve.protocol import InProcessTransport, Task
-from evolve.records import Pending
-from evolve.space_config import parse_space
-from evolve.worker import injected_faults, with_faults
+from evolve.engine.loop import CRASHED_MESSAGE, HungWorker, run_search
+from evolve.engine.state import SearchState
+from evolve.errors import RunDirError
+from evolve.runfile import checkpoint
+from evolve.search.records import Pending
+from evolve.search.space_config import parse_space
+from evolve.transport.protocol import InProcessTransport, Task
+from evolve.transport.worker import injected_faults, with_faults
 
 SPACE = parse_space({}).for_sample_shape((1, 8, 8))
 
 
 def settings(budget, **kw):
-    return SearchSettings(budget=budget, ga=GAParams(population=4), candidates=3, seed=0, checkpoint_seconds=0, **kw)
+    return search_config(budget, 4, 3, 0, checkpoint_seconds=0, **kw)
 
 
 class TimedTransport(SimulatedTransport):
@@ -101,7 +102,7 @@ def _pending(ids, attempts):
     state.hall_of_fame = SearchState.fresh(0).hall_of_fame
     state.strategy = {}
     state.next_id = max(ids) + 1
-    state.pending = [Pending(i, list(genomes[k]), (-1, -1), "random", a) for k, (i, a) in enumerate(zip(ids, attempts))]
+    state.pending = [Pending(id=i, genome=list(genomes[k]), parents=(-1, -1), operators="random", attempts=a) for k, (i, a) in enumerate(zip(ids, attempts))]
     return state
 
 
@@ -141,7 +142,7 @@ def test_a_silent_worker_past_its_time_limit_is_reported_hung():
     transport = TimedTransport({1: 1.0, 2: math.inf, 3: 2.0}, clock=clock)
     state = SearchState.fresh(0)
     with pytest.raises(HungWorker) as caught:
-        run_search(state, transport, SPACE, settings(1000, eval_timeout=5.0, hang_seconds=10.0), clock=clock)
+        run_search(state, transport, SPACE, settings(1000, eval_timeout_seconds=5.0, hang_seconds=10.0), clock=clock)
     hung = caught.value
     assert hung.worker == 2 and 15.0 < hung.seconds <= 16.5 and 15.0 < clock.now <= 16.5
     attempts = {p.id: p.attempts for p in state.pending}
@@ -159,7 +160,7 @@ def test_no_hang_detection_without_a_time_limit():
 
 def test_a_nan_fitness_is_recorded_as_an_error():
     def nan_for_3(task):
-        return Evaluation("ok", math.nan, {}, 0.0, 1) if task.id == 3 else landscape(task)
+        return Evaluation(status="ok", fitness=math.nan, metrics={}, seconds=0.0, epochs_done=1) if task.id == 3 else landscape(task)
 
     state = SearchState.fresh(0)
     assert run_search(state, InProcessTransport(nan_for_3, 2), SPACE, settings(8))
@@ -178,7 +179,7 @@ def _saved_with_one_pending(tmp_path, evaluations):
     """A checkpoint after ``evaluations`` results, with one more individual out (at one job death)."""
     state = SearchState.fresh(0, candidates=3)
     run_search(state, InProcessTransport(landscape, 2), SPACE, settings(evaluations))
-    state.pending = [Pending(evaluations, list(state.records[0].genome), (0, 1), "crossover", 1)]
+    state.pending = [Pending(id=evaluations, genome=list(state.records[0].genome), parents=(0, 1), operators="crossover", attempts=1)]
     state.next_id = evaluations + 1
     return state, _saved(tmp_path, state)
 
@@ -186,9 +187,9 @@ def _saved_with_one_pending(tmp_path, evaluations):
 def test_the_in_flight_log_adds_what_was_out_when_the_job_died(tmp_path):
     state, path = _saved_with_one_pending(tmp_path, 6)
     log = checkpoint.InFlightLog(path)
-    log.sent(Pending(6, list(state.records[0].genome), (0, 1), "crossover+redo", 2))  # redone: out at a second death
-    log.sent(Pending(7, list(state.records[1].genome), (2, 3), "mutation", 1))
-    log.sent(Pending(8, list(state.records[2].genome), (2, 3), "mutation", 1))
+    log.sent(Pending(id=6, genome=list(state.records[0].genome), parents=(0, 1), operators="crossover+redo", attempts=2))  # redone: out at a second death
+    log.sent(Pending(id=7, genome=list(state.records[1].genome), parents=(2, 3), operators="mutation", attempts=1))
+    log.sent(Pending(id=8, genome=list(state.records[2].genome), parents=(2, 3), operators="mutation", attempts=1))
     log.done(8)  # came back, never checkpointed: not to blame
     log.close()
     with open(checkpoint.inflight_path(path), "a") as fh:
@@ -205,12 +206,14 @@ def test_the_in_flight_log_adds_what_was_out_when_the_job_died(tmp_path):
     assert {p.id: p.attempts for p in again.pending} == {6: 1}
 
 
-def test_a_checkpoint_without_attempts_loads_with_none_counted(tmp_path):
+def test_a_checkpoint_missing_a_pending_column_is_refused_as_damaged(tmp_path):
     _, path = _saved_with_one_pending(tmp_path, 4)
     assert checkpoint.load(path)[0].pending[0].attempts == 1
     with h5py.File(path, "a") as f:
-        del f["pending/attempts"]  # as an older evens wrote it
-    assert checkpoint.load(path)[0].pending[0].attempts == 0
+        del f["pending/attempts"]
+    checkpoint._written.clear()
+    with pytest.raises(RunDirError, match="damaged checkpoint.*'attempts' is missing"):
+        checkpoint.load(path)
 
 
 def test_fault_injection_parses_and_acts():
@@ -229,7 +232,11 @@ def test_fault_injection_parses_and_acts():
 
 
 @pytest.mark.e2e
+@pytest.mark.timing
 def test_an_idle_worker_waits_without_spinning_and_takes_a_task_within_milliseconds():
+    """Wall-clock timing: the CPU seconds an idle worker uses over 4 s, and the seconds a task then takes
+    to reach it. A waiting worker naps (about 1 % of a core, a few ms to a task; under 1 % and 10 ms
+    measured with two busy loops on the 2 cores); the bounds leave room for a loaded machine."""
     import json
 
     from conftest import launch_python
@@ -237,5 +244,8 @@ def test_an_idle_worker_waits_without_spinning_and_takes_a_task_within_milliseco
     proc = launch_python(3, "prog_idle_cpu.py", "4", timeout=60)
     assert proc.returncode == 0, proc.stderr
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert all(f < 0.05 for f in figures["cpu_fraction"].values()), figures  # under 5 % of a core
-    assert all(d < 0.05 for d in figures["delivery_seconds"]), figures  # a few ms (loose: a shared, loaded machine)
+    # broken: a worker spinning in a blocking receive (MPICH polls without yielding) takes a whole core
+    # alone, and still half of one beside two busy processes on the 2 cores
+    assert all(f < 0.15 for f in figures["cpu_fraction"].values()), figures
+    # broken: a worker that sleeps a second or so between probes takes half a second to a task on average
+    assert all(d < 0.2 for d in figures["delivery_seconds"]), figures

@@ -5,13 +5,13 @@ import math
 import os
 
 import pytest
-
 from test_checkpoint_report import finished_run
-from evolve import checkpoint
+
 from evolve.app.report import report
 from evolve.app.runlock import LOCK_NAME, RunLock
 from evolve.app.status import format_status, status
 from evolve.errors import RunDirError
+from evolve.runfile import checkpoint
 
 
 @pytest.fixture
@@ -84,3 +84,26 @@ def test_status_rate_and_eta_come_from_finish_times(run_dir):
     assert s["eta_seconds"] == 0.0
     with pytest.raises(RunDirError, match="no such run directory"):
         status(folder + "-absent")
+
+
+def test_csv_has_a_column_for_every_gene_whatever_family_the_first_network_is():
+    """The gene columns come from the search space, not from the first record: an MLP first still
+    leaves the CNN genes their columns, empty where a gene did not shape the network."""
+    from evolve.app.csv_table import to_csv
+    from evolve.engine.state import SearchState
+    from evolve.search.records import Record
+    from evolve.search.space_config import parse_space
+
+    space = parse_space({"family": ["mlp", "cnn"], "kernel_size": [3, 5, 7], "pooling": ["max", "avg"]})
+    family = space.names.index("family")
+    genomes = []
+    for u in (0.1, 0.9):  # an MLP, then a CNN
+        genome = [0.5] * len(space)
+        genome[family] = u
+        genomes.append(genome)
+    state = SearchState.fresh(0)
+    state.records = [Record(id=i, genome=g, status="ok", fitness=0.5) for i, g in enumerate(genomes)]
+    rows = list(csv.DictReader(io.StringIO(to_csv(state, space))))
+    assert {f"gene_{g}" for g in space.names} <= set(rows[0])
+    assert rows[0]["gene_family"] == "mlp" and rows[0]["gene_kernel_size"] == "" and rows[0]["gene_pooling"] == ""
+    assert rows[1]["gene_family"] == "cnn" and rows[1]["gene_kernel_size"] == "5" and rows[1]["gene_pooling"] in ("max", "avg")

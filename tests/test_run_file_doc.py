@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import h5py
-
 from conftest import ROOT
 from test_report_export import run_dir  # noqa: F401  (fixture)
 

@@ -1,19 +1,19 @@
 """The appendable checkpoint: a log of segments and a state file that commits them."""
 import math
-from dataclasses import replace
 import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import h5py
 import numpy as np
 import pytest
-
 from checkpoint_fixture import STEPS, full_state, growing_saves, info, record_keys
 from conftest import MPI_PROGRAMS, ROOT
-from evolve import checkpoint, segments
-from evolve.checkpoint import segments_folder
+
+from evolve.runfile import checkpoint, segments
+from evolve.runfile.checkpoint import segments_folder
 
 
 def test_an_appended_checkpoint_loads_to_the_same_state_as_one_written_whole(tmp_path):
@@ -62,9 +62,10 @@ def test_a_state_saved_again_without_new_records_writes_no_segment(tmp_path, mon
 
 def crash(path, at):
     return subprocess.run([sys.executable, os.path.join(MPI_PROGRAMS, "prog_crash_save.py"), path, str(at)],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+                          capture_output=True, text=True, timeout=120, cwd=ROOT, env=dict(os.environ, PYTHONPATH=os.pathsep.join((ROOT, os.path.join(ROOT, "tests")))))
 
 
+@pytest.mark.slow
 def test_a_kill_at_any_step_of_a_checkpoint_leaves_one_that_loads(tmp_path):
     """Die (os._exit, as kill -9) at every durable step in turn: the checkpoint always loads, holding
     every record up to the last checkpoint that completed, and never a record it did not commit."""
@@ -198,60 +199,18 @@ def _relist(f, crcs):
     f["segments"].create_dataset("crc32", data=np.asarray(crcs, dtype=np.uint32), fletcher32=True)
 
 
-def _as_format(path, version):
-    """Rewrite a checkpoint's segments in the layout of format ``version`` and mark it so, as an evens of
-    that format wrote it: in 7 the messages and the pending operators variable-length strings (no
-    message_length); in 6 also status, operators and curve variable-length, no curve_length."""
-    import zlib
-
-    import h5py
-    import numpy as np
-
-    folder = segments_folder(path)
-    with h5py.File(path, "r+") as f:
-        names = [n.decode() for n in f["segments/name"][...]]
-        crcs = []
-        for name in names:
-            seg = os.path.join(folder, name)
-            with h5py.File(seg, "r+") as s:
-                lengths, raw = s["message_length"][...], s["message"][...].tobytes()
-                ends = np.cumsum(lengths)
-                messages = np.empty(len(lengths), dtype=object)
-                messages[:] = [raw[a:b].decode() for a, b in zip(np.concatenate([[0], ends[:-1]]).astype(int), ends)]
-                del s["message"], s["message_length"]
-                s.create_dataset("message", data=messages, dtype=h5py.string_dtype())
-                if version == 6:
-                    lengths, flat = s["curve_length"][...], s["curve"][...]
-                    rows = np.empty(len(lengths), dtype=object)
-                    for i, (a, b) in enumerate(zip(np.concatenate([[0], np.cumsum(lengths)[:-1]]), np.cumsum(lengths))):
-                        rows[i] = flat[a:b]
-                    del s["curve"], s["curve_length"]
-                    s.create_dataset("curve", (len(rows),), dtype=h5py.vlen_dtype(np.float64), data=rows if len(rows) else None)
-                    for column in ("status", "operators"):
-                        values = s[column].asstr()[...]
-                        del s[column]
-                        s.create_dataset(column, data=np.asarray(values, dtype=object), dtype=h5py.string_dtype())
-            with open(seg, "rb") as fh:
-                crcs.append(zlib.crc32(fh.read()))
-        _relist(f, crcs)
-        operators = f["pending/operators"][...]
-        del f["pending/operators"]
-        f["pending"].create_dataset("operators", data=np.asarray([o.decode() for o in operators], dtype=object), dtype=h5py.string_dtype())
-        f.attrs["format_version"] = version
-
-
 MESSAGES = ["", "diverged at epoch 3", "CUDA out of memory: 1.5 GiB (Größe) \u2013 \u6f22\u5b57", "x" * 5000, "\n"]
 
 
 def with_messages(path, out):
     """The checkpoint ``path`` written again whole to ``out``, its records given messages of every kind, and
     three individuals pending (their operators strings of several lengths and scripts)."""
-    from evolve.records import Pending
+    from evolve.search.records import Pending
 
     state, _ = checkpoint.load(path)
     for i, r in enumerate(state.records):
         r.message = MESSAGES[i % len(MESSAGES)]
-    state.pending = [Pending(state.next_id + k, list(state.records[k].genome), (1, 2), ops, k)
+    state.pending = [Pending(id=state.next_id + k, genome=list(state.records[k].genome), parents=(1, 2), operators=ops, attempts=k)
                      for k, ops in enumerate(["crossover+mutation+redo", "random", "mutation \u00fc"])]
     state.next_id += 3
     checkpoint.save(out, state, info())
@@ -268,39 +227,74 @@ def test_messages_of_any_length_and_script_survive_a_save_a_merge_and_a_load(tmp
     assert checkpoint.load(out)[0].records == expected and checkpoint.load(out)[0].pending == pending
     state, _ = checkpoint.load(out)
     state.records += [replace(r, id=r.id + 1000, message=MESSAGES[-1 - i % len(MESSAGES)]) for i, r in enumerate(state.records)]
+    state.next_id = state.records[-1].id + 1
     checkpoint.save(out, state, info())  # as many new rows: they merge with the segment before them (read back from its file)
     assert checkpoint.load(out)[0].records == state.records
     assert len(checkpoint._listed(out)[0]) == 1
 
 
-@pytest.mark.parametrize("version", [6, 7])
-def test_a_run_of_an_older_format_loads_resumes_and_is_rewritten_as_it_merges(tmp_path, version):
-    from evolve.master import run_search
-    from evolve.protocol import InProcessTransport
-    from evolve.ga import GAParams
-    from evolve.master import SearchSettings
-    from checkpoint_fixture import SPACE
-    from simulate import landscape
+@pytest.mark.parametrize("version", [9, 11])
+def test_a_run_file_of_another_format_is_refused_in_one_line_naming_it(tmp_path, version):
+    from evolve.errors import RunDirError
 
-    first, path = str(tmp_path / "first.h5"), str(tmp_path / "run" / "c.h5")
-    list(growing_saves(first))
-    os.makedirs(os.path.dirname(path))
-    expected, pending = with_messages(first, path)
-    _as_format(path, version)
-    checkpoint._written.clear()  # as a new job would find it
-    old, _ = checkpoint.load(path)
-    assert old.records == expected and old.pending == pending
-    run_search(old, InProcessTransport(landscape, 2), SPACE, SearchSettings(len(expected) + 40, GAParams(population=4), 3, 0))
-    checkpoint.save(path, old, info())  # the new segment merges with the old ones
-    again, _ = checkpoint.load(path)
-    assert again.records == old.records and again.records[: len(expected)] == expected
-    listed, _ = checkpoint._listed(path)
-    assert len(listed) == 1  # 30 old rows + 40 new: one merged segment, in the new layout
-    import h5py
+    path = str(tmp_path / "c.h5")
+    list(growing_saves(path))
+    with h5py.File(path, "r+") as f:
+        f.attrs["format_version"] = version
+    checkpoint._written.clear()
+    with pytest.raises(RunDirError, match=f"a run file of format {version}; this evens reads format {checkpoint.FORMAT_VERSION} only"):
+        checkpoint.load(path)
 
-    with h5py.File(os.path.join(segments_folder(path), listed[0].name), "r") as s:
-        assert "curve_length" in s and s["status"].dtype.kind == "S" and s["message"].dtype == np.uint8 and "message_length" in s
 
+def test_a_run_file_with_another_record_layout_is_refused_by_its_version_not_as_damage(tmp_path):
+    """A field added to a record without a new format version still cannot pass as the same format."""
+    import json
+
+    from evolve.errors import RunDirError
+
+    path = str(tmp_path / "c.h5")
+    list(growing_saves(path))
+    with h5py.File(path, "r+") as f:
+        schema = json.loads(f.attrs["schema"])
+        schema["record"]["gpu_seconds"] = "real"
+        f.attrs["schema"] = json.dumps(schema)
+    checkpoint._written.clear()
+    with pytest.raises(RunDirError, match=f"a run file of format {checkpoint.FORMAT_VERSION} with another record layout"):
+        checkpoint.load(path)
+
+
+def test_the_format_version_moves_with_the_record_layout():
+    """Adding, removing or changing a field of Record or Pending changes the run file: bump
+    checkpoint.FORMAT_VERSION, then update the layout pinned here."""
+    assert checkpoint.FORMAT_VERSION == 10
+    assert checkpoint.SCHEMA == {
+        "record": {"status": "label", "fitness": "real", "metrics": "named", "seconds": "real", "epochs_done": "integer",
+                   "message": "text", "curve": "reals", "id": "integer", "genome": "vector", "parents": "pair",
+                   "operators": "label", "worker": "integer", "started": "real", "finished": "real"},
+        "pending": {"id": "integer", "genome": "vector", "parents": "pair", "operators": "label", "attempts": "integer"},
+    }
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda f: f["pending"].__setitem__("genome", np.zeros((3, 2))) if not f["pending"].__delitem__("genome") else None,
+     "'genome' has 2 values a row"),
+    (lambda f: f["pending"].__setitem__("id", np.zeros(3)) if not f["pending"].__delitem__("id") else None, "'id' holds float64"),
+    (lambda f: f.attrs.__setitem__("next_id", 0), "next_id 0 is not past every evaluation id"),
+    (lambda f: f.attrs.__setitem__("strategy", '{"mode": "async", "population": [999]}'), "names evaluations \\[999\\]"),
+])
+def test_a_hand_edited_run_file_is_refused_in_one_line_when_loaded_not_later(tmp_path, edit, says):
+    """Parts that pass their checksums yet do not fit together (an edit, not damage) are refused at load."""
+    from evolve.errors import RunDirError
+
+    path, out = str(tmp_path / "c.h5"), str(tmp_path / "m" / "c.h5")
+    list(growing_saves(path))
+    os.makedirs(os.path.dirname(out))
+    with_messages(path, out)  # three individuals pending
+    with h5py.File(out, "r+") as f:
+        edit(f)
+    checkpoint._written.clear()
+    with pytest.raises(RunDirError, match=f"damaged checkpoint.*{says}"):
+        checkpoint.load(out)
 
 def test_a_damaged_pending_operator_is_refused_not_loaded(tmp_path):
     from evolve.errors import RunDirError
@@ -352,12 +346,12 @@ def test_a_segment_whose_messages_do_not_add_up_or_decode_is_refused(tmp_path, d
         _relist(f, crcs)
     checkpoint._written.clear()
     segments._cache.clear()
-    with pytest.raises(RunDirError, match="damaged checkpoint.*(messages do not add up|utf-8)"):
+    with pytest.raises(RunDirError, match="damaged checkpoint.*(message column does not add up|utf-8)"):
         checkpoint.load(out)
 
 
 def test_a_header_h5py_cannot_decode_is_a_damaged_checkpoint(tmp_path, monkeypatch):
-    """h5py raises RuntimeError for some damaged object headers (found by scripts/fuzz_run_file.py): one line."""
+    """h5py raises RuntimeError for some damaged object headers (found by scripts/tools/fuzz_run_file.py): one line."""
     from evolve.errors import RunDirError
 
     path = str(tmp_path / "c.h5")
@@ -367,6 +361,6 @@ def test_a_header_h5py_cannot_decode_is_a_damaged_checkpoint(tmp_path, monkeypat
     def damaged(self, name):
         raise RuntimeError("Can't synchronously determine if attribute exists by name (ran off end of input buffer while decoding)")
 
-    monkeypatch.setattr(h5py.AttributeManager, "__contains__", damaged)
+    monkeypatch.setattr(h5py.AttributeManager, "__getitem__", damaged)
     with pytest.raises(RunDirError, match="damaged checkpoint.*RuntimeError"):
         checkpoint.load(path)

@@ -100,3 +100,75 @@ def test_hall_of_fame_keeps_exactly_the_best_and_its_bar_agrees(entries, capacit
             offered.append((fitness, ident))
     best = sorted(offered, key=lambda t: (-t[0], t[1]))[:capacity]
     assert [(m.fitness, m.id) for m in hall] == best
+
+
+def weak_and_sure(n: int = 40):
+    """Member 0 is right everywhere by a hair; member 1 is sure and right but on two samples. Averaging them
+    costs those two samples' accuracy, but the average's log-loss is far lower. (problem, y, members, weak)."""
+    y = np.zeros(n, dtype=np.int64)
+    weak = np.tile([0.51, 0.49], (n, 1)).astype(np.float32)
+    sure = np.tile([0.99, 0.01], (n, 1)).astype(np.float32)
+    sure[:2] = [0.4, 0.6]
+    members = HallOfFame(2, [Member(0, 1.0, {}, {}, weak, weak), Member(1, 0.95, {}, {}, sure, sure)]).members
+    return Classification(2), y, members, weak
+
+
+def test_the_loss_criterion_keeps_a_member_that_accuracy_would_drop_for_one_sample():
+    """Selection by accuracy keeps the weak member alone (and its poor probabilities); by log-loss it
+    averages both, far better calibrated."""
+    problem, y, members, _ = weak_and_sure()
+    by_accuracy = select_ensemble(members, problem, y, y, "greedy", 4)
+    by_loss = select_ensemble(members, problem, y, y, "greedy", 4, criterion="loss")
+    assert by_accuracy.ids == [0] and set(by_loss.ids) == {0, 1}
+    assert combine_loss(problem, members, by_loss, y) < 0.5 * combine_loss(problem, members, by_accuracy, y)
+    with pytest.raises(ValueError, match="unknown selection criterion"):
+        select_ensemble(members, problem, y, y, "greedy", 3, criterion="brier")
+
+
+def combine_loss(problem, members, sel, y):
+    by_id = {m.id: m for m in members}
+    pred = sum(w * by_id[i].val_pred.astype(np.float64) for i, w in zip(sel.ids, sel.weights))
+    return problem.scores(pred, y)["loss"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 6), st.integers(1, 8))
+def test_bagged_selection_pools_every_bags_picks_and_is_fixed_by_its_seed(seed, size, bags):
+    problem, y, members = pool(seed)
+    sel = select_ensemble(members, problem, y, y, "greedy", size, bags=bags, seed=seed)
+    again = select_ensemble(members, problem, y, y, "greedy", size, bags=bags, seed=seed)
+    assert sel == again and sel.picks == len(sel.path) and bags <= sel.picks <= bags * size
+    assert math.isclose(sum(sel.weights), 1.0) and set(sel.ids) <= {m.id for m in members}
+
+
+def test_min_members_adds_a_second_network_that_costs_no_validation_loss():
+    """Selection by accuracy keeps the weak member alone; the average's log-loss is far lower, so
+    min_members = 2 takes both; a second network that would raise the loss is not added."""
+    problem, y, members, weak = weak_and_sure()
+    alone = select_ensemble(members, problem, y, y, "greedy", 4)
+    two = select_ensemble(members, problem, y, y, "greedy", 4, min_members=2)
+    assert alone.ids == [0] and two.ids[0] == 0 and set(two.ids) == {0, 1}
+    assert set(select_ensemble(members, problem, y, y, "greedy", 4, bags=8, min_members=2).ids) == {0, 1}  # bagged too
+    assert combine_loss(problem, members, two, y) < combine_loss(problem, members, alone, y)
+    bad = np.tile([0.3, 0.7], (len(y), 1)).astype(np.float32)  # wrong everywhere: averaging it in raises the loss
+    members = HallOfFame(2, [Member(0, 1.0, {}, {}, weak, weak), Member(2, 0.0, {}, {}, bad, bad)]).members
+    assert select_ensemble(members, problem, y, y, "greedy", 4, min_members=2).ids == [0]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 6), st.integers(1, 4))
+def test_min_members_never_raises_the_validation_loss(seed, size, min_members):
+    problem, y, members = pool(seed)
+    plain = select_ensemble(members, problem, y, y, "greedy", size)
+    sel = select_ensemble(members, problem, y, y, "greedy", size, min_members=min_members)
+    loss = lambda s: problem.selection_key(problem.scores(sum(w * {m.id: m for m in members}[i].val_pred.astype(np.float64)  # noqa: E731
+                                                               for i, w in zip(s.ids, s.weights)), y), "loss")
+    assert sel == plain or (len(sel.ids) >= min(min_members, size) and loss(sel) >= loss(plain))
+
+
+def test_bags_of_a_small_hall_hold_every_member_so_bagging_is_plain_greedy():
+    """A half of 6 members (3) would often leave out the good ones; a bag holds at least BAG_MIN (10) or all."""
+    problem, y, members = pool(3, m=6)
+    plain = select_ensemble(members, problem, y, y, "greedy", 4)
+    bagged = select_ensemble(members, problem, y, y, "greedy", 4, bags=8, seed=1)
+    assert bagged.picks == 8 * plain.picks and dict(zip(bagged.ids, bagged.weights)) == pytest.approx(dict(zip(plain.ids, plain.weights)))

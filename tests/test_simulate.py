@@ -3,37 +3,42 @@ import json
 import subprocess
 
 import pytest
-
 from conftest import ROOT, evens_cmd
-from evolve.simulate import simulate
-from evolve.space_config import parse_space
+from fakes import search_config
+
+from evolve.engine.simulator import simulate
+from evolve.search.space_config import parse_space
 
 SPACE = parse_space({}).for_sample_shape((1, 8, 8))
 
 
+def config(**search):
+    return search_config(1, space=SPACE, **search)  # (simulate sets the number of evaluations)
+
+
 def test_a_fast_master_keeps_every_worker_busy():
-    p = simulate(SPACE, workers=200, task_seconds=10.0, sigma=0.0, master_seconds=0.0, evaluations=2000)
+    p = simulate(config(), workers=200, task_seconds=10.0, sigma=0.0, master_seconds=0.0, evaluations=2000)
     assert p.utilization == pytest.approx(1.0, abs=1e-9) and p.evaluations == 2000
     assert p.evaluations_per_hour == pytest.approx(3600 * 200 / 10.0, rel=1e-9)  # 200 workers, 10 s each
 
 
 def test_a_slow_master_is_the_bottleneck():
     # 100 workers finish 100 trainings a second; a master at 50 ms a result takes 20 a second.
-    p = simulate(SPACE, workers=100, task_seconds=1.0, sigma=0.0, master_seconds=0.05, evaluations=3000)
+    p = simulate(config(), workers=100, task_seconds=1.0, sigma=0.0, master_seconds=0.05, evaluations=3000)
     assert 0.15 < p.utilization < 0.25
     assert p.master_load == pytest.approx(1.0, abs=0.05) and p.evaluations_per_hour == pytest.approx(3600 * 20, rel=0.05)
 
 
 def test_a_generation_waits_for_its_slowest_training():
     kwargs = dict(workers=256, task_seconds=10.0, sigma=0.5, master_seconds=0.0, evaluations=2560)
-    steady = simulate(SPACE, **kwargs)
-    generational = simulate(SPACE, mode="generational", population=256, **kwargs)
+    steady = simulate(config(), **kwargs)
+    generational = simulate(config(mode="generational", population=256), **kwargs)
     assert steady.utilization > 0.99 and generational.utilization < 0.6  # the barrier idles everyone but the slowest
 
 
 def test_same_seed_same_projection():
-    a = simulate(SPACE, workers=64, task_seconds=5.0, master_seconds=1e-3, evaluations=500, seed=3)
-    b = simulate(SPACE, workers=64, task_seconds=5.0, master_seconds=1e-3, evaluations=500, seed=3)
+    a = simulate(config(seed=3), workers=64, task_seconds=5.0, master_seconds=1e-3, evaluations=500)
+    b = simulate(config(seed=3), workers=64, task_seconds=5.0, master_seconds=1e-3, evaluations=500)
     assert a == b
 
 

@@ -7,7 +7,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT, mpiexec, tiny_search, write_blobs
 
 pytestmark = pytest.mark.e2e
@@ -90,6 +89,7 @@ def test_bad_input_is_not_restarted(job):
     assert len(srun_calls(calls)) == 1
 
 
+@pytest.mark.slow
 def test_the_early_warning_signal_checkpoints_and_requeues_the_job(job):
     start, calls, run_dir, _ = job
     proc = start("--set", "search.evaluations=100000")

@@ -5,11 +5,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ensemble.specs import families_for
-from evolve.config import apply_overrides, config_from_dict, load_config, parse_value
+from evolve.config.schema import apply_overrides, config_from_dict, load_config, parse_value
 from evolve.errors import ConfigError
-from evolve.protocol import _plain
-from evolve.space import DEFAULT_SPACE, GENE_NAMES, Choice, Range
-from evolve.space_config import parse_space
+from evolve.search.space import DEFAULT_SPACE, GENE_NAMES, Choice, Range
+from evolve.search.space_config import parse_space
+from evolve.transport.protocol import _plain
 
 unit = st.floats(0.0, 1.0)
 
@@ -255,4 +255,24 @@ def test_load_config_errors_name_the_file(tmp_path):
 def test_config_round_trips_through_its_dict():
     config = load_config("examples/digits.toml", ["search.seed=4"])
     assert config_from_dict(config.to_dict()) == config
-    assert config_from_dict({}).space == parse_space(DEFAULT_SPACE)
+    assert config_from_dict({"space": {}}).space == parse_space(DEFAULT_SPACE)
+
+
+def test_label_smoothing_is_searched_for_a_classifier_and_fixed_at_zero_for_a_regression():
+    space = parse_space({"label_smoothing": {"low": 0.0, "high": 0.2}, "family": ["cnn"], "dilation": ["none", "growing"],
+                         "head": ["flatten", "average"]})
+    classify, regress = space.for_data((2, 32), "classification"), space.for_data((2, 32), "regression")
+    assert classify.gene("label_smoothing").domain.to_config() == {"low": 0.0, "high": 0.2, "log": False}
+    assert regress.gene("label_smoothing").domain.options == (0.0,)
+    genome = [0.9] * len(classify)
+    assert classify.specs(classify.key(genome))[1].label_smoothing > 0.1 and regress.specs(regress.key(genome))[1].label_smoothing == 0.0
+    network = classify.specs(classify.key(genome))[0]
+    assert (network.dilation, network.head) == ("growing", "average")
+
+
+def test_dilation_and_head_are_inactive_outside_a_cnn():
+    space = parse_space({"family": ["mlp", "cnn"], "dilation": ["none", "growing"], "head": ["flatten", "average"]})
+    mlp = [0.0] + [0.99] * (len(space) - 1)  # family mlp, every other gene at its last value
+    assert not space.active(mlp)["dilation"] and not space.active(mlp)["head"]
+    network = space.specs(space.key(mlp))[0]
+    assert (network.family, network.dilation, network.head) == ("mlp", "none", "flatten")

@@ -6,8 +6,8 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
 from conftest import blob_splits, checksums_again
+
 from ensemble.combine import combine
 from ensemble.hall_of_fame import HallOfFame, Member
 from ensemble.predict import load_ensemble
@@ -149,7 +149,7 @@ def test_hand_edited_members_are_clear_errors(tmp_path):
 
 @pytest.mark.parametrize("part", ["test_pred", "weights"])
 def test_a_chunk_that_hdf5_no_longer_finds_is_refused_not_read_as_zeros(tmp_path, part):
-    """Damage to a dataset's chunk index (scripts/fuzz_run_file.py found one in 150 flips) makes HDF5 read a chunk
+    """Damage to a dataset's chunk index (scripts/tools/fuzz_run_file.py found one in 150 flips) makes HDF5 read a chunk
     as its fill value, with no error and no Fletcher-32 to check: the member's checksums catch it."""
     path, _, _ = stored_run(tmp_path, (12,), FAMILIES[(12,)][:1])
     with h5py.File(path, "a") as f:  # the same effect, made on purpose: an all-zero chunk where data was
@@ -227,12 +227,12 @@ def test_a_flipped_byte_in_stored_weights_or_predictions_is_refused_not_loaded(t
 
 def test_a_header_h5py_cannot_decode_is_a_one_line_error(tmp_path, monkeypatch):
     """h5py raises RuntimeError for some damaged object headers ("ran off end of input buffer while decoding",
-    found by scripts/fuzz_run_file.py): a damaged ensemble, not a traceback."""
+    found by scripts/tools/fuzz_run_file.py): a damaged ensemble, not a traceback."""
     path, _, _ = stored_run(tmp_path, (12,), FAMILIES[(12,)][:1])
 
     def damaged(self, name):
         raise RuntimeError("Can't synchronously determine if attribute exists by name (ran off end of input buffer while decoding)")
 
-    monkeypatch.setattr(h5py.AttributeManager, "__contains__", damaged)
+    monkeypatch.setattr(h5py.AttributeManager, "__getitem__", damaged)
     with pytest.raises(EnsembleError, match="damaged ensemble.*RuntimeError"):
         load_ensemble(path, device="cpu")

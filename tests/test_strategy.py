@@ -1,35 +1,28 @@
 """Search strategies: steady-state and generational, lineage, and what survives a stop and resume."""
 import numpy as np
 import pytest
+from fakes import PROBLEM, TEST_Y, VAL_Y, SimulatedTransport, VirtualClock, landscape, run_on, search_config
 
-from simulate import PROBLEM, TEST_Y, VAL_Y, SimulatedTransport, VirtualClock, landscape
-from evolve import checkpoint
-from evolve.checkpoint import RunInfo
-from evolve.ga import GAParams
-from evolve.master import SearchSettings, SearchState, run_search
-from evolve.protocol import InProcessTransport
-from evolve.space import GENE_NAMES
-from evolve.space_config import parse_space
-from evolve.strategy import make_strategy
+from evolve.config.schema import SearchConfig, config_from_dict
+from evolve.engine.loop import run_search
+from evolve.engine.state import SearchState
+from evolve.runfile import checkpoint
+from evolve.runfile.checkpoint import RunInfo
+from evolve.search.space import GENE_NAMES
+from evolve.search.space_config import parse_space
+from evolve.search.strategy import make_strategy
+from evolve.transport.protocol import InProcessTransport
 
 SPACE = parse_space({}).for_sample_shape((1, 8, 8))
 
 
 def settings(budget, mode="generational", population=6):
-    return SearchSettings(budget=budget, ga=GAParams(population=population), candidates=3, seed=0, checkpoint_seconds=0, mode=mode)
+    return search_config(budget, population, 3, 0, checkpoint_seconds=0, mode=mode)
 
 
 def search(workers: int, budget: int, mode="generational", seed=0):
     state = SearchState.fresh(seed, candidates=3)
-    if workers == 1:
-        transport = InProcessTransport(landscape, 1)
-        run_search(state, transport, SPACE, settings(budget, mode))
-        return state, None
-    clock = VirtualClock()
-    speeds = {w: 1.0 + 0.37 * (w % 3) + 0.11 * w for w in range(1, workers + 1)}  # uneven, so results arrive out of order
-    transport = SimulatedTransport(speeds, clock=clock)
-    run_search(state, transport, SPACE, settings(budget, mode), clock=clock)
-    return state, transport
+    return state, run_on(workers, state, SPACE, settings(budget, mode))
 
 
 def trace(state):
@@ -91,7 +84,7 @@ def test_a_stop_and_resume_in_the_middle_marks_redone_individuals(tmp_path, mode
     assert pending and len(state.records) == 9
     data = {"problem": PROBLEM.to_dict(), "sample_shape": [1, 8, 8], "x_dtype": "float32"}
     path = str(tmp_path / "c.h5")
-    checkpoint.save(path, state, RunInfo({"search": {"evaluations": 30}}, list(GENE_NAMES), data, VAL_Y, TEST_Y))
+    checkpoint.save(path, state, RunInfo(config_from_dict({"search": {"evaluations": 30}, "space": {}}), list(GENE_NAMES), data, VAL_Y, TEST_Y))
     resumed, _ = checkpoint.load(path)
     assert resumed.strategy == state.strategy and [p.operators for p in resumed.pending] == [p.operators for p in state.pending]
     run_search(resumed, SimulatedTransport({1: 1.0, 2: 1.0}, clock=clock), SPACE, settings(30, mode), clock=clock)
@@ -107,7 +100,7 @@ def test_generational_resume_computes_what_an_unbroken_run_does(tmp_path):
     run_search(state, transport, SPACE, settings(30), should_stop=stop, clock=transport.clock)
     data = {"problem": PROBLEM.to_dict(), "sample_shape": [1, 8, 8], "x_dtype": "float32"}
     path = str(tmp_path / "c.h5")
-    checkpoint.save(path, state, RunInfo({"search": {"evaluations": 30}}, list(GENE_NAMES), data, VAL_Y, TEST_Y))
+    checkpoint.save(path, state, RunInfo(config_from_dict({"search": {"evaluations": 30}, "space": {}}), list(GENE_NAMES), data, VAL_Y, TEST_Y))
     resumed, _ = checkpoint.load(path)
     run_search(resumed, InProcessTransport(landscape, 3), SPACE, settings(30))
     strip = lambda t: [(i, g, p, o.removesuffix("+redo"), f) for i, g, p, o, f in t]  # noqa: E731
@@ -116,41 +109,14 @@ def test_generational_resume_computes_what_an_unbroken_run_does(tmp_path):
 
 def test_a_strategy_refuses_another_modes_state():
     with pytest.raises(ValueError, match="strategy is 'async'"):
-        make_strategy("generational", SPACE, GAParams(), np.random.default_rng(0), [], [], {"mode": "async", "population": []})
+        make_strategy("generational", SPACE, SearchConfig(), np.random.default_rng(0), [], [], {"mode": "async", "population": []})
     with pytest.raises(ValueError, match="unknown search mode"):
-        make_strategy("bayes", SPACE, GAParams(), np.random.default_rng(0), [], [], {})
-
-
-def _spaces():
-    import glob
-    import os
-    import tomllib
-
-    from conftest import ROOT
-
-    raws = [{}] + [tomllib.load(open(p, "rb")).get("space", {}) for p in sorted(glob.glob(os.path.join(ROOT, "examples", "*.toml")))]
-    raws.append({"depth": {"low": 1, "high": 4}, "width": {"type": "int", "low": 8, "high": 300, "log": True, "per_layer": True},
-                 "dropout": {"low": 0.0, "high": 0.5, "when": {"optimizer": ["sgd"]}}, "batch_size": {"low": 16, "high": 256, "log": True},
-                 "optimizer": ["adam", "sgd"], "residual": [False, True], "norm": ["none", "batch", "layer"]})
-    return [parse_space(raw).for_sample_shape(shape) for raw in raws for shape in ((1, 8, 8), (10,), (20, 3))]
-
-
-def test_batch_keys_are_the_spaces_keys_value_for_value():
-    from evolve.strategy import BatchKeys
-
-    rng = np.random.default_rng(0)
-    for space in _spaces():
-        genomes = rng.random((500, len(space)))
-        genomes[::7, ::3], genomes[::5, ::4], genomes[::11, ::2] = 1.0, 0.0, np.nextafter(1.0, 0.0)
-        keys = BatchKeys(space).keys(genomes)
-        expected = [space.key(g) for g in genomes.tolist()]
-        assert keys == expected
-        assert [tuple(map(type, k)) for k in keys] == [tuple(map(type, k)) for k in expected]  # 1 is not 1.0 is not True
+        make_strategy("bayes", SPACE, SearchConfig(), np.random.default_rng(0), [], [], {})
 
 
 def test_async_breeds_from_the_population_as_it_stands():
-    """Children come in broods, but a brood never outlives the population it was bred from."""
-    from evolve.strategy import SteadyState
+    """Every child is bred from the population as it is when the child is asked for."""
+    from evolve.search.strategy import SteadyState
 
     state = SearchState.fresh(0, candidates=3)
     changes, asked = [], []
@@ -178,42 +144,6 @@ def test_async_breeds_from_the_population_as_it_stands():
     keys = [p.key for _, _, p in asked]
     assert len(set(keys)) >= 0.95 * len(keys)  # duplicates skipped
     assert all(p.key == SPACE.key(p.genome) for _, _, p in asked)
-
-
-def test_async_breeds_one_child_at_a_time_while_the_population_keeps_changing():
-    """Just after a change, SINGLES children are bred alone (a brood would serve one child); broods once it settles."""
-    import random
-
-    from evolve.records import Record
-    from evolve.strategy import SteadyState
-
-    params = GAParams(population=4)
-    strategy = SteadyState(SPACE, params, random.Random(0), {}, [], {})
-    broods = []
-    real = strategy._breed_brood
-
-    def counted():
-        real()
-        broods.append(len(strategy._genomes))
-
-    strategy._breed_brood = counted
-
-    def result(ident: int, fitness: float) -> Record:
-        p = next(q for q in asked if q[0] == ident)[1]
-        return Record(ident, p.genome, p.parents, "ok", fitness, {}, 1.0, 1, 1, 0.0, 1.0, "", p.operators, [])
-
-    asked = []
-    for ident in range(40):  # every result beats the worst member: the population changes every time
-        asked.append((ident, strategy.ask()))
-        strategy.tell(result(ident, float(ident)))
-    assert broods == []
-    assert all(p.operators != "random" for _, p in asked[4:])
-    population = {ind.ident for ind in strategy.population}
-    for ident in range(40, 40 + SteadyState.SINGLES + 100):  # no result changes it any more
-        asked.append((ident, strategy.ask()))
-        assert set(asked[-1][1].parents) <= population
-        strategy.tell(result(ident, -1.0))
-    assert broods[:4] == [8, 16, 32, 64]  # then broods, doubling
 
 
 def test_async_search_is_fixed_by_its_seed():

@@ -1,4 +1,4 @@
-"""A result's binary header (evolve.wire): what goes in comes out, and a malformed message is a clear error."""
+"""A result's binary header (evolve.transport.wire): what goes in comes out, and a malformed message is a clear error."""
 import math
 
 import pytest
@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ensemble.results import Evaluation
-from evolve.wire import WireError, long_marker, long_size, pack_result, unpack_result
+from evolve.transport.wire import WireError, long_marker, long_size, pack_result, unpack_result
 
 floats = st.floats(allow_nan=False, width=64)
 names = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), min_size=1, max_size=20)
@@ -26,7 +26,7 @@ names = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("
                                                   st.sampled_from(["float32", "int64", "uint8"])), min_size=1, max_size=5)),
 )
 def test_a_result_comes_back_as_it_went(task_id, status, fitness, metrics, seconds, epochs, message, curve, offer):
-    ev = Evaluation(status, fitness, metrics, seconds, epochs, message, curve)
+    ev = Evaluation(status=status, fitness=fitness, metrics=metrics, seconds=seconds, epochs_done=epochs, message=message, curve=curve)
     raw = bytearray(pack_result(task_id, ev, offer)) + b"left over from a longer message"
     got_id, got, got_offer = unpack_result(raw, len(raw) - 31)
     assert got_id == task_id and got_offer == offer
@@ -39,7 +39,7 @@ def test_a_result_comes_back_as_it_went(task_id, status, fitness, metrics, secon
 def test_a_long_result_is_announced_by_its_length():
     marker = long_marker(123_456)
     assert long_size(marker, len(marker)) == 123_456
-    ev = Evaluation("ok", 0.5, {}, 0.0, 1)
+    ev = Evaluation(status="ok", fitness=0.5, metrics={}, seconds=0.0, epochs_done=1)
     raw = pack_result(1, ev, None)
     assert long_size(raw, len(raw)) is None
 
@@ -52,18 +52,18 @@ def test_a_long_result_is_announced_by_its_length():
     (lambda raw: raw[:-len("bad \xe9".encode())] + b"bad \xff\xff", "not UTF-8"),
 ])
 def test_a_malformed_result_is_a_clear_error(damage, says):
-    raw = damage(pack_result(7, Evaluation("error", -math.inf, {"a": 1.0}, 1.0, 0, "bad \xe9"), None))
+    raw = damage(pack_result(7, Evaluation(status="error", fitness=-math.inf, metrics={"a": 1.0}, seconds=1.0, epochs_done=0, message="bad \xe9"), None))
     with pytest.raises(WireError, match=says):
         unpack_result(raw, len(raw))
 
 
 @pytest.mark.parametrize("offer", [b"[1, 2]", b"not json", b'[["w", [-1], "float32"]]', b"[]", b'{"a": 1}'])
 def test_an_offer_that_is_not_array_specs_is_a_clear_error(offer):
-    ev = Evaluation("ok", 0.5, {}, 0.0, 1)
+    ev = Evaluation(status="ok", fitness=0.5, metrics={}, seconds=0.0, epochs_done=1)
     raw = pack_result(3, ev, [("x", (1,), "float32")])
     good = b'[["x",[1],"float32"]]'
     assert raw.endswith(good)
     raw = raw[:-len(good)] + offer
-    raw = raw[:16] + len(offer).to_bytes(4, "little") + raw[20:]  # the offer's length in the header
+    raw = raw[:9] + len(offer).to_bytes(4, "little") + raw[13:]  # the offer's length, after the marker and the task id
     with pytest.raises(WireError, match="offer"):
         unpack_result(raw, len(raw))

@@ -21,9 +21,8 @@ import sys
 import time
 import traceback
 
-from .. import __version__
-from .. import errors
-from ..errors import EvensError, debug_traceback
+from evolve import __version__, errors
+from evolve.errors import EvensError, debug_traceback
 
 ABORT_GRACE_SECONDS = 0.5  # between writing why a rank fails and aborting the job
 
@@ -59,7 +58,7 @@ def mismatched_launcher(comm) -> str | None:
     started = launcher_size()
     if comm.size != 1 or started == 1:
         return None
-    from ..mpi_transport import library_name
+    from evolve.transport.mpi_transport import library_name
 
     library = library_name()
     return (f"the launcher started {started} processes, but MPI sees each one alone: mpi4py uses another MPI "
@@ -146,7 +145,7 @@ def build_parser() -> Parser:
 
 def _collective(command) -> int:
     """Run an MPI command on every rank: a rank that fails unexpectedly takes the job with it."""
-    from ..mpi_transport import abort, world  # imports mpi4py, which starts MPI: only for collective commands
+    from evolve.transport.mpi_transport import abort, world  # imports mpi4py, which starts MPI: only for collective commands
 
     mismatch = mismatched_launcher(world())
     if mismatch is not None:  # every process is alone: no abort reaches the others, and none must run
@@ -181,7 +180,7 @@ def _run(args) -> int:
 
 
 def _predict(args) -> int:
-    from .predict import run_predict
+    from .predict_ranks import run_predict
 
     code, line = run_predict(args.run_dir, args.input, args.out, args.split, args.batch_size, args.device, args.force)
     if line and launcher_rank() == 0:
@@ -210,12 +209,12 @@ def main(argv: list[str] | None = None) -> int:
             print(status_command(args.run_dir, as_json=args.json))
         elif args.command == "select":
             from .report import format_summary
-            from .selection import reselect
+            from .reselect import reselect
 
             summary = reselect(args.run_dir, args.method, args.size)
             print(json.dumps(summary, indent=2, sort_keys=True) if args.json else format_summary(summary))
         elif args.command == "simulate":
-            from .simulation import simulate_command
+            from .simulate_command import simulate_command
 
             print(simulate_command(args))
         elif args.command == "convert":

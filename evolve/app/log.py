@@ -14,10 +14,10 @@ import sys
 LOG = logging.getLogger("evens")
 
 
-def setup_logging(rank: int, quiet: bool = False, verbose: bool = False, stream=None) -> None:
-    """Configure the "evens" logger for this rank (idempotent: replaces an earlier handler)."""
+def setup_logging(master: bool, rank: int, quiet: bool = False, verbose: bool = False, stream=None) -> None:
+    """Configure the "evens" logger for the ``master`` or another ``rank`` (idempotent: replaces an earlier handler)."""
     handler = logging.StreamHandler(stream or sys.stderr)
-    prefix = "evens" if rank == 0 else f"evens[rank {rank} on {socket.gethostname()}]"
+    prefix = "evens" if master else f"evens[rank {rank} on {socket.gethostname()}]"
     handler.setFormatter(logging.Formatter(prefix + ": %(message)s"))
     for old in list(LOG.handlers):
         LOG.removeHandler(old)
@@ -25,7 +25,7 @@ def setup_logging(rank: int, quiet: bool = False, verbose: bool = False, stream=
     LOG.propagate = False
     if verbose:
         LOG.setLevel(logging.DEBUG)
-    elif quiet or rank != 0:
+    elif quiet or not master:
         LOG.setLevel(logging.WARNING)
     else:
         LOG.setLevel(logging.INFO)

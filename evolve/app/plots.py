@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 import os
 
-from ..errors import EvensError
-from ..master import SearchState
-from ..space import Choice, SearchSpace
+from evolve.engine.state import SearchState
+from evolve.errors import EvensError
+from evolve.search.space import Choice, SearchSpace
 
 COLOURS = {"ok": "#1f77b4", "stopped": "#9e9e9e", "timeout": "#ff7f0e", "diverged": "#d62728", "error": "#8c1a1a",
            "crashed": "#000000"}
@@ -95,7 +95,8 @@ def plot_ensemble(plt, ensemble: dict, best: dict | None, metric: str, path: str
     ax.set_xlabel(f"members picked ({ensemble['method']}; a network may be picked more than once)")
     ax.set_ylabel(f"{'accuracy (higher is better)' if metric == 'accuracy' else 'RMSE (lower is better)'}")
     ax.set_title("The ensemble as members are added")
-    ax.set_xticks(picks)
+    if len(picks) <= 20:  # bagged selection pools up to bags x size picks: let matplotlib place the ticks
+        ax.set_xticks(picks)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.savefig(path, dpi=110)

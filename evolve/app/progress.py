@@ -17,8 +17,9 @@ import time
 
 from tqdm import tqdm
 
-from ..master import SearchState
-from ..records import Record
+from evolve.engine.state import SearchState
+from evolve.search.records import Record
+
 from .log import LOG
 
 
@@ -82,7 +83,7 @@ class Progress:
 
     def __call__(self, record: Record, state: SearchState) -> None:
         self._count += 1
-        if self._verbose:  # (the message costs a few microseconds to build: not for every result unless shown)
+        if self._verbose:  # (the message is built only when it is shown: this runs for every result)
             LOG.debug(f"#{record.id} {record.status} fitness {record.fitness:.4g} on rank {record.worker} in {record.seconds:.1f} s"
                       + (f" ({record.message})" if record.message else ""))
         if self.quiet:

@@ -2,18 +2,20 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from ensemble.combine import combine, ensemble_prediction, mean_uncertainty
 from ensemble.problem import Problem, problem_from_dict
+from ensemble.results import kinds
+from evolve.engine.state import SearchState
+from evolve.errors import RunDirError
+from evolve.runfile import checkpoint
+from evolve.runfile.checkpoint import RunInfo
+from evolve.search.early_stop import epochs_saved
+from evolve.search.pareto import OBJECTIVES
+from evolve.search.records import Record
 
-from .. import checkpoint
-from ..checkpoint import RunInfo
-from ..errors import RunDirError
-from ..early_stop import epochs_saved
-from ..master import SearchState
-from ..space_config import parse_space
-from ..strategy import OBJECTIVES
 from .rundir import checkpoint_path
 
 
@@ -53,18 +55,19 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
         "problem": problem.kind,
         "metric": problem.metric,
         "evaluations": len(state.records),
-        "budget": int(info.config["search"]["evaluations"]),
+        "budget": info.config.search.evaluations,
         "status_counts": statuses,
         "pending": len(state.pending),
         "wall_seconds": info.wall_seconds,
         "worker_utilization": state.utilization,
         "sessions": info.sessions,
+        "space": info.preset,
         "data": info.data,
         "hall_of_fame": {"members": len(hall), "capacity": hall.capacity, "ids": hall.ids},
         "best": None,
         "ensemble": ensemble_scores(state, info, problem),
     }
-    space = parse_space(info.config["space"]).for_sample_shape(tuple(info.data["sample_shape"]))
+    space = info.space()
     stopped = [r for r in state.records if r.status == "stopped"]
     if stopped:
         planned = {r.id: space.candidate(r.genome)[1].epochs for r in stopped}
@@ -73,20 +76,25 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
             "epochs_saved": epochs_saved(stopped, planned),
             "epochs_trained": sum(r.epochs_done for r in state.records),
         }
-    search = info.config.get("search", {})
-    if search.get("mode") == "nsga2":
-        summary["pareto"] = pareto_front(state, search.get("second_objective", "params"), space)
+    search = info.config.search
+    if search.mode == "nsga2":
+        summary["pareto"] = pareto_front(state, search.second_objective, space)
     if ok:
         best = max(ok, key=lambda r: (r.fitness, -r.id))
-        summary["best"] = {
-            "id": best.id,
-            "fitness": best.fitness,
-            **best.metrics,
-            "seconds": best.seconds,
-            "worker": best.worker,
-            "genome": space.decode(best.genome),
-        }
+        summary["best"] = {**record_facts(best), "genome": space.decode(best.genome)}
     return summary
+
+
+SCALARS = ("integer", "real", "label", "text")
+
+
+def record_facts(r: Record) -> dict:
+    """A record as the report shows it: each of its one-value fields (kinds of Record), and its metrics flat."""
+    facts = {name: getattr(r, name) for name, kind in kinds(Record).items() if kind in SCALARS}
+    for name, kind in kinds(Record).items():
+        if kind == "named":
+            facts.update(getattr(r, name))
+    return facts
 
 
 def pareto_front(state: SearchState, objective: str, space) -> list[dict]:
@@ -148,11 +156,26 @@ def _scores_text(s: dict, metric: str) -> str:
 def format_curve(e: dict) -> list[str]:
     """The ensemble curve: the headline metric on val and test after each pick."""
     c = e["curve"]
-    lines = [f"ensemble curve ({e['method']}, {c['metric']} after each pick; * = the ensemble kept):"]
-    for p, (ident, v, t) in enumerate(zip(c["path"], c["val"], c["test"]), start=1):
-        mark = "*" if p == e["picks"] else " "
-        lines.append(f"  {mark}{p:>3}  +#{ident:<6} val {v:.4f}  test {t:.4f}")
+    n = len(c["path"])
+    stride = math.ceil(n / CURVE_LINES)  # bagged selection pools up to bags x size picks: every stride-th is shown
+    shown = sorted({0, n - 1, e["picks"] - 1, *range(stride - 1, n, stride)})
+    every = "each pick" if stride == 1 else f"every {stride} picks"
+    lines = [f"ensemble curve ({e['method']}, {c['metric']} after {every}; * = the ensemble kept):"]
+    for i in shown:
+        mark = "*" if i + 1 == e["picks"] else " "
+        lines.append(f"  {mark}{i + 1:>3}  +#{c['path'][i]:<6} val {c['val'][i]:.4f}  test {c['test'][i]:.4f}")
     return lines
+
+
+CURVE_LINES = 10  # the ensemble curve's lines in a summary, about
+
+
+def describe_space(preset: dict | None) -> str:
+    """Which search space a run searches, and why, in one line."""
+    if preset is None:
+        return "the config's own [space] table (the classic space under its genes)"
+    how = f"preset {preset['chosen']}" + (f", chosen for {preset['why']}" if preset["asked"] == "auto" else ", named in the config")
+    return how + (f"; the config sets {', '.join(preset['overrides'])}" if preset["overrides"] else "")
 
 
 def format_summary(s: dict) -> str:
@@ -161,6 +184,7 @@ def format_summary(s: dict) -> str:
         f"evaluations: {s['evaluations']} of {s['budget']}"
         + "".join(f", {n} {k}" for k, n in sorted(s["status_counts"].items()) if k != "ok"),
         f"wall time: {s['wall_seconds']:.1f} s over {s['sessions']} session(s); worker utilization {100 * s['worker_utilization']:.1f} %",
+        f"search space: {describe_space(s.get('space'))}",
     ]
     if s.get("early_stopping"):
         e = s["early_stopping"]
@@ -200,8 +224,7 @@ def top_networks(state: SearchState, space, k: int) -> list[dict]:
     out = []
     for r in ok:
         genome = space.decode(r.genome)
-        out.append({"id": r.id, "fitness": r.fitness, **r.metrics, "seconds": r.seconds, "epochs": r.epochs_done,
-                    "worker": r.worker, "in_ensemble": r.id in members, "network": describe(genome), "genome": genome})
+        out.append({**record_facts(r), "in_ensemble": r.id in members, "network": describe(genome), "genome": genome})
     return out
 
 
@@ -239,12 +262,12 @@ def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | N
     """``evens report``: the summary, the top networks and the failures; optionally a CSV and figures."""
     state, info = checkpoint.load(checkpoint_path(run_dir), weights=False)
     summary = summarize(state, info, run_dir)
-    space = parse_space(info.config["space"]).for_sample_shape(tuple(info.data["sample_shape"]))
+    space = info.space()
     summary["top"] = top_networks(state, space, top)
     summary["failures"] = failures_by_kind(state)
     notes = []
     if csv_path:
-        from .export import to_csv
+        from .csv_table import to_csv
 
         text = to_csv(state, space)
         if csv_path == "-":
@@ -261,8 +284,8 @@ def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | N
 
         for name in ("search.png", "ensemble.png", "workers.png", "pareto.png", "hyperparameters.png"):
             _refuse_to_replace(os.path.join(plot_dir, name), force)
-        search = info.config.get("search", {})
-        objective = OBJECTIVES[search.get("second_objective", "params")] if search.get("mode") == "nsga2" else None
+        search = info.config.search
+        objective = OBJECTIVES[search.second_objective] if search.mode == "nsga2" else None
         written = write_plots(state, summary, space, plot_dir, objective)
         notes.append(f"wrote {len(written)} figures: {', '.join(written)}")
     if as_json:

@@ -10,9 +10,10 @@ import os
 import time
 from dataclasses import dataclass
 
-from ..checkpoint import CHECKPOINT_NAME
-from ..errors import RunDirError
-from ..tempfiles import exclusive_temp
+from evolve.errors import RunDirError
+from evolve.runfile.checkpoint import CHECKPOINT_NAME
+from evolve.runfile.tempfiles import exclusive_temp
+
 from .runlock import LOCK_NAME, RunLock
 
 SUMMARY_NAME = "summary.json"

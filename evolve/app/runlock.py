@@ -19,7 +19,7 @@ import os
 import socket
 import time
 
-from ..errors import RunDirError
+from evolve.errors import RunDirError
 
 LOCK_NAME = ".evens-lock"
 STALE_SECONDS = 900.0  # without flock: another host's lock with no heartbeat for this long is a dead job's

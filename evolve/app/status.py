@@ -19,9 +19,9 @@ import os
 import time
 
 from data_bcast.h5file import DataError
+from evolve.errors import EvensError, RunDirError
+from evolve.runfile import checkpoint
 
-from .. import checkpoint
-from ..errors import EvensError, RunDirError
 from .report import summarize
 from .rundir import checkpoint_path
 from .runlock import LOCK_NAME

@@ -6,13 +6,13 @@ import sys
 
 from mpi4py import MPI
 
-from data_bcast.broadcast import broadcast_dataset
+from data_bcast.broadcast import LoadOptions, broadcast_dataset
 from data_bcast.h5file import DataError
 
 comm = MPI.COMM_WORLD
 mode = sys.argv[2] if len(sys.argv) > 2 else "replicate"
 try:
-    broadcast_dataset(comm, sys.argv[1] if comm.rank == 0 else None, mode=mode)
+    broadcast_dataset(comm, sys.argv[1] if comm.rank == 0 else None, LoadOptions(mode=mode))
     message = None
 except DataError as exc:
     message = str(exc)

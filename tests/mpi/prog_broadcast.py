@@ -9,11 +9,10 @@ import zlib
 
 import h5py
 from mpi4py import MPI
-
 from node_checks import leader_write_is_seen
 
-from data_bcast.broadcast import broadcast_dataset, node_communicator
 from data_bcast import load_dataset
+from data_bcast.broadcast import LoadOptions, broadcast_dataset, node_communicator
 
 path, mode, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3])
 comm = MPI.COMM_WORLD
@@ -27,7 +26,8 @@ if comm.rank != 0:  # record (and refuse) any attempt by a worker to open an HDF
 
     h5py.File = spy
 
-data = broadcast_dataset(comm, path if comm.rank == 0 else "/nonexistent/workers-must-not-read.h5", chunk_bytes=chunk, shared=(mode == "shared"))
+options = LoadOptions(chunk_mb=chunk / (1 << 20), shared_memory=(mode == "shared"))
+data = broadcast_dataset(comm, path if comm.rank == 0 else "/nonexistent/workers-must-not-read.h5", options)
 checksums = {name: zlib.crc32(a.tobytes()) for name, a in sorted(data.arrays.items())}
 
 # One host copy per node: a write by the node leader is seen by every rank of the node.

@@ -8,10 +8,9 @@ Before each checkpoint it prints "saving N" (the records it is about to commit) 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from checkpoint_fixture import growing_saves  # noqa: E402
+from checkpoint_fixture import growing_saves  # (the test puts the tests folder on PYTHONPATH)
 
-from evolve import checkpoint, segments  # noqa: E402
+from evolve.runfile import checkpoint, segments
 
 path, crash_at = sys.argv[1], int(sys.argv[2])
 steps = {"n": 0}

@@ -12,8 +12,9 @@ import sys
 
 from mpi4py import MPI
 
-from evolve import checkpoint, mpi_transport
 from evolve.app.cli import main
+from evolve.runfile import checkpoint
+from evolve.transport import mpi_transport
 
 where, args = sys.argv[1], sys.argv[2:]
 rank = MPI.COMM_WORLD.rank

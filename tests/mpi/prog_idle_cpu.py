@@ -10,8 +10,8 @@ import time
 
 from mpi4py import MPI
 
-from evolve.mpi_transport import MPIMasterTransport, MPIWorkerChannel
-from evolve.protocol import Task
+from evolve.transport.mpi_transport import MPIMasterTransport, MPIWorkerChannel
+from evolve.transport.protocol import Task
 
 seconds = float(sys.argv[1])
 comm = MPI.COMM_WORLD

@@ -7,9 +7,9 @@ import numpy as np
 from mpi4py import MPI
 
 from ensemble.results import Evaluation
-from evolve.mpi_transport import RESULT_BYTES, MPIMasterTransport, MPIWorkerChannel
-from evolve.protocol import Task
-from evolve.worker import serve
+from evolve.transport.mpi_transport import RESULT_BYTES, MPIMasterTransport, MPIWorkerChannel
+from evolve.transport.protocol import Task
+from evolve.transport.worker import serve
 
 comm = MPI.COMM_WORLD
 TASKS = 6
@@ -18,7 +18,7 @@ TASKS = 6
 def evaluate(task: Task) -> Evaluation:
     long = task.id % 2 == 0
     curve = [task.id + i / 10_000 for i in range(10_000 if long else 3)]
-    ev = Evaluation("ok", float(task.id), {"val_accuracy": 0.5}, 0.0, len(curve), "é" * task.id, curve)
+    ev = Evaluation(status="ok", fitness=float(task.id), metrics={"val_accuracy": 0.5}, seconds=0.0, epochs_done=len(curve), message="é" * task.id, curve=curve)
     if task.id % 3 == 0:
         ev.val_pred, ev.test_pred = np.full((4, 2), task.id, np.float32), np.full((6, 2), task.id, np.float32)
         ev.weights = {"w": np.arange(5, dtype=np.float64) * task.id}

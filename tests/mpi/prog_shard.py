@@ -13,10 +13,9 @@ import zlib
 
 import h5py
 from mpi4py import MPI
-
 from node_checks import leader_write_is_seen
 
-from data_bcast.broadcast import broadcast_dataset, node_communicator
+from data_bcast.broadcast import LoadOptions, broadcast_dataset, node_communicator
 
 path, mode, chunk, root_trains = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
 comm = MPI.COMM_WORLD
@@ -29,8 +28,8 @@ if comm.rank != 0:  # record (and refuse) any attempt by a worker to open an HDF
     h5py.File = spy
 
 peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-data = broadcast_dataset(comm, path if comm.rank == 0 else "/nonexistent/workers-must-not-read.h5", chunk_bytes=chunk,
-                         shared=(mode == "shared"), mode="shard", root_trains=root_trains)
+options = LoadOptions(chunk_mb=chunk / (1 << 20), shared_memory=(mode == "shared"), mode="shard")
+data = broadcast_dataset(comm, path if comm.rank == 0 else "/nonexistent/workers-must-not-read.h5", options, root_trains=root_trains)
 peak_growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) * 1024
 node = node_communicator(comm)
 leader = node.bcast(comm.rank, root=0)

@@ -12,16 +12,17 @@ import numpy as np
 from mpi4py import MPI
 
 from ensemble.results import Evaluation
-from evolve.mpi_transport import MPIMasterTransport, MPIWorkerChannel
-from evolve.protocol import Task
-from evolve.worker import serve
+from evolve.transport.mpi_transport import MPIMasterTransport, MPIWorkerChannel
+from evolve.transport.protocol import Task
+from evolve.transport.worker import serve
 
 comm = MPI.COMM_WORLD
+comm.Barrier()  # rank 2 ready when rank 1 is: its import of torch may lag seconds on a loaded machine
 DELAY, FAST_SECONDS, AT_LEAST = 1.5, 0.05, 10  # in 1.5 s, some 30 of rank 2's 0.05 s tasks
 
 
 def evaluate(task: Task) -> Evaluation:
-    ev = Evaluation("ok", 0.5, {"val_accuracy": 0.5}, 0.0, 1)
+    ev = Evaluation(status="ok", fitness=0.5, metrics={"val_accuracy": 0.5}, seconds=0.0, epochs_done=1)
     if comm.rank == 2:
         time.sleep(FAST_SECONDS)
     if comm.rank == 1:

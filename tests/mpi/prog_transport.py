@@ -3,17 +3,15 @@ import json
 import sys
 
 import numpy as np
+from fakes import landscape, search_config  # (the tests folder is on the launcher's PYTHONPATH)
 from mpi4py import MPI
 
-sys.path.insert(0, sys.argv[1])  # the tests folder, for the fitness landscape
-from simulate import landscape  # noqa: E402
-
-from evolve.ga import GAParams  # noqa: E402
-from evolve.master import SearchSettings, SearchState, run_search  # noqa: E402
-from evolve.mpi_transport import MPIMasterTransport, MPIWorkerChannel  # noqa: E402
-from evolve.protocol import Task  # noqa: E402
-from evolve.space_config import parse_space  # noqa: E402
-from evolve.worker import serve  # noqa: E402
+from evolve.engine.loop import run_search
+from evolve.engine.state import SearchState
+from evolve.search.space_config import parse_space
+from evolve.transport.mpi_transport import MPIMasterTransport, MPIWorkerChannel
+from evolve.transport.protocol import Task
+from evolve.transport.worker import serve
 
 comm = MPI.COMM_WORLD
 budget = 5 * comm.size
@@ -56,7 +54,7 @@ if comm.rank == 0:
     space = parse_space({}).for_sample_shape((1, 8, 8))
     hall_offer, entries = state.hall_of_fame.offer, []
     state.hall_of_fame.offer = lambda m: entries.append(hall_offer(m)) or entries[-1]
-    run_search(state, Counting(), space, SearchSettings(budget, GAParams(population=4), 3, 0))
+    run_search(state, Counting(), space, search_config(budget, 4, 3, 0))
     transport.stop()
     ok_records = sorted((r for r in state.records if r.status == "ok"), key=lambda r: (-r.fitness, r.id))
     local = {

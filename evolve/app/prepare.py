@@ -1,0 +1,127 @@
+"""What the master checks before any data moves: the config, the run directory, and, on a resume,
+that the data and the search are the run's own."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from data_bcast.broadcast import SharedDataset
+from data_bcast.h5file import DataError
+from ensemble.problem import Problem
+from evolve.config.schema import Config, load_config
+from evolve.engine.state import SearchState
+from evolve.errors import ConfigError, RunDirError
+from evolve.runfile import checkpoint
+from evolve.runfile.checkpoint import RunInfo
+from evolve.runfile.tempfiles import remove_stale
+from evolve.search.presets import DataFacts
+
+from .rundir import Claim, checkpoint_path, claim_default_run_dir, claim_run_dir
+from .runlock import RunLock
+
+
+@dataclass
+class Prepared:
+    """What the master decided before any data moved."""
+
+    config: Config
+    run_dir: str
+    lock: RunLock  # held until the job ends: one job per run directory
+    claim: Claim | None = None  # a new run's claim on its directory
+    state: SearchState | None = None  # None for a new run
+    info: RunInfo | None = None
+    devices: list[dict] | None = None  # each worker's rank, host, device, name and UUID
+    preset: dict | None = None  # the preset the search space was made from, and why (None: the config's own space)
+    status_seconds: float = 60.0  # between status lines in batch output (evens run --status-seconds)
+
+    def release(self) -> None:
+        """Let the run directory go; a new run that never wrote a checkpoint leaves it as it was."""
+        if self.claim is not None:
+            self.claim.release()
+        else:
+            self.lock.release()
+
+
+def prepare(config_path: str | None, overrides: list[str], out: str | None, resume: str | None) -> Prepared:
+    """Validate the command line's config and run directory (master only).
+
+    A new run claims its directory here (see :func:`claim_run_dir`), a resumed run locks its
+    own; :func:`run` releases either when the job ends (a new run that never wrote a checkpoint
+    leaves the directory as it found it).
+    """
+    if resume is None:
+        if config_path is None:
+            raise ConfigError("evens run needs a CONFIG file, or --resume RUN_DIR")
+        config = _absolute_data_path(load_config(config_path, overrides))
+        claim = claim_default_run_dir(config_path) if out is None else claim_run_dir(out)
+        return Prepared(config, claim.path, claim.lock, claim)
+    if out is not None and os.path.abspath(out) != os.path.abspath(resume):
+        raise RunDirError("--out and --resume name different directories; a resumed run stays in its own")
+    path = checkpoint_path(resume)
+    lock = RunLock.acquire(resume)
+    try:
+        for folder in (resume, checkpoint.segments_folder(path)):  # what a killed writer left: ours to clear now
+            if os.path.isdir(folder):
+                remove_stale(folder)
+        return _prepare_resume(config_path, overrides, resume, path, lock)
+    except BaseException:
+        lock.release()
+        raise
+
+
+def _absolute_data_path(config: Config) -> Config:
+    """The config with an absolute data path, so that a resume from another directory finds the same file."""
+    return replace(config, data=replace(config.data, path=os.path.abspath(config.data.path)))
+
+
+def _prepare_resume(config_path: str | None, overrides: list[str], resume: str, path: str, lock: RunLock) -> Prepared:
+    state, info = checkpoint.load(path)
+    if config_path is not None:
+        config = _absolute_data_path(load_config(config_path, overrides))
+    else:
+        try:
+            config = info.config.with_overrides(overrides)
+        except ConfigError as exc:
+            raise ConfigError(f"{resume}: {exc}") from None
+    stored = info.config
+    config, _ = config.resolved(DataFacts(tuple(info.data["sample_shape"]), info.data["problem"]["kind"], info.data["sizes"]["train"]))
+    if config.space != stored.space or list(info.gene_names) != list(config.space.names):
+        raise ConfigError(f"{resume}: the search space differs from the run's; a resumed run keeps its space")
+    for key in ("mode", "second_objective"):
+        now, then = getattr(config.search, key), getattr(stored.search, key)
+        if now != then:
+            raise ConfigError(f"{resume}: search.{key} is {now!r}, but the run's is {then!r}; a resumed run keeps its {key.replace('_', ' ')}")
+    return Prepared(config, resume, lock, None, state, info, preset=info.preset)
+
+
+def data_facts(data: SharedDataset, problem: Problem) -> dict:
+    plan = data.plan
+    return {
+        "path": plan.path,
+        "sample_shape": list(plan.sample_shape),
+        "x_dtype": plan.spec("train/x").dtype,
+        "sizes": {s: plan.spec(f"{s}/y").shape[0] for s in ("train", "val", "test")},
+        "problem": problem.to_dict(),
+        "fingerprint": data.stats.get("fingerprint"),  # CRC-32s of every array sent (data_bcast.checksum.fingerprint)
+    }
+
+
+def check_same_data(info: RunInfo, data: SharedDataset, problem: Problem) -> None:
+    facts = data_facts(data, problem)
+    for key in ("sample_shape", "sizes"):
+        if facts[key] != info.data[key]:
+            raise DataError(f"{facts['path']}: {key} is {facts[key]}, but the run was made with {info.data[key]}")
+    if facts["problem"]["kind"] != info.data["problem"]["kind"]:
+        raise DataError(f"{facts['path']}: a {facts['problem']['kind']} dataset, but the run is {info.data['problem']['kind']}")
+    then = info.data["fingerprint"]
+    if facts["fingerprint"] != then:
+        raise DataError(f"{facts['path']}: the data differs from the run's (fingerprint {facts['fingerprint']}, the run's {then}); "
+                        "a resumed run trains on the same data (same file, split fractions and split seed)")
+    if not (np.array_equal(data.arrays["val/y"], info.val_y) and np.array_equal(data.arrays["test/y"], info.test_y)):
+        raise DataError(f"{facts['path']}: the val/test labels differ from the run's; this is not the same data")
+    if facts["problem"] != info.data["problem"]:
+        raise DataError(f"{facts['path']}: the training targets differ from the run's ({facts['problem']} against {info.data['problem']})")
+
+

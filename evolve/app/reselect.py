@@ -1,0 +1,68 @@
+"""Choosing a run's ensemble from its hall of fame: during the run, and again afterwards (`evens select`)."""
+from __future__ import annotations
+
+import os
+
+from ensemble.hall_of_fame import HallOfFame
+from ensemble.problem import problem_from_dict
+from ensemble.select import Selection
+from evolve.errors import ConfigError
+from evolve.runfile import checkpoint
+from evolve.runfile.checkpoint import RunInfo
+
+from .report import summarize
+from .rundir import SUMMARY_NAME, checkpoint_path, write_json
+from .runlock import RunLock
+
+
+def select_for_run(hall: HallOfFame, info: RunInfo, method: str | None = None, size: int | None = None) -> Selection | None:
+    """The ensemble the run's config asks for (or ``method``/``size``), chosen on the validation split."""
+    ens = info.config.ensemble
+    problem = problem_from_dict(info.data["problem"])
+    return info.config.choose_ensemble(hall, problem, info.val_y, info.test_y, method=method or ens.method, size=size or ens.size)
+
+
+class SelectionCache:
+    """:func:`select_for_run`, computed again only when the hall of fame has changed.
+
+    The hall changes rarely once a search has found good networks, and choosing costs
+    (picks x candidates) scorings of the validation split, so every checkpoint can carry
+    a ready-to-use ensemble at almost no cost.
+    """
+
+    def __init__(self, info: RunInfo):
+        self.info = info
+        self._key: tuple | None = None
+        self._selection: Selection | None = None
+
+    def __call__(self, hall: HallOfFame) -> Selection | None:
+        key = tuple(hall.ids)
+        if key != self._key:
+            self._selection = select_for_run(hall, self.info)
+            self._key = key
+        return self._selection
+
+
+def reselect(run_dir: str, method: str | None = None, size: int | None = None) -> dict:
+    """``evens select``: choose the run's ensemble again from its hall of fame, without training.
+
+    Stores the new choice (and ``ensemble.method``/``ensemble.size`` in the run's config, so a
+    resume keeps it), rewrites ``summary.json``, and returns the new summary.
+    """
+    path = checkpoint_path(run_dir)
+    with RunLock.acquire(run_dir):  # never while a job writes the run: it would overwrite this choice
+        return _reselect(run_dir, path, method, size)
+
+
+def _reselect(run_dir: str, path: str, method: str | None, size: int | None) -> dict:
+    state, info = checkpoint.load(path)
+    changes = [f"ensemble.{k}={v!r}" for k, v in (("method", method), ("size", size)) if v is not None]
+    try:
+        info.config = info.config.with_overrides(changes)
+    except ConfigError as exc:
+        raise ConfigError(f"{run_dir}: {exc}") from None
+    state.selection = select_for_run(state.hall_of_fame, info)
+    checkpoint.save(path, state, info)
+    summary = summarize(state, info, run_dir)
+    write_json(os.path.join(run_dir, SUMMARY_NAME), summary)
+    return summary

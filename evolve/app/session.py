@@ -1,0 +1,203 @@
+"""The master's session of ``evens run``: start or continue the search, checkpoint it, and end it.
+
+:func:`run_master` runs on rank 0 once the data is everywhere and every rank is set up. It decides
+the exit status: 0 (done), :data:`EXIT_RESUMABLE` (stopped by a signal, checkpointed),
+:data:`EXIT_HUNG` (a worker stopped answering) or 2 (the run directory cannot be written).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from data_bcast.broadcast import SharedDataset, located
+from data_bcast.h5file import first_line
+from ensemble.problem import Problem
+from evolve import __version__
+from evolve.config.schema import Config
+from evolve.engine.loop import HungWorker, run_search
+from evolve.engine.state import SearchState
+from evolve.errors import RunDirError
+from evolve.runfile import checkpoint
+from evolve.runfile.checkpoint import CHECKPOINT_NAME, RunInfo
+from evolve.search.space import SearchSpace
+from evolve.transport.mpi_transport import MPIMasterTransport, abort
+from evolve.transport.protocol import InProcessTransport
+from evolve.transport.worker import trainer_for
+
+from .log import LOG
+from .prepare import Prepared, data_facts
+from .progress import Progress
+from .report import describe_space, format_summary, summarize
+from .reselect import SelectionCache
+from .rundir import SUMMARY_NAME, write_json
+
+# The exit status of a job stopped by a signal (Slurm's time limit, preemption, or its early warning
+# with --signal) after its checkpoint was written: "resume me". EX_TEMPFAIL of sysexits.h; a batch
+# script tests for it to requeue (scripts/slurm/).
+EXIT_RESUMABLE = 75
+# The exit status of a job that gave up on a worker that stopped answering (see search.hang_seconds),
+# after its checkpoint was written; a resume redoes that worker's network once (docs/reliability.md).
+EXIT_HUNG = 69
+MASTER = 0  # the rank of the master
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+DEVICES_NAME = "devices.json"  # each worker's rank, host, device and GPU UUID, for the latest session
+
+
+def say(message: str) -> None:
+    """A line for the user, from the master (``evens: message`` on standard error)."""
+    if message.startswith("error: "):
+        LOG.error(message)
+    elif message.startswith("warning: "):
+        LOG.warning(message)
+    else:
+        LOG.info(message)
+    for handler in LOG.handlers:
+        handler.flush()
+
+
+class StopFlag:
+    """Counts SIGTERM (Slurm's preemption or time limit), SIGUSR1 (Slurm's early warning, with
+    ``--signal=USR1@120``) and SIGINT: the first drains the search (see :func:`run_search`), the
+    second ends the drain; a third acts as usual (ends the process)."""
+
+    def __init__(self) -> None:
+        self.signum, self.count = 0, 0
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.signum = signum
+        self.count += 1
+        if self.count >= 2:
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+
+    def __call__(self) -> int:
+        return self.count
+
+
+class Checkpointer:
+    """Writes the run's checkpoints: the search state with the ensemble chosen from it now, then empties
+    the in-flight log (the checkpoint holds what it noted) and refreshes the job lock."""
+
+    def __init__(self, prepared: Prepared, info: RunInfo, started: float):
+        self.path = os.path.join(prepared.run_dir, CHECKPOINT_NAME)
+        self.prepared, self.info, self.started = prepared, info, started
+        self.wall_before = info.wall_seconds
+        self.choose = SelectionCache(info)
+        self.journal: checkpoint.InFlightLog | None = None
+
+    def __call__(self, state: SearchState) -> None:
+        self.info.wall_seconds = self.wall_before + (time.time() - self.started)
+        state.selection = self.choose(state.hall_of_fame)  # the ensemble in every checkpoint is ready to use
+        try:
+            checkpoint.save(self.path, state, self.info)
+            if self.journal is not None:
+                self.journal.reset()
+        except OSError as exc:  # a full disk, a quota, a file system gone read-only
+            raise RunDirError(f"{self.path}: cannot write the checkpoint ({exc.strerror or first_line(exc)}); the run keeps its "
+                              f"previous checkpoint; continue with: evens run --resume {self.prepared.run_dir}") from None
+        self.prepared.lock.heartbeat()
+
+    def open_journal(self) -> checkpoint.InFlightLog:
+        self.journal = checkpoint.InFlightLog(self.path)
+        return self.journal
+
+    def close(self) -> None:
+        if self.journal is not None:
+            self.journal.close()
+
+
+def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prepared: Prepared, space: SearchSpace, trainer_data,
+               started: float, quiet: bool) -> int:
+    """Search until the budget is spent or a signal stops it; returns the exit status."""
+    _say_data(comm, data)
+    state, info = _session_state(config, data, problem, prepared)
+    transport = InProcessTransport(trainer_for(trainer_data), 1) if comm.size == 1 else MPIMasterTransport(comm, MASTER)
+    budget = config.search.evaluations
+    say(f"searching with {len(transport.workers)} worker(s), budget {budget} evaluations; run directory {prepared.run_dir}")
+    write_json(os.path.join(prepared.run_dir, DEVICES_NAME), {"session": info.sessions, "workers": prepared.devices or []})
+    save, stop = Checkpointer(prepared, info, started), StopFlag()
+    progress = Progress(budget, len(state.records), problem.metric, quiet=quiet, every=prepared.status_seconds,
+                        workers=len(transport.workers))
+    try:
+        save(state)
+        finished = run_search(state, transport, space, config, checkpoint=save, on_result=progress, should_stop=stop,
+                              journal=save.open_journal(), say=say, validation=(problem, info.val_y))
+        progress.close()
+        save(state)
+    except RunDirError as exc:
+        progress.close()
+        say(f"error: {located(str(exc))}")
+        if comm.size > 1:
+            abort(comm, 2)  # the workers may be mid-training: nothing more can be recorded
+        return 2
+    except HungWorker as exc:
+        progress.close()
+        return _hung(comm, exc, state, save, config, prepared)
+    finally:
+        save.close()
+    if not finished:
+        return _stopped(comm, state, stop, transport, prepared)
+    summary = summarize(state, info, prepared.run_dir)
+    write_json(os.path.join(prepared.run_dir, SUMMARY_NAME), summary)
+    print(format_summary(summary), flush=True)
+    transport.stop()
+    return 0
+
+
+def _say_data(comm, data: SharedDataset) -> None:
+    stats = data.stats
+    say(
+        f"data {data.plan.path}: {stats['bytes'] / 1e6:.1f} MB read in {stats.get('read_seconds', 0):.2f} s, "
+        f"broadcast to {comm.size} ranks in {stats.get('broadcast_seconds', 0):.2f} s"
+        + (f"; shard mode: each of {data.shard.count} nodes holds about {data.shard.total_rows // data.shard.count} "
+           f"of the {data.shard.total_rows} training rows" if data.shard else "")
+    )
+
+
+def _session_state(config: Config, data: SharedDataset, problem: Problem, prepared: Prepared) -> tuple[SearchState, RunInfo]:
+    """A new run's empty state and facts, or a resumed run's, with this session counted."""
+    state, info = prepared.state, prepared.info
+    if state is None:
+        state = SearchState.fresh(config.search.seed, config.ensemble.candidates)
+        info = RunInfo(config=config, gene_names=list(config.space.names), data=data_facts(data, problem),
+                       val_y=data.arrays["val/y"].copy(), test_y=data.arrays["test/y"].copy(), version=__version__,
+                       preset=prepared.preset)
+        say(f"search space: {describe_space(info.preset)}")
+    else:
+        info.config = config
+        say(f"resuming {prepared.run_dir}: {len(state.records)} evaluations done, {len(state.pending)} to redo")
+    info.sessions += 1
+    return state, info
+
+
+def _hung(comm, exc: HungWorker, state: SearchState, save: Checkpointer, config: Config, prepared: Prepared) -> int:
+    host = next((b["host"] for b in prepared.devices or [] if b["rank"] == exc.worker), "an unknown host")
+    search = config.search
+    say(f"error: worker rank {exc.worker} on {host} has not answered for {exc.seconds:.0f} s, past its training's time limit "
+        f"of {search.eval_timeout_seconds:g} s plus search.hang_seconds = {search.hang_seconds:g} (evaluation {exc.ident}); "
+        f"ending the job")
+    try:
+        save(state)
+    except RunDirError as failed:
+        say(f"error: {located(str(failed))}")
+    else:
+        say(f"checkpoint saved with {len(state.records)} evaluations; evaluation {exc.ident} is redone once on resume; "
+            f"continue with: evens run --resume {prepared.run_dir} (exit status {EXIT_HUNG})")
+    if comm.size > 1:
+        abort(comm, EXIT_HUNG)  # a stopped process cannot take part in a clean end
+    return EXIT_HUNG
+
+
+def _stopped(comm, state: SearchState, stop: StopFlag, transport, prepared: Prepared) -> int:
+    out = len(state.pending)
+    say(f"stopped by signal {stop.signum}; checkpoint saved with {len(state.records)} evaluations"
+        f"{f', {out} to redo' if out else ''}; continue with: evens run --resume {prepared.run_dir} "
+        f"(exit status {EXIT_RESUMABLE}: resumable)")
+    if comm.size > 1:
+        if state.workers_busy:
+            abort(comm, EXIT_RESUMABLE)  # workers are mid-training; the checkpoint has what they held
+        transport.stop()  # every worker is idle: a normal end, which frees MPI's shared memory
+    return EXIT_RESUMABLE

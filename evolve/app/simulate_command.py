@@ -1,0 +1,48 @@
+"""``evens simulate``: project a search's utilization on N workers before spending an allocation."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from data_bcast.h5file import DataError, inspect_file
+from evolve.config.schema import load_config
+from evolve.engine.simulator import master_cost, simulate
+from evolve.errors import ConfigError
+from evolve.search.presets import DataFacts
+
+
+def _with_space(config):
+    """The config with its search space made: a preset's from the data file's plan (its shapes, not its contents)."""
+    if config.space is not None:
+        return config
+    options = config.data
+    try:
+        plan = inspect_file(options.path, options.val_fraction, options.test_fraction, options.split_seed, options.allow_external)
+    except DataError as exc:
+        raise ConfigError(f"the config's search space is a preset, made from its data, and {exc}") from None
+    return config.resolved(DataFacts(tuple(plan.sample_shape), plan.kind, int(plan.spec("train/y").shape[0])))[0]
+
+
+BANNER = "SIMULATION: no network is trained; the real search loop on simulated workers and a virtual clock"
+
+
+def simulate_command(args) -> str:
+    config = load_config(args.config, args.overrides)
+    for name, value, low in (("--workers", args.workers, 1), ("--task-seconds", args.task_seconds, 1e-9),
+                             ("--sigma", args.sigma, 0.0), ("--evaluations", args.evaluations or 1, 1)):
+        if not value >= low:
+            raise ConfigError(f"{name} must be at least {low:g}, got {value}")
+    config = _with_space(config)
+    measured = args.master_us is None
+    master_seconds = master_cost(config) if measured else args.master_us * 1e-6
+    p = simulate(config, args.workers, args.task_seconds, args.sigma, master_seconds, args.evaluations)
+    if args.json:
+        return json.dumps({"simulation": True, "master_us": master_seconds * 1e6, **asdict(p)})
+    where = "measured here, without MPI messages" if measured else "given"
+    return "\n".join([
+        BANNER,
+        f"search: {config.search.mode}, population {config.search.population}, prefetch {config.search.prefetch}; {p.workers:,} workers; trainings lognormal, "
+        f"median {args.task_seconds:g} s, sigma {args.sigma:g}; master {master_seconds * 1e6:.0f} us per result ({where})",
+        f"projected worker utilization {100 * p.utilization:.2f} %; {p.evaluations_per_hour:,.0f} evaluations per hour; "
+        f"master load {100 * p.master_load:.1f} % ({p.evaluations:,} evaluations over {p.makespan_seconds:,.0f} simulated seconds)",
+    ])

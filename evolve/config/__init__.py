@@ -1,0 +1,1 @@
+"""The run's configuration: frozen dataclasses read from TOML and --set."""

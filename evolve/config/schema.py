@@ -1,0 +1,291 @@
+"""Run configuration: frozen dataclasses with defaults, read from TOML, overridden by ``--set``.
+
+::
+
+    cfg = load_config("examples/digits.toml", ["search.evaluations=40", "data.path=/x.h5"])
+    cfg.search.evaluations   # 40
+
+Overrides are dotted keys; the value is read as a TOML literal (``40``, ``1e-3``,
+``true``, ``[16, 32]``) and otherwise taken as a plain string (``/x.h5``). An
+unknown key or a value of the wrong type is a :class:`ConfigError` naming it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, field, fields
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from data_bcast.options import MODES as LOAD_MODES
+from data_bcast.options import LoadOptions
+from ensemble.select import select_ensemble
+from evolve.errors import ConfigError
+from evolve.search import presets
+from evolve.search.space import DEFAULT_SPACE, SearchSpace
+from evolve.search.space_config import parse_space
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the data is, and how it is split and sent to every rank."""
+
+    # Besides the path, the fields of data_bcast's LoadOptions, whose defaults these are: passed whole to the broadcast.
+
+    path: str = "data/digits.h5"  # the HDF5 data file (docs/data-format.md); stored absolute in the run
+    val_fraction: float = LoadOptions.val_fraction  # held out of train when the file has no 'val'
+    test_fraction: float = LoadOptions.test_fraction  # held out of train when the file has no 'test'
+    split_seed: int = LoadOptions.split_seed  # seeds which rows of train are held out for val/test
+    chunk_mb: int = LoadOptions.chunk_mb  # the broadcast sends the data in chunks of this many MiB
+    read_threads: int = LoadOptions.read_threads  # threads rank 0 reads the file with (0: one per core it may run on, at most 8); they speed arrays stored contiguous and uncompressed
+    shared_memory: bool = LoadOptions.shared_memory  # one host copy per node (MPI-3 shared window)
+    allow_external: bool = LoadOptions.allow_external  # read datasets whose data lives in other files (external links, virtual, external storage)
+    mode: str = LoadOptions.mode  # "replicate": every node holds all of train; "shard": each node a disjoint 1/nodes of train, for data beyond a node's memory (val/test stay whole; docs/data-format.md)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    evaluations: int = 40  # total networks trained, across resumes
+    mode: str = "async"  # "async" (steady state, no worker waits), "generational" (a barrier per generation) or "nsga2"
+    second_objective: str = "params"  # nsga2's objective to minimise beside the fitness: "params" or "latency" (us per sample)
+    population: int = 10  # individuals the GA breeds from (async: the steady-state pool; generational and nsga2: each generation)
+    seed: int = 0  # seeds the search: the same seed and config propose the same networks
+    tournament: int = 3  # individuals per tournament when choosing a parent
+    crossover_prob: float = 0.7  # chance that a child is bred by crossover of two parents
+    mutation_prob: float = 0.3  # chance that each gene of a child is mutated
+    mutation_eta: float = 8.0  # polynomial mutation: larger is more local
+    breeding: str = "blind"  # "blind" (each child as the operators draw it) or "model": async and generational send the most promising of `brood` bred candidates per child, by a surrogate (extra trees) of the results so far
+    selection: str = "fitness"  # what parents and survivors are chosen by: "fitness", or "ensemble" (async and generational: each one's value to the run's current ensemble, its validation log-loss or RMSE with the network as one more pick)
+    brood: int = 4  # model breeding: candidates bred and ranked per child sent (larger exploits the model harder)
+    checkpoint_seconds: float = 10.0  # at most this long between checkpoint writes
+    early_stopping: bool = True  # stop trainings below the median of earlier ones (async mode only)
+    early_stopping_warmup: int = 2  # never stop a training before this many epochs
+    eval_timeout_seconds: float = 0.0  # stop a training after this many seconds (recorded as "timeout"); 0: no limit
+    drain_seconds: float = 60.0  # after SIGTERM/SIGUSR1/SIGINT, wait this long for running trainings (recorded) before the checkpoint and exit 75; a second signal ends the wait
+    hang_seconds: float = 120.0  # a worker silent for eval_timeout_seconds plus this long is reported hung and the job ends (exit 69); 0, or no time limit: no hang detection
+    prefetch: int = 1  # async mode over MPI: tasks queued on each worker behind the one it trains, started the moment it reports instead of after the master's answer (0: each task goes out when its worker is free)
+
+
+@dataclass(frozen=True)
+class EnsembleConfig:
+    size: int = 5  # picks of one greedy pass (with replacement; bags pool up to bags x size) or members (top_k)
+    candidates: int = 32  # the hall of fame: the best networks kept with their weights
+    method: str = "greedy"  # "greedy" (Caruana's forward selection) or "top_k"
+    criterion: str = "accuracy"  # what greedy selection maximises on the validation split: "accuracy" (ties: lower log-loss) or "loss" (log-loss; regression: RMSE either way)
+    bags: int = 8  # greedy selection on this many random halves of the candidates, their picks pooled (0: once, on all); 8: measured best (docs/benchmarks.md)
+    min_members: int = 1  # greedy: at least this many distinct networks, when they cost nothing in validation loss (log-loss; RMSE)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    device: str = "auto"  # "auto", "cpu" or "cuda"
+    threads: int = 0  # torch CPU threads per worker; 0 divides the node's cores among its ranks
+    precision: str = "fp32"  # "fp32", "tf32" (GPU matrix units) or "bf16" (autocast); see docs/gpu.md
+    workers_per_gpu: int = 0  # 0: a node's workers share its GPUs round robin; k: k per GPU, more on one GPU is an error
+
+
+@dataclass(frozen=True)
+class Config:
+    """A run's configuration. ``space`` is the search space, or None while a preset waits for the data:
+    ``preset`` then says which ("auto" or a name) and ``space_table`` holds the genes that replace the
+    preset's; :meth:`resolved` makes the space from the data."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    ensemble: EnsembleConfig = field(default_factory=EnsembleConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    space: SearchSpace | None = None
+    preset: str = "auto"  # "" once the space is made
+    space_table: dict = field(default_factory=dict, compare=False)
+
+    def to_dict(self) -> dict:
+        d = {s: dataclasses.asdict(getattr(self, s)) for s in SECTIONS}
+        d["space"] = self.space.to_config() if self.space is not None else {"preset": self.preset, **self.space_table}
+        return d
+
+    def choose_ensemble(self, members, problem, val_y, test_y=None, **ensemble):
+        """The ensemble this config's ``[ensemble]`` asks for (keys in ``ensemble`` replace its own), chosen
+        from ``members`` on the validation split (:func:`ensemble.select.select_ensemble`); None if there are none."""
+        ens = dataclasses.replace(self.ensemble, **ensemble)
+        return select_ensemble(list(members), problem, val_y, test_y, ens.method, ens.size, criterion=ens.criterion, bags=ens.bags,
+                               seed=self.search.seed, min_members=ens.min_members)
+
+    def resolved(self, facts: presets.DataFacts) -> tuple[Config, dict | None]:
+        """This config with its search space made for the data: a preset's table (the one ``auto`` chooses,
+        or the one named) under the config's own genes. Also what was chosen and why, for the run's
+        record (None for a config's own space)."""
+        if self.space is not None:
+            return self, None
+        name, why = presets.choose(facts) if self.preset == "auto" else (self.preset, "named in the config")
+        space = parse_space({**presets.table(name, facts), **self.space_table})
+        chosen = {"asked": self.preset, "chosen": name, "why": why, "overrides": sorted(self.space_table)}
+        return dataclasses.replace(self, space=space, preset="", space_table={}), chosen
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def with_overrides(self, overrides: list[str]) -> Config:
+        """This config with ``KEY=VALUE`` overrides applied and checked, as ``--set`` applies them."""
+        return config_from_dict(apply_overrides(self.to_dict(), overrides))
+
+
+SECTIONS = {"data": DataConfig, "search": SearchConfig, "ensemble": EnsembleConfig, "train": TrainConfig}
+
+# (low, high) bounds, inclusive; None for open.
+_BOUNDS = {
+    "data.val_fraction": (0.0, 1.0),
+    "data.test_fraction": (0.0, 1.0),
+    "data.chunk_mb": (1, None),
+    "data.read_threads": (0, 256),
+    "data.split_seed": (0, None),
+    "search.seed": (0, None),
+    "search.evaluations": (1, None),
+    "search.population": (2, None),
+    "search.tournament": (1, None),
+    "search.crossover_prob": (0.0, 1.0),
+    "search.mutation_prob": (0.0, 1.0),
+    "search.mutation_eta": (0.0, None),
+    "search.checkpoint_seconds": (0.0, None),
+    "search.early_stopping_warmup": (1, None),
+    "search.eval_timeout_seconds": (0.0, None),
+    "search.drain_seconds": (0.0, None),
+    "search.hang_seconds": (0.0, None),
+    "search.prefetch": (0, 8),
+    "search.brood": (1, 256),
+    "ensemble.size": (1, 1024),  # the ensemble's exact sums hold up to 1,024 members (ensemble.combine)
+    "ensemble.candidates": (1, 1024),
+    "ensemble.bags": (0, 64),
+    "ensemble.min_members": (1, 1024),
+    "train.threads": (0, None),
+    "train.workers_per_gpu": (0, None),
+}
+_CHOICES = {"data.mode": LOAD_MODES, "train.device": ("auto", "cpu", "cuda"), "train.precision": ("fp32", "tf32", "bf16"), "ensemble.method": ("greedy", "top_k"), "ensemble.criterion": ("accuracy", "loss"), "search.mode": ("async", "generational", "nsga2"), "search.breeding": ("blind", "model"), "search.selection": ("fitness", "ensemble"),
+            "search.second_objective": ("params", "latency")}
+
+
+def _type_name(t: type) -> str:
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[t]
+
+
+def _check_value(key: str, value, expected: type):
+    ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        value, ok = float(value), True
+    if not ok:
+        raise ConfigError(f"{key} must be {_type_name(expected)}, got {value!r}")
+    if expected is float and not math.isfinite(value):
+        raise ConfigError(f"{key} must be a finite number, got {value!r}")
+    low, high = _BOUNDS.get(key, (None, None))
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f">= {low}" if high is None else f"between {low} and {high}"
+        raise ConfigError(f"{key} must be {bounds}, got {value!r}")
+    if key in _CHOICES and value not in _CHOICES[key]:
+        raise ConfigError(f"{key} must be one of {', '.join(_CHOICES[key])}, got {value!r}")
+    return value
+
+
+def _build_section(name: str, cls: type, raw: dict):
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[{name}] must be a table")
+    known = {f.name: f for f in fields(cls)}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"unknown key '{name}.{key}' (known: {', '.join(known)})")
+    kwargs = {k: _check_value(f"{name}.{k}", v, type(getattr(cls(), k))) for k, v in raw.items()}
+    return cls(**kwargs)
+
+
+def config_from_dict(raw: dict) -> Config:
+    """Validate a nested dict (as read from TOML or JSON) into a :class:`Config`."""
+    for key in raw:
+        if key not in SECTIONS and key != "space":
+            raise ConfigError(f"unknown section '{key}' (known: {', '.join([*SECTIONS, 'space'])})")
+    sections = {name: _build_section(name, cls, raw.get(name, {})) for name, cls in SECTIONS.items()}
+    ens = sections["ensemble"]
+    if ens.candidates < ens.size:
+        raise ConfigError(f"ensemble.candidates ({ens.candidates}) must be at least ensemble.size ({ens.size})")
+    search = sections["search"]
+    if search.mode == "nsga2" and (search.breeding, search.selection) != ("blind", "fitness"):
+        raise ConfigError("search.breeding = \"model\" and search.selection = \"ensemble\" work with search.mode \"async\" or \"generational\", "
+                          "not \"nsga2\" (which has two objectives)")
+    return Config(**_space(raw), **sections)
+
+
+def _space(raw: dict) -> dict:
+    """A config's search space: its own (a [space] table without ``preset``: the classic space under its
+    genes) or a preset's, made later from the data (no [space] table, or ``space.preset``)."""
+    if "space" not in raw:
+        return {"space": None, "preset": "auto"}
+    table = raw["space"]
+    if not isinstance(table, dict):
+        raise ConfigError("[space] must be a table")
+    genes = {k: v for k, v in table.items() if k != "preset"}
+    own = parse_space(genes)  # the genes are checked either way
+    asked = table.get("preset", "classic")
+    if asked not in presets.ASKS:
+        raise ConfigError(f"space.preset must be one of {', '.join(presets.ASKS)}, got {asked!r}")
+    if asked == "classic":
+        return {"space": own, "preset": ""}
+    return {"space": None, "preset": asked, "space_table": genes}
+
+
+def parse_value(text: str):
+    """A ``--set`` value: a TOML literal if it is one, else the text itself."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """Apply ``KEY=VALUE`` strings (dotted keys) to a nested dict, returning a new dict."""
+    raw = json.loads(json.dumps(raw))  # a deep copy of plain data
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        parts = key.split(".")
+        section = parts[0]
+        if section not in SECTIONS and section != "space":
+            raise ConfigError(f"unknown key '{key}' (sections: {', '.join([*SECTIONS, 'space'])})")
+        if len(parts) < 2 or (section in SECTIONS and len(parts) != 2):
+            raise ConfigError(f"unknown key '{key}'")
+        if section == "space" and len(parts) == 3 and isinstance(DEFAULT_SPACE.get(parts[1]), dict):
+            raw.setdefault("space", {}).setdefault(parts[1], dict(DEFAULT_SPACE[parts[1]]))
+        node = raw
+        for p in parts[:-1]:
+            child = node.setdefault(p, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"cannot set '{key}': '{p}' is {child!r}, not a table; set the whole value instead")
+            node = child
+        node[parts[-1]] = parse_value(text.strip())
+    return raw
+
+
+def load_config(path: str | None, overrides: list[str] = ()) -> Config:
+    """Read ``path`` (TOML; None means defaults only) and apply ``overrides``."""
+    raw: dict = {}
+    if path is not None:
+        if not os.path.isfile(path):
+            raise ConfigError(f"{path}: no such config file")
+        try:
+            with open(path, "rb") as f:
+                raw = tomllib.load(f)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read ({exc})") from None
+    try:
+        return config_from_dict(apply_overrides(raw, list(overrides)))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}" if path else str(exc)) from None
+
+
+__all__ = ["Config", "ConfigError", "DEFAULT_SPACE", "apply_overrides", "config_from_dict", "load_config", "parse_value"]

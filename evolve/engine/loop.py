@@ -1,0 +1,352 @@
+"""The master's search loop: keep every worker busy, remember everything.
+
+:func:`run_search` reads like DEAP's ``eaSimple``: fill the idle workers, checkpoint when due, take
+a result, record it, tell the strategy, offer it to the hall of fame. It is a plain function over
+explicit state (:class:`~evolve.engine.state.SearchState`), the run's typed
+:class:`~evolve.config.schema.Config`, and an injected :class:`~evolve.transport.protocol.Transport`,
+so the same loop runs over MPI, in one process in the tests, and under a simulator. What to train
+next, a strategy decides (:mod:`evolve.search.strategy`); which worker takes it, and what is out,
+the :class:`~evolve.engine.dispatch.Dispatcher` keeps.
+
+A result that enters the hall of fame arrives whole (predictions and weights) and is kept there; the
+hall's entry bar goes out with every task, and the master asks for a payload only when it arrives,
+so everything else arrives as a small header.
+"""
+from __future__ import annotations
+
+import gc
+import math
+import time
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+
+from ensemble.contribution import EnsembleValue
+from ensemble.hall_of_fame import Member
+from ensemble.problem import Problem
+from ensemble.results import failed_evaluation
+from evolve.config.schema import Config
+from evolve.search.early_stop import BarCache, MedianRule
+from evolve.search.records import Pending, Record
+from evolve.search.space import SearchSpace
+from evolve.search.strategy import make_strategy
+from evolve.transport.protocol import SKIPPED, Result, Task, Transport
+
+from .dispatch import Dispatcher, Journal, Sent
+from .state import SearchState
+
+CRASHED_MESSAGE = "in flight when 2 jobs ended; not sent again"
+MAX_ATTEMPTS = 2  # an individual out at this many job deaths is recorded as "crashed" instead of sent again
+YOUNG_COLLECTION = 50_000  # the garbage collector's first threshold while a search runs (Python's default: 700)
+_MASK64 = (1 << 64) - 1
+
+
+def task_seed(search_seed: int, ident: int) -> int:
+    """The torch seed of evaluation ``ident``: fixed by the search seed and the id alone (splitmix64 of the pair)."""
+    z = (search_seed * 0x9E3779B97F4A7C15 + ident + 1) * 0x9E3779B97F4A7C15 & _MASK64
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB & _MASK64
+    return (z ^ (z >> 31)) >> 32  # 32 bits, as torch.manual_seed and numpy take them
+
+
+class HungWorker(Exception):
+    """A worker said nothing for its training's time limit plus ``search.hang_seconds``.
+
+    Raised by :func:`run_search` after it has left the search in ``state`` ready to checkpoint (the
+    hung worker's individual counted as out at a job's end, the others not).
+    """
+
+    def __init__(self, worker: int, ident: int, seconds: float):
+        super().__init__(f"worker rank {worker} has not answered for {seconds:.0f} s (evaluation {ident})")
+        self.worker, self.ident, self.seconds = worker, ident, seconds
+
+
+def run_search(
+    state: SearchState,
+    transport: Transport,
+    space: SearchSpace,
+    config: Config,
+    *,
+    checkpoint: Callable[[SearchState], None] | None = None,
+    on_result: Callable[[Record, SearchState], None] | None = None,
+    should_stop: Callable[[], int] = lambda: 0,
+    clock: Callable[[], float] = time.monotonic,
+    wall_clock: Callable[[], float] = time.time,
+    poll_seconds: float = 0.2,
+    journal: Journal | None = None,
+    say: Callable[[str], None] = lambda line: None,
+    validation: tuple[Problem, np.ndarray] | None = None,
+) -> bool:
+    """Evaluate until ``config.search.evaluations`` evaluations are recorded; True if finished, False if stopped.
+
+    ``should_stop()`` counts stop requests (signals). At the first, no more individuals go out; the
+    trainings running are waited for, and recorded, for up to ``search.drain_seconds``; a second
+    request ends the wait. The individuals still out are left in ``state.pending`` and are sent
+    again first when the search resumes.
+
+    An individual in ``state.pending`` carries how many job deaths it was out at (``attempts``): one
+    out at :data:`MAX_ATTEMPTS` is recorded as ``"crashed"`` and never sent again, so a network that
+    kills its worker (and with it the job) cannot stop a resumed search from finishing. A checkpoint
+    written while trainings run counts each individual out as out at one more death (if the job dies
+    before the next checkpoint, it was); the last checkpoint of a job that ends in order does not.
+
+    Raises :class:`HungWorker` when a worker has been silent for its training's time limit plus
+    ``search.hang_seconds`` (only with a time limit), after leaving ``state`` ready to checkpoint.
+
+    ``validation`` (the problem and the validation labels) is what ``search.selection = "ensemble"``
+    values individuals on; that selection needs it.
+    """
+    search = _Search(state, transport, space, config, checkpoint, on_result, say, clock, wall_clock, journal, validation)
+    with _history_frozen():
+        return search.run(should_stop, poll_seconds)
+
+
+def _ensemble_value(state: SearchState, config: Config, validation) -> EnsembleValue | None:
+    """What ``search.selection = "ensemble"`` selects by: each individual's value to the ensemble the run
+    would choose from its hall of fame now (as evens run chooses it); None for selection by fitness."""
+    if config.search.selection != "ensemble":
+        return None
+    if validation is None:
+        raise ValueError("search.selection = \"ensemble\" needs the validation labels (run_search's validation)")
+    problem, val_y = validation
+    choose = lambda members: config.choose_ensemble(members, problem, val_y)  # noqa: E731, never the test split
+    return EnsembleValue(state.hall_of_fame, problem, val_y, choose, config.ensemble.size)
+
+
+@dataclass
+class _Drain:
+    """A stop request with trainings running: wait for them, up to a deadline."""
+
+    until: float
+    since: float
+    trainings: int  # running when it began
+    recorded_before: int
+
+
+class _Search:
+    """One session of :func:`run_search`: its parts, and the steps of its loop."""
+
+    def __init__(self, state: SearchState, transport: Transport, space: SearchSpace, config: Config, checkpoint, on_result, say,
+                 clock, wall_clock, journal, validation):
+        self.state, self.space, self.search = state, space, config.search
+        self.checkpoint, self.on_result, self.say, self.clock, self.wall_clock = checkpoint, on_result, say, clock, wall_clock
+        search = self.search
+        self.strategy = make_strategy(search.mode, space, search, state.rng, state.records, state.pending, state.strategy,
+                                      objective=search.second_objective, value=_ensemble_value(state, config, validation))
+        # Early stopping follows results in the order they arrive, so a generational search (whose results
+        # must not depend on that order) never uses it.
+        self.bars = BarCache(MedianRule(state.records), len(state.records)) if search.early_stopping and search.mode == "async" else None
+        # Workers queue tasks only in async mode (a generation's barrier would leave its last children queued behind
+        # busy workers while others idle), over a transport whose workers queue (in one process it gains nothing).
+        depth = 1 + search.prefetch if search.mode == "async" and getattr(transport, "queues", False) else 1
+        self.dispatch = Dispatcher(transport, depth, clock, wall_clock, journal)
+        self.transport = transport
+        self.hall = state.hall_of_fame
+        self.hall.grow(config.ensemble.candidates)  # a resume may ask for more candidates; members kept are never dropped
+        self.redo: deque[Pending] = deque()  # sent before and never answered: they go out first
+        self.watch = {"time_limit": search.eval_timeout_seconds}
+        self.epochs_at = space.names.index("epochs")  # the key holds epochs like any other gene
+        if search.mode == "nsga2" and search.second_objective == "latency":
+            self.watch["measure_latency"] = True  # workers time inference only when the search needs it
+        # a worker silent this long after its training started is hung (no time limit: no bound to judge by)
+        timeout, grace = search.eval_timeout_seconds, search.hang_seconds
+        self.hung_after = timeout + grace if timeout > 0 and grace > 0 else None
+        self.stopped, self.unsaved = False, False
+        self.drain: _Drain | None = None
+        self.loop_start, self.capacity_before = clock(), state.capacity_seconds
+        self.last_checkpoint = clock()
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def run(self, should_stop: Callable[[], int], poll_seconds: float) -> bool:
+        """Fill the idle workers, checkpoint when due, take the results as they come; until the budget is
+        spent, or a stop ends the session (after the drain, if there is one). True if the search finished."""
+        self.take_pending()
+        while not self.stop_requested(should_stop()):
+            if not self.stopped:
+                self.fill_idle_workers()
+            if self.over():
+                break
+            self.check_hangs()
+            if self.checkpoint_due():
+                self.save(deaths=lambda worker: 1)
+                gc.freeze()  # what lives now is history (see _history_frozen)
+            wait = poll_seconds if self.drain is None else max(0.0, min(poll_seconds, self.drain.until - self.clock()))
+            for worker, result, sent in self.dispatch.results(wait, self.wants, more=lambda: not self.checkpoint_due()):
+                self.take(worker, result, sent)
+        self.end_session()
+        return not self.stopped
+
+    def wants(self, ident: int, fitness: float) -> bool:
+        """Does the master want this result's payload: does it enter the hall of fame now?"""
+        return self.hall.qualifies(fitness, ident)
+
+    def end_session(self) -> None:
+        """Account for the trainings still out, and leave ``state`` ready for the caller's last checkpoint."""
+        now = self.clock()
+        running = self.dispatch.running()
+        self.state.busy_seconds += sum(now - since for _, since in running)
+        self.state.workers_busy = len(running)
+        self.save_point(deaths=lambda worker: 0)
+
+    def take_pending(self) -> None:
+        """What was out when the last session ended: redone first, or recorded as crashed after two job deaths."""
+        for p in self.state.pending:
+            if p.attempts < MAX_ATTEMPTS:
+                self.redo.append(p if p.operators.endswith("+redo") else replace(p, operators=f"{p.operators}+redo"))
+                continue
+            now = self.wall_clock()
+            self.say(f"warning: evaluation {p.id} was in flight when {p.attempts} jobs ended; recorded as crashed, not sent again")
+            self.record(Record.of(p, failed_evaluation(CRASHED_MESSAGE, "crashed"), started=now, finished=now))
+        self.state.pending = []
+
+    def fill_idle_workers(self) -> None:
+        while True:
+            remaining = self.search.evaluations - len(self.state.records) - self.dispatch.inflight
+            worker = self.dispatch.free_worker(remaining) if remaining > 0 else None
+            if worker is None:
+                break
+            proposed = self.propose()
+            if proposed is None:
+                break  # the strategy waits for results (a generation's barrier)
+            individual, key = proposed
+            self.dispatch.send(worker, individual, self.task(individual, key))
+        self.dispatch.flush()
+
+    def propose(self) -> tuple[Pending, tuple] | None:
+        """The next individual and its key (what it decodes to: see SearchSpace.key)."""
+        if self.redo:
+            individual = self.redo.popleft()
+            return individual, self.space.key(individual.genome)
+        proposal = self.strategy.ask()
+        if proposal is None:
+            return None
+        self.state.next_id += 1
+        individual = Pending(id=self.state.next_id - 1, genome=proposal.genome, parents=proposal.parents, operators=proposal.operators)
+        return individual, proposal.key
+
+    def task(self, individual: Pending, key: tuple) -> Task:
+        """The task of an individual: its genome's key (the worker decodes its settings), seed, entry bar and watch."""
+        watch = dict(self.watch)
+        if self.bars is not None:
+            watch.update(stop_below=self.bars.bars(key[self.epochs_at]), warmup=self.search.early_stopping_warmup)
+        return Task.from_key(individual.id, self.space, key, task_seed(self.search.seed, individual.id), self.hall.entry_bar(), watch)
+
+    def take(self, worker: int, result: Result, sent: Sent) -> None:
+        """A result back: recorded, told, offered to the hall of fame (a task skipped at a drain is redone instead)."""
+        ev = result.evaluation
+        if ev.status == SKIPPED:
+            self.redo.append(sent.individual)
+            return
+        self.state.busy_seconds += self.clock() - sent.since
+        if ev.status == "ok" and not math.isfinite(ev.fitness):  # a worker's bug must not put NaN into the search
+            ev = failed_evaluation(f"the worker returned a fitness of {ev.fitness}", seconds=ev.seconds, epochs_done=ev.epochs_done)
+        record = Record.of(sent.individual, ev, worker, sent.started, self.wall_clock())
+        member = None
+        if record.status == "ok" and ev.has_payload:
+            task = sent.task
+            member = Member(id=record.id, fitness=record.fitness, network=task.network, training=task.training, val_pred=ev.val_pred,
+                            test_pred=ev.test_pred, weights=ev.weights or {})
+        self.record(record, member)
+
+    def record(self, record: Record, member: Member | None = None) -> None:
+        """Remember a result, tell the strategy and the early-stopping bars, and offer ``member`` to the hall of fame."""
+        self.state.records.append(record)
+        if member is not None:  # first: ensemble selection values the newcomer by its predictions
+            self.hall.offer(member)
+        self.strategy.tell(record)
+        if self.bars is not None:
+            self.bars.tell(record)
+        self.unsaved = True
+        if self.on_result is not None:
+            self.on_result(record, self.state)
+
+    # --- stops, hangs and checkpoints ---------------------------------------------------------
+
+    def stop_requested(self, requests: int) -> bool:
+        """Act on stop requests; True if the loop must end now (a second request during a drain)."""
+        if requests and not self.stopped:
+            self.stopped = True
+            if self.dispatch.inflight and self.search.drain_seconds > 0 and requests < 2:
+                self.start_drain()
+        elif requests >= 2 and self.drain is not None:
+            self.say(f"draining: a second signal; stopping now with {len(self.dispatch.running())} of {self.drain.trainings} "
+                     "trainings still out (they are redone on resume)")
+            return True
+        return False
+
+    def start_drain(self) -> None:
+        now, seconds = self.clock(), self.search.drain_seconds
+        self.drain = _Drain(now + seconds, now, len(self.dispatch.running()), len(self.state.records))
+        queued = self.dispatch.drop_queued()
+        self.say(f"draining: waiting up to {seconds:g} s for {self.drain.trainings} trainings"
+                 + (f"; {queued} queued behind them {'is' if queued == 1 else 'are'} dropped unless started, to be redone on resume"
+                    if queued else ""))
+        if self.checkpoint is not None and self.unsaved:  # what was done before the signal is safe at once, should the
+            self.save(deaths=lambda worker: 1)            # job be killed (Slurm's KillWait) during the drain
+
+    def over(self) -> bool:
+        """Is this session done: nothing out, a stop without a drain, or a drain past its deadline?"""
+        if not self.dispatch.inflight:
+            if self.drain is not None:
+                self.say(f"draining: all {len(self.state.records) - self.drain.recorded_before} trainings recorded "
+                         f"in {self.clock() - self.drain.since:.1f} s")
+            return True  # the caller writes the final checkpoint
+        if self.stopped and self.drain is None:
+            return True
+        if self.drain is not None and self.clock() >= self.drain.until:
+            self.say(f"draining: {len(self.dispatch.running())} of {self.drain.trainings} trainings still out after "
+                     f"{self.search.drain_seconds:g} s (they are redone on resume)")
+            return True
+        return False
+
+    def check_hangs(self) -> None:
+        """Raise HungWorker if a training has gone past its time limit plus the grace (the Dispatcher looks)."""
+        hung = self.dispatch.hung(self.hung_after)
+        if hung is not None:
+            worker, sent = hung
+            now = self.clock()
+            self.state.busy_seconds += sum(now - since for _, since in self.dispatch.running())
+            self.save_point(deaths=lambda w: 1 if w == worker else 0, queued=False)  # the hung individual is to blame, the others not
+            raise HungWorker(worker, sent.individual.id, now - sent.since)
+
+    def checkpoint_due(self) -> bool:
+        return self.checkpoint is not None and self.unsaved and self.clock() - self.last_checkpoint >= self.search.checkpoint_seconds
+
+    def save(self, deaths: Callable[[int], int]) -> None:
+        """Write a checkpoint now (written after the free workers have their next task, so none idles during it)."""
+        self.save_point(deaths)
+        self.checkpoint(self.state)
+        self.state.pending = []
+        self.last_checkpoint, self.unsaved = self.clock(), False
+
+    def save_point(self, deaths: Callable[[int], int], queued: bool = True) -> None:
+        """Bring ``state`` up to date for a checkpoint: its accounts, what is out (see Dispatcher.outstanding), the strategy."""
+        self.state.capacity_seconds = self.capacity_before + len(self.transport.workers) * (self.clock() - self.loop_start)
+        self.state.pending = self.dispatch.outstanding(deaths, queued) + list(self.redo)
+        self.state.strategy = self.strategy.to_state()
+
+
+@contextmanager
+def _history_frozen():
+    """Keep Python's cyclic garbage collector off the search's history while the search runs.
+
+    The history only grows and a full collection walks all of it, so what is alive when the search
+    starts, and after each checkpoint, is moved out of its reach (``gc.freeze``); it still goes when
+    nothing refers to it. The loop makes no reference cycles, so young objects are collected
+    :data:`YOUNG_COLLECTION` allocations apart, not 700. Restored when the search returns (and
+    ``gc.unfreeze``, unless the caller had frozen objects itself).
+    """
+    mine = gc.get_freeze_count() == 0  # a caller who froze objects of their own keeps them frozen
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(max(thresholds[0], YOUNG_COLLECTION), *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        if mine:
+            gc.unfreeze()

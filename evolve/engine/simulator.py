@@ -1,0 +1,139 @@
+"""How far can a search scale? The real strategy and master loop, on simulated workers and a virtual clock.
+
+:func:`simulate` runs :func:`~evolve.engine.loop.run_search` unchanged over
+:class:`SimulatedWorkers`, a transport of discrete events (nothing sleeps, nothing
+trains): each task takes a lognormal time (median ``task_seconds``, shape
+``sigma``) and ends with a made-up fitness of its decoded genes; the master
+spends ``master_seconds`` of CPU on every result before it can hand out the
+next task, so results queue when it cannot keep up, as they would on a real
+machine. Worker utilization is the simulated workers' training time over their
+capacity (workers x time), up to the last task handed out: time a finished
+worker waits for the master, or for a generation's barrier, counts as idle.
+
+This is a model, not a measurement: it leaves out message latency (microseconds,
+against trainings of seconds) and the variance of the master's cost.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from dataclasses import dataclass, replace
+
+from ensemble.results import Evaluation
+from evolve.config.schema import Config
+from evolve.transport.protocol import Result, Task, Wants, want_all
+
+from .loop import run_search
+from .state import SearchState
+
+
+def made_up_fitness(task: Task) -> float:
+    """A smooth landscape over the decoded genes, for the strategy to climb (no network is trained)."""
+    net, tr = task.network, task.training
+    score = 0.5 + 0.1 * net["depth"] / 3 + 0.1 * min(net["width"], 128) / 128 - 0.05 * abs(math.log10(tr["learning_rate"]) + 2.5)
+    return min(max(score, 0.0), 1.0)
+
+
+class VirtualClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class SimulatedWorkers:
+    """A transport of ``workers`` simulated workers on a virtual clock, with a master that costs time."""
+
+    queues = True  # a task sent to a worker still training starts when that training ends (search.prefetch)
+
+    def __init__(self, workers: int, task_seconds: float, sigma: float, master_seconds: float, seed: int = 0):
+        self.workers = list(range(1, workers + 1))
+        self.clock = VirtualClock()
+        self.mu, self.sigma = math.log(task_seconds), sigma
+        self.master_seconds = master_seconds
+        self.rng = random.Random(seed)
+        self._running: list[tuple[float, int, Task]] = []  # (finish time, worker, task)
+        self._free_at: dict[int, float] = {}  # when each worker's last task ends: one sent before then waits in its queue
+        self.trainings: list[tuple[float, float]] = []  # (start, finish) of every task
+        self.last_sent = 0.0
+        self.last_finish = 0.0
+
+    def send(self, worker: int, task: Task) -> None:
+        start = max(self.clock.now, self._free_at.get(worker, 0.0))
+        finish = self._free_at[worker] = start + self.rng.lognormvariate(self.mu, self.sigma)
+        self.trainings.append((start, finish))
+        self.last_sent = self.clock.now
+        heapq.heappush(self._running, (finish, worker, task))
+
+    def utilization(self) -> float:
+        """Training time over capacity, up to the last dispatch: the steady state, without the drain
+        at the end of a simulated budget (a real search runs many more tasks per worker). (A task queued
+        behind another, with prefetch, may start after that: the time up to the last dispatch is what
+        the master's pace decides.)"""
+        until = self.last_sent
+        busy = sum(min(finish, until) - start for start, finish in self.trainings if start < until)
+        return busy / (len(self.workers) * until) if until > 0 else 0.0
+
+    def receive(self, timeout: float | None = None, wants: Wants = want_all) -> tuple[int, Result] | None:
+        if not self._running:
+            return None
+        finish, worker, task = heapq.heappop(self._running)
+        # The master takes the result when it is free, and is busy with it for master_seconds.
+        self.clock.now = max(self.clock.now, finish) + self.master_seconds
+        self.last_finish = max(self.last_finish, finish)
+        fitness = made_up_fitness(task)
+        size = float(task.network["depth"] * task.network["width"] ** 2)  # a made-up cost, for nsga2's second objective
+        metrics = {"val_accuracy": fitness, "params": size, "latency_us": size / 1e3}
+        return worker, Result(task.id, Evaluation(status="ok", fitness=fitness, metrics=metrics, epochs_done=task.training["epochs"]))
+
+    def stop(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Projection:
+    workers: int
+    evaluations: int
+    makespan_seconds: float
+    utilization: float  # workers' training time / their capacity, until the last task is handed out
+    evaluations_per_hour: float
+    master_load: float  # the master's busy time / makespan
+
+
+def simulate(config: Config, workers: int, task_seconds: float, sigma: float = 0.5, master_seconds: float = 250e-6,
+             evaluations: int | None = None) -> Projection:
+    """Project the worker utilization, throughput and master load of ``config``'s search (see the module docstring).
+
+    ``evaluations`` defaults to five per worker. A generational search breeds ``search.population``
+    children per generation; give it at least ``workers`` to keep them all busy.
+    """
+    transport = SimulatedWorkers(workers, task_seconds, sigma, master_seconds, config.search.seed)
+    state = SearchState.fresh(config.search.seed, config.ensemble.candidates)
+    # Simulated results carry no predictions to value an ensemble by: ensemble selection is projected as
+    # selection by fitness (the same dispatch; the master's cost differs only by what bench_master measures).
+    config = replace(config, search=replace(config.search, evaluations=evaluations or 5 * workers, selection="fitness"))
+    run_search(state, transport, config.space, config, clock=transport.clock, wall_clock=transport.clock)
+    makespan = transport.last_finish
+    done = len(state.records)
+    return Projection(
+        workers=workers,
+        evaluations=done,
+        makespan_seconds=makespan,
+        utilization=transport.utilization(),
+        evaluations_per_hour=3600.0 * done / makespan if makespan > 0 else 0.0,
+        master_load=done * master_seconds / makespan if makespan > 0 else 0.0,
+    )
+
+
+def master_cost(config: Config, evaluations: int = 3000) -> float:
+    """The master's CPU seconds per evaluation of ``config``'s search, measured here on the real loop with
+    instant workers (no MPI: the transport's share comes on top)."""
+    transport = SimulatedWorkers(workers=64, task_seconds=1.0, sigma=0.5, master_seconds=0.0)
+    state = SearchState.fresh(0, config.ensemble.candidates)
+    config = replace(config, search=replace(config.search, evaluations=evaluations, seed=0, selection="fitness"))
+    start = time.process_time()
+    run_search(state, transport, config.space, config, clock=transport.clock, wall_clock=transport.clock)
+    return (time.process_time() - start) / len(state.records)

@@ -1,0 +1,154 @@
+"""The median stopping rule, kept on the master at a list append per epoch reported.
+
+The rule is Google Vizier's (Golovin et al., "Google Vizier", KDD 2017, section 3.2.2): a training
+stops after epoch e if its best validation fitness so far is below the median, over the earlier
+networks that reached epoch e, of their running averages (the mean of their fitness after epochs
+1..e). The running average of a rising curve lies below its last value, and the best so far above a
+noisy curve's last value, so the rule stops only networks clearly worse than a typical one, and
+rarely one that would end among the best (docs/search-space.md, "Early stopping", compares rules).
+
+Two guards:
+
+* a network is never judged before ``warmup`` epochs (``search.early_stopping_warmup``, applied by
+  the worker), nor in the first third of its own planned epochs (:data:`PLANNED_FRACTION`; the bars
+  sent are NaN there): a network planned for 12 epochs at a large batch size has had few optimiser
+  steps after 2 epochs, and its batch-norm statistics have not settled, so its early validation
+  scores say little of its end;
+* an epoch's median is a bar only once :data:`MIN_PEERS` networks have reached that epoch.
+
+Every network that reached epoch e counts, a stopped one too (up to where it stopped), so the peers
+of an early epoch do not depend on what the rule stopped. The master keeps one running median per
+epoch (a sorted array, merged with what came since whenever the bars are rebuilt) and sends each
+task the bars for its epochs; the worker applies the rule itself, so no training ever waits on a
+message. Results bring their curves (the fitness after each epoch) back in their header.
+
+Only finite values count: a curve's running averages end at its first NaN or infinite value, so a
+diverged network never moves a median.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .records import Record
+
+MIN_PEERS = 5  # an epoch's median is a bar only once this many networks have reached it
+PLANNED_FRACTION = 1 / 3  # no bar in the first third of a network's planned epochs
+
+
+class RunningMedian:
+    """The median of the values added so far, exact.
+
+    The values are kept sorted in a numpy array; those added since the median was last asked for wait
+    in a list, and are merged in when it is asked for again (sorted, then one O(n) merge). The master
+    asks once per ``n / 64`` results (:class:`BarCache`), so adding a value costs a list append,
+    and the merges some 64 moves of a float64 per value, in C, rather than O(log n) Python
+    operations per value as with heaps.
+    """
+
+    def __init__(self) -> None:
+        self._sorted = np.empty(0)
+        self._new: list[float] = []
+
+    def __len__(self) -> int:
+        return self._sorted.size + len(self._new)
+
+    def add(self, value: float) -> None:
+        self._new.append(value)
+
+    @property
+    def adder(self):
+        """:meth:`add`, as the bound ``append`` it comes down to (for MedianRule.tell; the list is only ever
+        cleared, never replaced, so it stays bound to this median)."""
+        return self._new.append
+
+    def median(self) -> float:
+        if self._new:
+            new = np.array(self._new, dtype=np.float64)
+            self._new.clear()
+            new.sort()
+            merged = np.concatenate((self._sorted, new))
+            merged.sort(kind="stable")  # two sorted runs: one O(n) merge
+            self._sorted = merged
+        n = self._sorted.size
+        if not n:
+            return math.nan
+        mid = n // 2
+        return float(self._sorted[mid]) if n % 2 else (float(self._sorted[mid - 1]) + float(self._sorted[mid])) / 2
+
+
+class MedianRule:
+    """Per-epoch running medians of the running averages of every network that reported its curve.
+
+    ``tell`` costs a list append per epoch of the curve told; ``bars`` O(n) per epoch after new
+    values, O(1) else (see :class:`RunningMedian`). The master's cost with long curves is measured
+    by scripts/bench/bench_master.py --curve-epochs 50 (docs/benchmarks.md).
+    """
+
+    def __init__(self, records: list[Record] = (), min_peers: int = MIN_PEERS, planned_fraction: float = PLANNED_FRACTION):
+        self.min_peers = min_peers
+        self.planned_fraction = planned_fraction
+        self._by_epoch: list[RunningMedian] = []
+        self._adders: list = []  # each epoch's RunningMedian.adder
+        for record in records:
+            self.tell(record)
+
+    def tell(self, record: Record) -> None:
+        adders, total, isfinite = self._adders, 0.0, math.isfinite
+        for epoch, fitness in enumerate(record.curve):  # the running average after each epoch, to the first non-finite value
+            if not isfinite(fitness):
+                break
+            total += fitness
+            if epoch == len(adders):
+                self._by_epoch.append(RunningMedian())
+                adders.append(self._by_epoch[-1].adder)
+            adders[epoch](total / (epoch + 1))  # the bound append, not add: this runs for every epoch told
+
+    def bars(self, epochs: int) -> tuple[float, ...]:
+        """The bar for a network planned for ``epochs`` epochs, after each of them (index e: after epoch e + 1).
+
+        NaN (no bar) in the first ``planned_fraction`` of the epochs, and while fewer than
+        ``min_peers`` networks reached the epoch; else the median of their running averages there.
+        A network stops where its best fitness so far is below the bar (ensemble.train.Watch).
+        """
+        first = math.ceil(self.planned_fraction * epochs - 1e-9)  # epochs done before the first bar
+        bars = []
+        for epoch in range(epochs):
+            medians = self._by_epoch[epoch] if epoch < len(self._by_epoch) else None
+            judged = epoch + 1 >= first and medians is not None and len(medians) >= self.min_peers
+            bars.append(medians.median() if judged else math.nan)
+        return tuple(bars)
+
+
+def epochs_saved(records: list[Record], planned: dict[int, int]) -> int:
+    """Epochs that early stopping spared: planned minus trained, over the stopped networks."""
+    return sum(planned[r.id] - r.epochs_done for r in records if r.status == "stopped")
+
+
+class BarCache:
+    """The early-stopping bars tasks carry (:meth:`MedianRule.bars`), rebuilt only as often as they can move.
+
+    A bar is the median of thousands of values late in a search; one more result moves it by half a
+    rank at most. So the bars are rebuilt after every result while fewer than 64 are known, and then
+    once per ``n // 64`` new results: a task's bars reflect all but at most 1/64 of the results told
+    so far. Each length is built once per rebuild, not once per task.
+    """
+
+    def __init__(self, rule: MedianRule, told: int):
+        self.rule, self.told = rule, told
+        self.built_at = -1
+        self.cache: dict[int, tuple[float, ...]] = {}
+
+    def tell(self, record: Record) -> None:
+        self.rule.tell(record)
+        self.told += 1
+
+    def bars(self, epochs: int) -> tuple[float, ...]:
+        if self.told - self.built_at > self.told >> 6:
+            self.cache.clear()
+            self.built_at = self.told
+        bars = self.cache.get(epochs)
+        if bars is None:
+            bars = self.cache[epochs] = self.rule.bars(epochs)
+        return bars

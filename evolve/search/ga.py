@@ -1,0 +1,222 @@
+"""A genetic algorithm on DEAP's operators, drawing from the search's own ``random.Random``.
+
+Genomes are lists of floats in [0, 1] (decoded by :mod:`evolve.search.space`), so DEAP's
+real-valued operators act on every gene alike: ``selTournament`` to pick parents, ``cxUniform``
+to cross them, ``mutPolynomialBounded`` within [0, 1] to mutate the child
+(:func:`make_toolbox`). Replacing only the worst member of the population, and only by something
+better (:func:`admit`), is elitist: the best individual found so far is never lost. NSGA-II's
+survival is DEAP's ``selNSGA2``.
+
+DEAP's operators draw from the global :mod:`random` module. Wherever they are called, they run
+inside :func:`drawing_from`, which points them at the search's ``random.Random`` (whose state the
+checkpoint keeps) and leaves the global state alone.
+"""
+from __future__ import annotations
+
+import random
+from contextlib import contextmanager
+from typing import Callable, Iterator, Protocol
+
+from deap import base, tools
+from deap.tools import crossover as deap_crossover
+from deap.tools import emo as deap_emo
+from deap.tools import mutation as deap_mutation
+from deap.tools import selection as deap_selection
+
+
+class Fitness(base.Fitness):
+    """One objective, maximised: validation accuracy (or -RMSE)."""
+
+    weights = (1.0,)
+
+
+class ParetoFitness(base.Fitness):
+    """Two objectives for NSGA-II: validation fitness, maximised, and a cost (parameters or latency), minimised."""
+
+    weights = (1.0, -1.0)
+
+
+class Individual(list):
+    """A genome (floats in [0, 1]) with DEAP's fitness and the id of its evaluation record."""
+
+    __slots__ = ("fitness", "ident")
+
+    def __init__(self, genes=(), fitness: base.Fitness | None = None, ident: int = -1):
+        super().__init__(map(float, genes))
+        self.fitness = Fitness() if fitness is None else fitness
+        self.ident = ident
+
+    @classmethod
+    def evaluated(cls, genes, value: float, ident: int) -> Individual:
+        """An individual with one objective, ``value``."""
+        return cls(genes, Fitness((float(value),)), ident)
+
+    @property
+    def value(self) -> float:
+        """The first objective (the validation fitness)."""
+        return self.fitness.values[0]
+
+
+def pareto_individual(genes, fitness: float, cost: float, ident: int) -> Individual:
+    """An individual with two objectives (see :class:`ParetoFitness`)."""
+    return Individual(genes, ParetoFitness((float(fitness), float(cost))), ident)
+
+
+class GAParams(Protocol):
+    """What the GA reads of the search's settings (``evolve.config.schema.SearchConfig`` has them all)."""
+
+    population: int  # the individuals children are bred from
+    tournament: int  # aspirants per tournament
+    crossover_prob: float  # chance that a child is bred by crossover
+    mutation_prob: float  # chance that each gene is mutated
+    mutation_eta: float  # polynomial mutation's crowding degree: larger is more local
+    breeding: str  # "blind", or "model": children ranked by a surrogate (strategy.py, surrogate.py)
+    brood: int  # model breeding: candidates bred per child sent
+
+
+def make_toolbox(params: GAParams) -> base.Toolbox:
+    """DEAP's operators with the search's parameters: ``select(population, k)``, ``mate(a, b)`` and ``mutate(genome)``."""
+    toolbox = base.Toolbox()
+    toolbox.register("select", tools.selTournament, tournsize=params.tournament)
+    toolbox.register("mate", tools.cxUniform, indpb=0.5)
+    toolbox.register("mutate", tools.mutPolynomialBounded, eta=params.mutation_eta, low=0.0, up=1.0, indpb=params.mutation_prob)
+    return toolbox
+
+
+# The DEAP modules whose operators this search calls; each draws from the name ``random`` in its module.
+_DEAP_MODULES = (deap_selection, deap_crossover, deap_mutation, deap_emo)
+
+
+@contextmanager
+def drawing_from(rng: random.Random) -> Iterator[None]:
+    """Let DEAP's operators draw from ``rng`` instead of the global ``random`` module, for the duration.
+
+    Each operator module's name ``random`` is pointed at ``rng`` (copying the generator's state in and
+    out, as a swap of the global state would, costs more than the breeding itself).
+    """
+    saved = [m.random for m in _DEAP_MODULES]
+    for m in _DEAP_MODULES:
+        m.random = rng
+    try:
+        yield
+    finally:
+        for m, original in zip(_DEAP_MODULES, saved):
+            m.random = original
+
+
+def random_genome(rng: random.Random, length: int) -> list[float]:
+    return [rng.random() for _ in range(length)]
+
+
+def breed_child(
+    population: list[Individual],
+    toolbox: base.Toolbox,
+    rng: random.Random,
+    crossover_prob: float,
+    is_new: Callable[[list[float]], bool] = lambda genome: True,
+    attempts: int = 20,
+) -> tuple[list[float], tuple[int, int], str]:
+    """A child of two parents that ``toolbox.select`` picks, the ids of its parents, and the operators that made it.
+
+    With probability ``crossover_prob`` the child is ``toolbox.mate``'s uniform crossover of the two,
+    else a copy of the first; then ``toolbox.mutate`` mutates it. The operators are "crossover",
+    "mutation", both ("crossover+mutation"), or "copy" when neither changed the first parent's genome.
+    Tries up to ``attempts`` times for a child that ``is_new`` accepts (one that decodes to a network
+    not trained before), then settles for the last one.
+    """
+    if len(population) < 2:
+        raise ValueError("breeding needs a population of at least two")
+    with drawing_from(rng):
+        for _ in range(attempts):
+            mother, father = toolbox.select(population, 2)
+            child = list(mother)
+            crossed = rng.random() < crossover_prob
+            if crossed:
+                toolbox.mate(child, list(father))
+                crossed = child != mother
+            before = child[:]
+            toolbox.mutate(child)
+            mutated = child != before
+            if is_new(child):
+                break
+    operators = "crossover+mutation" if crossed and mutated else "crossover" if crossed else "mutation" if mutated else "copy"
+    return child, (mother.ident, father.ident), operators
+
+
+def admit(population: list[Individual], newcomer: Individual, capacity: int) -> Individual | None:
+    """Steady-state replacement: fill up to ``capacity``, then replace the worst if the newcomer is better.
+
+    The worst is the lowest fitness, the latest id among equals. Returns the individual that left
+    (the replaced one, or the newcomer itself if it was not good enough), or None if the population
+    simply grew.
+    """
+    if len(population) < capacity:
+        population.append(newcomer)
+        return None
+    lowest = min(ind.value for ind in population)
+    if not newcomer.value > lowest:
+        return newcomer
+    worst = max((i for i, ind in enumerate(population) if ind.value == lowest), key=lambda i: population[i].ident)
+    leaving = population[worst]
+    population[worst] = newcomer
+    return leaving
+
+
+def admit_by_value(population: list[Individual], newcomer: Individual, capacity: int, value: Callable[[list[int]], list[float]]) -> None:
+    """Steady-state replacement by ``value`` (ids to values, higher better) instead of fitness: fill up to
+    ``capacity``, then the lowest-valued of the population and the newcomer leaves (among equal values, as
+    those outside the hall of fame all are, the lower fitness, then the latest id)."""
+    if len(population) < capacity:
+        population.append(newcomer)
+        return
+    pool = population + [newcomer]
+    values = value([ind.ident for ind in pool])
+    leaving = min(range(len(pool)), key=lambda i: (values[i], pool[i].value, -pool[i].ident))
+    if leaving < len(population):
+        population[leaving] = newcomer
+
+
+def value_tournament(values: dict[int, float], rng: random.Random, size: int) -> Callable[[list[Individual], int], list[Individual]]:
+    """Tournament selection on ``values`` (by id, higher better), as a toolbox's ``select(population, k)``: each
+    winner is the best of ``size`` aspirants drawn from ``rng`` with replacement (among equal values the fitter,
+    then the first drawn)."""
+
+    def one(population: list[Individual]) -> Individual:
+        return max((rng.choice(population) for _ in range(size)), key=lambda ind: (values[ind.ident], ind.value))
+
+    return lambda population, k: [one(population) for _ in range(k)]
+
+
+def nsga2_survivors(pool: list[Individual], k: int) -> list[Individual]:
+    """NSGA-II's (mu + lambda) survival: DEAP's ``selNSGA2`` (fronts, then crowding distance) over ``pool``.
+
+    ``selNSGA2`` draws no random numbers; its ties go to the earlier individual in ``pool``,
+    so a caller that orders ``pool`` by id gets the same survivors whatever order results came in.
+    """
+    return tools.selNSGA2(pool, k)
+
+
+def pareto_ranks(population: list[Individual]) -> dict[int, tuple[int, float]]:
+    """Each individual's non-domination rank (0: not dominated) and crowding distance in its front, by id."""
+    ranks: dict[int, tuple[int, float]] = {}
+    for rank, front in enumerate(deap_emo.sortNondominated(population, len(population))):
+        deap_emo.assignCrowdingDist(front)
+        for ind in front:
+            ranks[ind.ident] = (rank, ind.fitness.crowding_dist)
+    return ranks
+
+
+def crowded_tournament(ranks: dict[int, tuple[int, float]], rng: random.Random) -> Callable[[list[Individual], int], list[Individual]]:
+    """NSGA-II's parent selection, as a toolbox's ``select(population, k)``: binary tournaments, each won by
+    the lower rank, then the larger crowding distance, then a coin from ``rng``."""
+
+    def one(population: list[Individual]) -> Individual:
+        a, b = rng.sample(population, 2)
+        (rank_a, crowd_a), (rank_b, crowd_b) = ranks[a.ident], ranks[b.ident]
+        if rank_a != rank_b:
+            return a if rank_a < rank_b else b
+        if crowd_a != crowd_b:
+            return a if crowd_a > crowd_b else b
+        return a if rng.random() < 0.5 else b
+
+    return lambda population, k: [one(population) for _ in range(k)]

@@ -1,0 +1,132 @@
+"""Data-aware default search spaces: a preset chosen from the data's shape, problem and size.
+
+A config without a ``[space]`` table (or with ``space.preset = "auto"``) searches the preset that
+fits its data: ``tabular`` for samples of shape (F,), ``signal`` for (C, L), ``image`` for
+(C, H, W). A named preset can be asked for directly, and the genes a ``[space]`` table declares
+beside ``preset`` replace the preset's. A ``[space]`` table without ``preset`` is the classic space
+(:data:`~evolve.search.space.DEFAULT_SPACE` under the table's genes), as before presets existed.
+
+Each preset is a ``[space]`` table (the short forms of :mod:`evolve.search.space_config`) made from
+the data's facts: widths and epochs scale with the training split's size, so small data gets small,
+fast networks. Why each range: docs/search-space.md, "Presets".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evolve.errors import ConfigError
+
+PRESETS = ("tabular", "signal", "image")
+ASKS = ("auto", "classic", *PRESETS)  # what space.preset may say
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """What a preset is chosen and scaled by."""
+
+    sample_shape: tuple[int, ...]
+    problem: str  # "classification" or "regression"
+    n_train: int  # training rows (all nodes' together)
+
+
+def choose(facts: DataFacts) -> tuple[str, str]:
+    """The preset for ``facts`` and why, in a few words; ConfigError for a shape no preset fits."""
+    shape, dims = tuple(facts.sample_shape), len(facts.sample_shape)
+    if dims == 1:
+        return "tabular", f"samples of shape {shape}: a table of {shape[0]} features"
+    if dims == 2:
+        return "signal", f"samples of shape {shape}: {shape[0]} channel(s) of {shape[1]} steps"
+    if dims == 3:
+        return "image", f"samples of shape {shape}: {shape[0]} channel(s) of {shape[1]}x{shape[2]} pixels"
+    raise ConfigError(f"no preset fits samples of shape {shape}; declare a [space] table for them "
+                      "(docs/search-space.md), or bring your own network")
+
+
+def table(name: str, facts: DataFacts) -> dict:
+    """The ``[space]`` table of preset ``name`` for ``facts``."""
+    if name not in PRESETS:
+        raise ConfigError(f"space.preset must be one of {', '.join(ASKS)}, got {name!r}")
+    fits = {"tabular": 1, "signal": 2, "image": 3}[name]
+    if len(facts.sample_shape) != fits:
+        raise ConfigError(f"space.preset {name!r} is for samples of {fits} dimension(s); the data's are {tuple(facts.sample_shape)}")
+    return {"tabular": _tabular, "signal": _signal, "image": _image}[name](facts) | _training(facts)
+
+
+def _widths(facts: DataFacts, top: int) -> list[int]:
+    """Widths up to ``top``, one step narrower for small data (under 5,000 training rows)."""
+    widths = [16, 32, 64, 128, 256]
+    top = top if facts.n_train >= 5000 else top // 2
+    return [w for w in widths if w <= top][-4:]
+
+
+def _epochs(facts: DataFacts) -> dict:
+    """Tens of epochs on small data, fewer as an epoch grows: about the same number of optimiser steps."""
+    n = facts.n_train
+    low, high = (20, 60) if n <= 2_000 else (10, 40) if n <= 20_000 else (5, 20) if n <= 200_000 else (2, 10)
+    return {"low": low, "high": high}
+
+
+def _training(facts: DataFacts) -> dict:
+    batches = [32, 64, 128] if facts.n_train <= 20_000 else [64, 128, 256, 512]
+    return {
+        "optimizer": ["adam", "adamw"],
+        "learning_rate": {"low": 3e-4, "high": 1e-2, "log": True},
+        "weight_decay": {"low": 1e-5, "high": 1e-2, "log": True},
+        "schedule": ["constant", "cosine", "one_cycle"],
+        "warmup": {"low": 0.0, "high": 0.2},
+        "label_smoothing": {"low": 0.0, "high": 0.2},  # (fixed at 0 for a regression: SearchSpace.for_data)
+        "batch_size": batches,
+        "epochs": _epochs(facts),
+    }
+
+
+def _tabular(facts: DataFacts) -> dict:
+    """MLPs with normalisation, dropout and residual blocks."""
+    return {
+        "family": "mlp",
+        "depth": {"low": 1, "high": 4},
+        "width": _widths(facts, 256),
+        "activation": ["relu", "gelu", "silu"],
+        "dropout": {"low": 0.0, "high": 0.4},
+        "norm": ["none", "batch", "layer"],
+        "residual": [False, True],
+        "standardize": True,  # each feature by the training split's mean and deviation, kept in the network
+    }
+
+
+def _signal(facts: DataFacts) -> dict:
+    """Residual 1-D CNNs with growing dilation and a global-average head (TCN-like); GRU/LSTM beside them."""
+    return {
+        "family": ["cnn", "rnn"],
+        "depth": {"low": 2, "high": 5},
+        "width": _widths(facts, 128),
+        "activation": ["relu", "gelu", "silu"],
+        "dropout": {"low": 0.0, "high": 0.3},
+        "kernel_size": {"low": 3, "high": 9},
+        "pooling": ["none", "max"],
+        "dilation": ["none", "growing"],
+        "head": "average",
+        "norm": "batch",
+        "residual": [False, True],
+        "augment": ["none", "shift"],
+        "cell": ["gru", "lstm"],
+        "bidirectional": [False, True],
+    }
+
+
+def _image(facts: DataFacts) -> dict:
+    """ResNet-like 2-D CNNs: residual blocks, batch norm, a choice of downsampling, a global-average head."""
+    return {
+        "family": "cnn",
+        "depth": {"low": 2, "high": 5},
+        "width": _widths(facts, 256),
+        "activation": ["relu", "gelu", "silu"],
+        "dropout": {"low": 0.0, "high": 0.3},
+        "kernel_size": [3, 5],
+        "pooling": ["max", "avg"],
+        "dilation": "none",
+        "head": "average",
+        "norm": "batch",
+        "residual": [False, True],
+        "augment": ["none", "shift"],
+    }

@@ -1,0 +1,45 @@
+"""What the search remembers of each individual: a finished :class:`Record`, or a :class:`Pending` one.
+
+Both are declared with :func:`ensemble.results.column`, so the run file's columns and the CSV are
+derived from these fields (see :mod:`evolve.runfile.columns` and :mod:`evolve.app.csv_table`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ensemble.results import Outcome, column, kinds
+
+
+@dataclass(slots=True, kw_only=True)
+class Pending:
+    """An individual sent out whose result has not come back (in flight, or the run stopped or died)."""
+
+    id: int = column("integer")
+    genome: list[float] = column("vector")  # one float in [0, 1] per gene (evolve.search.space)
+    parents: tuple[int, int] = column("pair", default=(-1, -1))  # record ids; -1: none
+    operators: str = column("label", default="random")  # what made it (see Record.operators)
+    attempts: int = column("integer", default=0)  # job deaths (or hung workers given up on) it was out at; at 2 it is not sent again
+
+
+@dataclass(slots=True, kw_only=True)
+class Record(Outcome):
+    """One finished evaluation: the individual, how its training ended (:class:`~ensemble.results.Outcome`), where and when."""
+
+    id: int = column("integer")
+    genome: list[float] = column("vector")
+    parents: tuple[int, int] = column("pair", default=(-1, -1))
+    # "random", "crossover", "mutation", "crossover+mutation" or "copy"; "+redo" when sent again after a stop
+    operators: str = column("label", default="random")
+    worker: int = column("integer", default=-1)  # the MPI rank that trained it; -1: none
+    started: float = column("real", default=0.0)  # wall-clock time (s since the epoch) when it started
+    finished: float = column("real", default=0.0)  # ... and when its result arrived
+
+    @classmethod
+    def of(cls, individual: Pending, outcome: Outcome, worker: int = -1, started: float = 0.0, finished: float = 0.0) -> Record:
+        """The record of ``individual``'s evaluation, which ended as ``outcome`` (an Evaluation, say)."""
+        who = {name: getattr(individual, name) for name in SHARED}
+        who["genome"], who["parents"] = list(who["genome"]), tuple(who["parents"])
+        return cls(worker=worker, started=started, finished=finished, **who, **outcome.outcome())
+
+
+SHARED = tuple(name for name in kinds(Pending) if name in kinds(Record))  # what a record keeps of its individual

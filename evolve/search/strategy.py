@@ -1,0 +1,371 @@
+"""Search strategies: what to train next. A strategy is asked for proposals and told every result.
+
+:func:`~evolve.engine.loop.run_search` keeps dispatch, ids, bookkeeping and checkpoint
+timing; the policy lives here, behind two verbs:
+
+* ``ask()``: the next :class:`Proposal` (a genome, its parents and the operators
+  that made it), or None when the strategy must see results first (a barrier);
+* ``tell(record)``: a finished evaluation, successful or not.
+
+``to_state()`` gives everything the strategy needs to go on after a resume as
+plain JSON values; :func:`make_strategy` rebuilds it from that and the records.
+
+* ``async`` (:class:`SteadyState`): no generations. The first ``population``
+  proposals are random; after that every proposal is a child of two tournament
+  winners from the population as it stands, and each result replaces the
+  population's worst member if it is better (elitist). No worker ever waits.
+* ``generational`` (:class:`Generational`): a barrier per generation. A generation's
+  children are all bred at once, when the previous generation is complete, and the
+  next population is the best ``population`` of parents and children ((mu + lambda),
+  ties to the earlier id). What a run computes depends on the seed alone, not on
+  how many workers there are or in which order their results arrive.
+* ``nsga2`` (:class:`NSGA2`): generational too (the same barrier and the same
+  determinism), with two objectives: the validation fitness, maximised, and a cost,
+  minimised: the network's trainable parameters (``params``) or its measured inference
+  latency (``latency``, microseconds per sample). Parents are binary tournament winners on
+  Pareto rank, then crowding distance; the next population is DEAP's ``selNSGA2`` over
+  parents and children. The Pareto front over every successful evaluation so far is kept
+  as it grows (:class:`ParetoFront`) and stored with the strategy's state.
+
+Selection (``search.selection``) is by ``fitness``, or in the async and generational modes by
+``ensemble``: parents (tournaments) and survivors (replacement) are chosen by what an individual
+adds to the run's current ensemble (``value``, from :mod:`ensemble.contribution`, given by the engine).
+
+Breeding (``search.breeding``) is ``blind`` (each child is the operators' draw) or, in the
+async and generational modes, ``model``: a surrogate of the fitness (:mod:`.surrogate`) ranks
+``search.brood`` bred candidates per child sent, and the best are sent.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable, Iterable, Protocol
+
+import numpy as np
+
+from .ga import (
+    GAParams,
+    Individual,
+    admit,
+    admit_by_value,
+    breed_child,
+    crowded_tournament,
+    make_toolbox,
+    nsga2_survivors,
+    pareto_individual,
+    pareto_ranks,
+    random_genome,
+    value_tournament,
+)
+from .pareto import OBJECTIVES, ParetoFront, objective_value
+from .records import Pending, Record
+from .space import SearchSpace
+from .surrogate import Surrogate
+
+MODES = ("async", "generational", "nsga2")
+BREEDING = ("blind", "model")
+SELECTION = ("fitness", "ensemble")
+Value = Callable[[list[int]], list[float]]  # ids -> each one's value to the ensemble, higher better
+POOL_MAX = 32  # async, model breeding: children ranked at once at most (see SteadyState.ask)
+
+
+@dataclass(slots=True)
+class Proposal:
+    genome: list[float]
+    parents: tuple[int, int]
+    operators: str  # "random", "crossover", "mutation", "crossover+mutation" or "copy"
+    key: tuple  # what the genome decodes to (SearchSpace.key, computed once, when proposed)
+
+    def to_json(self) -> list:
+        return [list(self.genome), list(self.parents), self.operators]
+
+    @classmethod
+    def from_json(cls, item: list, space: SearchSpace) -> Proposal:
+        genome, parents, operators = item
+        genome = [float(g) for g in genome]
+        return cls(genome=genome, parents=(int(parents[0]), int(parents[1])), operators=str(operators), key=candidate_key(space, genome))
+
+
+class Strategy(Protocol):
+    mode: str
+
+    def ask(self) -> Proposal | None:
+        """The next individual to evaluate, or None until more results are told."""
+
+    def tell(self, record: Record) -> None:
+        """A finished evaluation (any status)."""
+
+    def to_state(self) -> dict:
+        """Plain JSON values: what a resume needs (see :func:`make_strategy`)."""
+
+
+def candidate_key(space: SearchSpace, genome) -> tuple:
+    """What a genome decodes to: two genomes with the same key train the same network."""
+    return space.key(genome)
+
+
+class _Breeder:
+    """What the strategies share: the search's rng, the space, the networks already proposed, and the
+    surrogate that ranks bred children (None: blind breeding)."""
+
+    def __init__(self, space: SearchSpace, params: GAParams, rng: random.Random, known: Iterable[list[float]],
+                 surrogate: Surrogate | None = None, value: Value | None = None):
+        self.space, self.params, self.rng = space, params, rng
+        self.toolbox = make_toolbox(params)
+        self.seen = {candidate_key(space, g) for g in known}
+        self.surrogate = surrogate
+        self.value = value  # None: selection by fitness
+
+    def select_by_value(self, population: list[Individual]) -> None:
+        """Ensemble selection: the next parents are tournament winners on their value to the ensemble now."""
+        if self.value is not None:
+            values = dict(zip((ind.ident for ind in population), self.value([ind.ident for ind in population])))
+            self.toolbox.register("select", value_tournament(values, self.rng, self.params.tournament))
+
+    def _proposal(self, genome: list[float], parents: tuple[int, int], operators: str, key: tuple) -> Proposal:
+        self.seen.add(key)
+        return Proposal(genome=genome, parents=parents, operators=operators, key=key)
+
+    def random(self) -> Proposal:
+        genome = random_genome(self.rng, len(self.space))
+        return self._proposal(genome, (-1, -1), "random", candidate_key(self.space, genome))
+
+    def child(self, population: list[Individual]) -> Proposal:
+        """A child of the population, preferably one that decodes to a network not proposed before."""
+        decoded = {}
+
+        def is_new(genome) -> bool:
+            decoded["last"] = candidate_key(self.space, genome)  # breed_child returns the genome it last asked about
+            return decoded["last"] not in self.seen
+
+        genome, parents, operators = breed_child(population, self.toolbox, self.rng, self.params.crossover_prob, is_new=is_new)
+        return self._proposal(genome, parents, operators, decoded["last"])
+
+    def ranked_children(self, population: list[Individual], n: int) -> list[Proposal]:
+        """``n`` children, each the most promising of its own brood of ``brood`` candidates bred from the
+        population, by the surrogate's score (one call ranks all the broods). A brood's best is
+        skipped for its next if it is a network proposed before or chosen already; a brood with none
+        new gives no child. Not yet marked seen.
+
+        Each child is the best of its own brood rather than the best ``n`` of all: the children of a
+        generation stay as diverse as the blind ones, only each a better draw."""
+        brood = self.params.brood
+        bred = [breed_child(population, self.toolbox, self.rng, self.params.crossover_prob) for _ in range(n * brood)]
+        predicted = self.surrogate.score([genome for genome, _, _ in bred])
+        chosen: dict[tuple, Proposal] = {}
+        for start in range(0, len(bred), brood):
+            for i in start + np.argsort(-predicted[start : start + brood], kind="stable"):
+                genome, parents, operators = bred[i]
+                key = candidate_key(self.space, genome)
+                if key not in self.seen and key not in chosen:
+                    chosen[key] = Proposal(genome=genome, parents=parents, operators=operators, key=key)
+                    break
+        return list(chosen.values())
+
+    def surrogate_state(self) -> dict:
+        return {"surrogate": self.surrogate.to_state()} if self.surrogate is not None else {}
+
+
+def _individual(record: Record) -> Individual:
+    return Individual.evaluated(record.genome, record.fitness, record.id)
+
+
+class SteadyState(_Breeder):
+    """``async``: breed from the population as it stands; each result may replace the worst member.
+
+    The first ``population`` proposals are random; after that each is a child of the population at
+    the moment it is asked for, so no worker ever waits for a generation.
+    """
+
+    mode = "async"
+
+    def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict, surrogate: Surrogate | None = None,
+                 value: Value | None = None):
+        super().__init__(space, params, rng, known, surrogate, value)
+        self.population = [_individual(records[i]) for i in state.get("population", [])]
+        self.pool: list[Proposal] = []  # model breeding: children ranked together, handed out best first
+
+    def ask(self) -> Proposal:
+        if len(self.population) < self.params.population:
+            return self.random()
+        self.select_by_value(self.population)
+        if self.surrogate is None:
+            return self.child(self.population)
+        if self.surrogate.refit_if_due():
+            self.pool.clear()  # ranked by the old model
+        if not self.surrogate.ready:
+            return self.child(self.population)
+        if not self.pool:
+            # One predict call ranks a pool: a child per ask at first, up to POOL_MAX at scale, where the
+            # population changes little between asks and a call's fixed cost would dominate.
+            self.pool = self.ranked_children(self.population, min(POOL_MAX, 1 + len(self.surrogate) // 64))
+            if not self.pool:  # every candidate decodes to a network proposed before
+                return self.child(self.population)
+        proposal = self.pool.pop(0)
+        self.seen.add(proposal.key)
+        return proposal
+
+    def tell(self, record: Record) -> None:
+        if record.status == "ok" and self.value is not None:
+            admit_by_value(self.population, _individual(record), self.params.population, self.value)
+        elif record.status == "ok":
+            admit(self.population, _individual(record), self.params.population)
+        if self.surrogate is not None:
+            self.surrogate.tell(record)
+
+    def to_state(self) -> dict:
+        return {"mode": self.mode, "population": [ind.ident for ind in self.population], **self.surrogate_state()}
+
+
+class Generational(_Breeder):
+    """``generational``: breed a whole generation at once; wait for all of it; keep the best of parents and children."""
+
+    mode = "generational"
+
+    def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict, surrogate: Surrogate | None = None,
+                 value: Value | None = None):
+        super().__init__(space, params, rng, known, surrogate, value)
+        self.population = [self._member(records[i]) for i in state.get("population", [])]
+        self.generation = int(state.get("generation", 0))
+        self.queue = [Proposal.from_json(item, space) for item in state.get("queue", [])]
+        self.seen.update(p.key for p in self.queue)  # proposed, as before the stop
+        self.outstanding = int(state.get("outstanding", 0))  # handed out, not yet told
+        self.told = [self._member(records[i]) for i in state.get("told", []) if self._eligible(records[i])]
+        if not state:  # a new search: generation 0 is random
+            self.queue = [self.random() for _ in range(params.population)]
+
+    def ask(self) -> Proposal | None:
+        if not self.queue:
+            return None  # the barrier: the generation's children are all out
+        self.outstanding += 1
+        return self.queue.pop(0)
+
+    def tell(self, record: Record) -> None:
+        self.outstanding -= 1
+        if self._eligible(record):
+            self.told.append(self._member(record))
+        if self.surrogate is not None:
+            self.surrogate.tell(record)
+        if not self.queue and self.outstanding <= 0:
+            self._next_generation()
+
+    def _eligible(self, record: Record) -> bool:
+        """May this result enter the population?"""
+        return record.status == "ok"
+
+    def _member(self, record: Record) -> Individual:
+        return _individual(record)
+
+    def _survivors(self, pool: list[Individual]) -> list[Individual]:
+        """The next population: the best ``population`` of parents and children (by fitness, or by value to the
+        ensemble, then fitness), ties to the earlier id."""
+        if self.value is not None:
+            values = self.value([ind.ident for ind in pool])
+            order = sorted(range(len(pool)), key=lambda i: (-values[i], -pool[i].value, pool[i].ident))
+            return [pool[i] for i in order[: self.params.population]]
+        return sorted(pool, key=lambda ind: (-ind.value, ind.ident))[: self.params.population]
+
+    def _breed(self) -> list[Proposal]:
+        n = self.params.population
+        self.select_by_value(self.population)
+        if self.surrogate is None:
+            return [self.child(self.population) for _ in range(n)]
+        # At the barrier every result of the generation is told, so the fit (and so the children) depend
+        # on the seed alone, not on the number of workers or the order results arrived in.
+        self.surrogate.refit_if_due()
+        children = self.ranked_children(self.population, n) if self.surrogate.ready else []
+        self.seen.update(p.key for p in children)
+        return children + [self.child(self.population) for _ in range(n - len(children))]
+
+    def _next_generation(self) -> None:
+        self.population = self._survivors(self.population + self.told)
+        self.told, self.outstanding = [], 0
+        self.generation += 1
+        if len(self.population) >= 2:
+            self.queue = self._breed()
+        else:  # too few networks have trained successfully to breed: start again at random
+            self.queue = [self.random() for _ in range(self.params.population)]
+
+    def to_state(self) -> dict:
+        return {
+            "mode": self.mode,
+            "population": [ind.ident for ind in self.population],
+            "generation": self.generation,
+            "queue": [p.to_json() for p in self.queue],
+            "outstanding": self.outstanding,
+            "told": sorted(ind.ident for ind in self.told),  # by id, not arrival: the state is the same on any number of workers
+            **self.surrogate_state(),
+        }
+
+
+class NSGA2(Generational):
+    """``nsga2``: generational NSGA-II on (validation fitness, maximised; ``objective``, minimised).
+
+    Generation 0 is random; each later generation's children are bred from the population by
+    binary tournaments on Pareto rank, then crowding distance (uniform crossover and bounded
+    polynomial mutation as in the other modes), and the next population is DEAP's ``selNSGA2``
+    over parents and children ((mu + lambda)), fed in id order so that ties never depend on
+    arrival. Only successful evaluations that report the objective enter the population or
+    the front. The barrier, the queue and the determinism are :class:`Generational`'s.
+    """
+
+    mode = "nsga2"
+
+    def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict, objective: str = "params"):
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown second objective {objective!r} (known: {', '.join(OBJECTIVES)})")
+        if state and state.get("objective", objective) != objective:
+            raise ValueError(f"the run's second objective is {state.get('objective')!r}, not {objective!r}")
+        self.objective = objective
+        super().__init__(space, params, rng, records, known, state)
+        self.front = ParetoFront()
+        for i in state.get("front", []):
+            self.front.add(i, records[i].fitness, objective_value(records[i], objective))
+
+    def tell(self, record: Record) -> None:
+        cost = objective_value(record, self.objective)
+        if cost is not None:
+            self.front.add(record.id, record.fitness, cost)
+        super().tell(record)
+
+    def _eligible(self, record: Record) -> bool:
+        return objective_value(record, self.objective) is not None
+
+    def _member(self, record: Record) -> Individual:
+        return pareto_individual(record.genome, record.fitness, objective_value(record, self.objective), record.id)
+
+    def _survivors(self, pool: list[Individual]) -> list[Individual]:
+        return nsga2_survivors(sorted(pool, key=lambda ind: ind.ident), self.params.population)
+
+    def _breed(self) -> list[Proposal]:
+        self.toolbox.register("select", crowded_tournament(pareto_ranks(self.population), self.rng))
+        return [self.child(self.population) for _ in range(self.params.population)]
+
+    def to_state(self) -> dict:
+        return {**super().to_state(), "objective": self.objective, "front": self.front.ids()}
+
+
+def make_strategy(mode: str, space: SearchSpace, params: GAParams, rng: random.Random, records: list[Record],
+                  pending: list[Pending], state: dict, objective: str = "params", value: Value | None = None) -> Strategy:
+    """The strategy ``mode`` names, carrying on from ``state`` (empty for a new search).
+
+    ``objective`` is NSGA-II's second objective (a key of :data:`OBJECTIVES`); the other modes ignore it.
+    ``value`` is what ``search.selection = "ensemble"`` selects by (None: fitness).
+    """
+    if state and state.get("mode") != mode:
+        raise ValueError(f"the run's strategy is {state.get('mode')!r}, not {mode!r}")
+    if params.breeding not in BREEDING:
+        raise ValueError(f"unknown breeding {params.breeding!r} (known: {', '.join(BREEDING)})")
+    by_id = {r.id: r for r in records}
+    known = [r.genome for r in records] + [p.genome for p in pending]
+    if mode == "nsga2":
+        if params.breeding != "blind" or value is not None:
+            raise ValueError("model breeding and ensemble selection work with the async and generational modes, not nsga2")
+        return NSGA2(space, params, rng, by_id, known, state, objective)
+    # A resume fits the surrogate again from the records, as it stood at the last fit (see Surrogate.from_state).
+    surrogate = Surrogate.from_state(rng, records, state.get("surrogate")) if params.breeding == "model" else None
+    if mode == "async":
+        return SteadyState(space, params, rng, by_id, known, state, surrogate, value)
+    if mode == "generational":
+        return Generational(space, params, rng, by_id, known, state, surrogate, value)
+    raise ValueError(f"unknown search mode {mode!r} (known: {', '.join(MODES)})")

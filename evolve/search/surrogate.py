@@ -1,0 +1,116 @@
+"""Model-based breeding: a surrogate of the fitness, fitted to the evaluations so far, ranks bred children.
+
+With ``search.breeding = "model"`` a strategy breeds ``search.brood`` candidate children for every
+child it sends (the same tournament, crossover and mutation as blind breeding) and sends the ones
+this model predicts to be best. The model is scikit-learn's ``ExtraTreesRegressor`` on the raw
+genomes (each gene in [0, 1]; a tree splits a categorical gene's interval as readily as a number's),
+as DeepHyper's centralised Bayesian optimisation uses it: it fits in milliseconds, needs no scaling,
+and handles the conditional genes (a gene that is inactive for a family carries no signal, and the
+trees learn to split on the family first). Candidates are ranked by an upper confidence bound, the
+trees' mean prediction plus :data:`KAPPA` times their spread (CBO's default): ranked by the mean
+alone, near-copies of the best network so far (which the trees predict to be as good as it is) win
+every brood, and the search stops moving.
+
+What it costs the master stays bounded at any scale: the model is fitted on at most
+:data:`ROWS` of the latest results (by id), and fitted again only when the results it could learn
+from have grown by :data:`GROWTH` since the last fit, so the fits of a 20,000-evaluation search sum
+to a few seconds; candidates are scored in batches (one ``predict`` per batch).
+
+The run file stores only how many results the last fit learned from and its trees' seed (drawn
+from the search's random generator): a resume fits the same model again from the first that many
+records, in the order they were told (the order the run file keeps them in), with that seed. No
+model is pickled. A generational search fits only at a generation's barrier (when :meth:`due`),
+from every result told by then, learned in id order, so its results do not depend on the number of
+workers.
+"""
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+
+from .records import Record
+
+ROWS = 1024  # the latest results a fit learns from: enough to rank children near today's population, cheap to fit
+GROWTH = 1.25  # fit again once this many times the results of the last fit are at hand
+MIN_ROWS = 8  # fewer results than this: no model, blind breeding
+TREES = 32
+KAPPA = 1.96  # the upper confidence bound's weight on the trees' spread
+
+
+def learns_from(record: Record) -> bool:
+    """A result the model learns from: a network trained (to the end, or stopped early: its fitness is what it reached)."""
+    return record.status in ("ok", "stopped") and math.isfinite(record.fitness)
+
+
+class Surrogate:
+    """Extra trees fitted to (genome, fitness) of the results told so far.
+
+    A fit is named by the results it learned from (the first ``rows`` told, of which the latest
+    :data:`ROWS` by id) and its trees' seed; :meth:`to_state` gives both, and :meth:`from_state` fits
+    the same model again from a run's records, told in the run file's order.
+    """
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+        self.rows: list[tuple[int, list[float], float]] = []  # (id, genome, fitness) of the results it may learn from, as told
+        self.model = None
+        self.fitted_rows = 0  # results the last fit was made from (0: never fitted)
+        self.seed = 0  # the last fit's trees' seed
+
+    @classmethod
+    def from_state(cls, rng: random.Random, records, state: dict | None) -> Surrogate:
+        surrogate = cls(rng)
+        for record in records:
+            surrogate.tell(record)
+        if state and state.get("rows", 0) > 0:
+            if state["rows"] > len(surrogate):
+                raise ValueError(f"the run's surrogate was fitted on {state['rows']} results, but only {len(surrogate)} are recorded")
+            surrogate.fit(int(state["rows"]), int(state["seed"]))
+        return surrogate
+
+    def to_state(self) -> dict:
+        return {"rows": self.fitted_rows, "seed": self.seed}
+
+    def tell(self, record: Record) -> None:
+        if learns_from(record):
+            self.rows.append((record.id, list(record.genome), float(record.fitness)))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def due(self) -> bool:
+        """Enough new results since the last fit to fit again."""
+        return len(self) >= MIN_ROWS and len(self) >= GROWTH * self.fitted_rows
+
+    def fit(self, rows: int | None = None, seed: int | None = None) -> None:
+        """Fit on the first ``rows`` results told (default: all), of them the latest :data:`ROWS` by id, with
+        trees seeded by ``seed`` (default: drawn from the search's generator)."""
+        from sklearn.ensemble import ExtraTreesRegressor  # here: importing scikit-learn takes a second
+
+        rows = len(self) if rows is None else rows
+        self.seed = self.rng.getrandbits(31) if seed is None else seed
+        learned = sorted(self.rows[:rows])[-ROWS:]  # by id: within the set, the order results arrived in does not matter
+        x = np.array([genome for _, genome, _ in learned], dtype=np.float64)
+        y = np.array([fitness for _, _, fitness in learned], dtype=np.float64)
+        self.model = ExtraTreesRegressor(n_estimators=TREES, min_samples_leaf=2, random_state=self.seed, n_jobs=1)
+        self.model.fit(x, y)
+        self.fitted_rows = rows
+
+    def refit_if_due(self) -> bool:
+        """Fit if :meth:`due`; True if it did."""
+        if self.due():
+            self.fit()
+            return True
+        return False
+
+    @property
+    def ready(self) -> bool:
+        return self.model is not None
+
+    def score(self, genomes: list[list[float]]) -> np.ndarray:
+        """Each genome's upper confidence bound on its fitness: the trees' mean plus KAPPA standard deviations."""
+        x = np.asarray(genomes, dtype=np.float32)  # the trees' own dtype, so that check_input=False is safe
+        per_tree = np.stack([tree.predict(x, check_input=False) for tree in self.model.estimators_])
+        return per_tree.mean(axis=0) + KAPPA * per_tree.std(axis=0)

@@ -1,0 +1,118 @@
+"""Study: how should the ensemble be chosen from a hall of fame? Variants side by side on stored runs.
+
+Run from the repository root, on run directories kept by bench_ensemble.py::
+
+    .venv/bin/python scripts/bench/bench_ensemble.py --seeds 20 --evaluations 16 --keep /tmp/runs
+    .venv/bin/python scripts/bench/study_selection.py /tmp/runs/seed*
+
+Nothing is trained: every variant chooses from the same stored hall of fame on the validation split
+and is scored on the test split. The product's method is ``greedy`` (ensemble/select.py); the others
+are candidates that were considered and measured here, implemented in this script only:
+
+* ``greedy``: Caruana et al. (2004), forward selection with replacement from the best member,
+  accuracy first and log-loss on ties, best prefix of 5 picks (what evens does);
+* ``greedy_nll``: the same, on log-loss alone;
+* ``greedy_pruned``: the same, over the better half of the hall only (Caruana et al. 2006);
+* ``bagged_from_best``: 20 bags, each the best member plus a random half of the others, greedy in
+  each, picks pooled;
+* ``bagged``: 20 bags of a random half of the hall (Caruana et al. 2006), picks pooled;
+* ``top_k``: the mean of the best 5; ``best``: the best single network.
+
+Prints, per variant: mean test accuracy, how often it is at least the best single network's
+(and within 0.005 of it), the worst difference, and one JSON line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+
+import numpy as np
+
+from ensemble.problem import problem_from_dict
+from evolve.runfile import checkpoint
+
+SIZE, BAGS = 5, 20
+
+
+def greedy(val, y, problem, key, size=SIZE):
+    """Indices picked by forward selection with replacement from index 0; the best-scoring prefix."""
+    order, running = [0], val[0].copy()
+    keys = [key(problem.scores(running, y))]
+    for p in range(2, size + 1):
+        best, best_key = None, None
+        for i, v in enumerate(val):
+            k = key(problem.scores((running + v) / p, y))
+            if best_key is None or k > best_key:
+                best, best_key = i, k
+        order.append(best)
+        running += val[best]
+        keys.append(best_key)
+    return order[: 1 + max(range(len(keys)), key=lambda p: (keys[p], -p))]
+
+
+def bagged(val, y, problem, key, keep_best, seed=0):
+    rng, picks = random.Random(seed), []
+    pool = list(range(len(val)))
+    for _ in range(BAGS):
+        if keep_best:
+            bag = [0] + sorted(rng.sample(pool[1:], len(pool[1:]) // 2))
+        else:
+            bag = sorted(rng.sample(pool, max(1, len(pool) // 2)))
+        picks += [bag[i] for i in greedy([val[i] for i in bag], y, problem, key)]
+    return picks
+
+
+def acc_key(s):
+    return (s["accuracy"], -s["loss"])
+
+
+def nll_key(s):
+    return (-s["loss"],)
+
+
+VARIANTS = {
+    "best": lambda val, y, pr: [0],
+    "greedy": lambda val, y, pr: greedy(val, y, pr, acc_key),
+    "greedy_nll": lambda val, y, pr: greedy(val, y, pr, nll_key),
+    "greedy_pruned": lambda val, y, pr: greedy(val[: max(1, (len(val) + 1) // 2)], y, pr, acc_key),
+    "bagged_from_best": lambda val, y, pr: bagged(val, y, pr, acc_key, keep_best=True),
+    "bagged": lambda val, y, pr: bagged(val, y, pr, acc_key, keep_best=False),
+    "top_k": lambda val, y, pr: list(range(min(SIZE, len(val)))),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", help="run directories")
+    args = parser.parse_args()
+    results = {name: [] for name in VARIANTS}
+    for run in sorted(args.runs):
+        state, info = checkpoint.load(os.path.join(run, "checkpoint.h5"), weights=False)
+        problem = problem_from_dict(info.data["problem"])
+        if problem.kind != "classification":
+            raise SystemExit(f"{run}: this study compares accuracy; it takes classification runs")
+        val = [m.val_pred.astype(np.float64) for m in state.hall_of_fame]
+        test = [m.test_pred.astype(np.float64) for m in state.hall_of_fame]
+        for name, choose in VARIANTS.items():
+            picks = choose(val, info.val_y, problem)
+            mean = sum(test[i] for i in picks) / len(picks)
+            results[name].append(problem.scores(mean, info.test_y)["accuracy"])
+    best = results["best"]
+    summary = {"runs": len(best)}
+    print(f"# study_selection: {len(best)} runs; test accuracy of each way to choose, against the best single network")
+    print(f"{'variant':>17} {'mean':>7} {'>= best':>8} {'>= best-0.005':>14} {'worst diff':>11} {'mean diff':>10}")
+    for name, acc in results.items():
+        diff = [a - b for a, b in zip(acc, best)]
+        row = {"mean": statistics.mean(acc), "at_least_best": sum(d >= 0 for d in diff),
+               "within_0.005": sum(d >= -0.005 for d in diff), "worst": min(diff), "mean_diff": statistics.mean(diff)}
+        summary[name] = row
+        print(f"{name:>17} {row['mean']:>7.4f} {row['at_least_best']:>5}/{len(best)} {row['within_0.005']:>11}/{len(best)} "
+              f"{row['worst']:>+11.4f} {row['mean_diff']:>+10.4f}")
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Data-aware default search spaces (evolve.search.presets): chosen from the data's shape, scaled by its size,
+overridden gene by gene; a config with its own [space] table keeps the classic space."""
+import pytest
+
+from evolve.config.schema import config_from_dict, load_config
+from evolve.errors import ConfigError
+from evolve.search.presets import DataFacts
+from evolve.search.space import DEFAULT_SPACE
+from evolve.search.space_config import parse_space
+
+
+def facts(shape, problem="classification", n=1000):
+    return DataFacts(tuple(shape), problem, n)
+
+
+@pytest.mark.parametrize("shape, preset, families", [((30,), "tabular", ("mlp",)), ((2, 128), "signal", ("cnn", "rnn")),
+                                                     ((3, 16, 16), "image", ("cnn",))])
+def test_a_config_without_a_space_table_gets_the_preset_for_its_datas_shape(shape, preset, families):
+    config = config_from_dict({"search": {"evaluations": 20}})
+    assert config.space is None and config.preset == "auto"
+    resolved, chosen = config.resolved(facts(shape))
+    assert chosen["asked"] == "auto" and chosen["chosen"] == preset and str(shape) in chosen["why"]
+    assert resolved.space.gene("family").domain.options == families and resolved.preset == ""
+    space = resolved.space.for_data(shape, "classification")
+    genome = [0.5] * len(space)
+    genome[space.names.index("family")] = 0.0  # the first family: mlp for a table, cnn otherwise
+    network, training = space.candidate(genome)
+    assert training.epochs >= 20 and training.label_smoothing > 0  # tens of epochs; label smoothing searched
+    if preset != "tabular":
+        assert network.head == "average" and network.norm == "batch"
+
+
+def test_a_shape_no_preset_fits_is_one_line_pointing_to_a_space_table_or_an_own_network():
+    with pytest.raises(ConfigError, match=r"no preset fits samples of shape \(1, 4, 4, 4\); declare a \[space\] table .* own network"):
+        config_from_dict({}).resolved(facts((1, 4, 4, 4)))
+
+
+def test_a_named_preset_with_genes_of_its_own():
+    config = config_from_dict({"space": {"preset": "image", "depth": {"low": 2, "high": 3}, "kernel_size": 3}})
+    resolved, chosen = config.resolved(facts((1, 8, 8)))
+    assert chosen == {"asked": "image", "chosen": "image", "why": "named in the config", "overrides": ["depth", "kernel_size"]}
+    space = resolved.space
+    assert (space.gene("depth").domain.low, space.gene("depth").domain.high) == (2, 3)
+    assert space.gene("kernel_size").domain.options == (3,) and space.gene("head").domain.options == ("average",)
+    with pytest.raises(ConfigError, match="space.preset 'signal' is for samples of 2 dimension"):
+        config_from_dict({"space": {"preset": "signal"}}).resolved(facts((1, 8, 8)))
+    with pytest.raises(ConfigError, match="space.preset must be one of auto, classic, tabular, signal, image"):
+        config_from_dict({"space": {"preset": "resnet"}})
+    with pytest.raises(ConfigError, match="unknown gene 'space.depht'"):
+        config_from_dict({"space": {"preset": "image", "depht": 3}})
+
+
+def test_a_space_table_without_a_preset_searches_the_classic_space_as_before():
+    table = {"width": [8, 16], "epochs": {"low": 2, "high": 4}}
+    for config in (config_from_dict({"space": table}), config_from_dict({"space": {**table, "preset": "classic"}})):
+        assert config.space == parse_space(table) and config.resolved(facts((1, 8, 8))) == (config, None)
+    assert load_config("examples/digits.toml").space == parse_space(load_config("examples/digits.toml").to_dict()["space"])
+    assert config_from_dict({"space": {}}).space == parse_space(DEFAULT_SPACE)
+
+
+def test_presets_scale_with_the_data_small_data_gets_narrower_networks_and_more_epochs():
+    small, large = (config_from_dict({}).resolved(facts((3, 32, 32), n=n))[0].space for n in (800, 50_000))
+    assert max(small.gene("width").domain.options) < max(large.gene("width").domain.options) == 256
+    assert small.gene("epochs").domain.high > large.gene("epochs").domain.high
+
+
+def test_a_resolved_config_is_concrete_and_survives_its_round_trip():
+    resolved, _ = config_from_dict({"space": {"preset": "auto", "dropout": 0.1}}).resolved(facts((12,), "regression"))
+    again = config_from_dict(resolved.to_dict())
+    assert again == resolved and again.space is not None and "preset" not in resolved.to_dict()["space"]
+    assert resolved.space.for_data((12,), "regression").gene("label_smoothing").domain.options == (0.0,)
