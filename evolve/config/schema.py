@@ -58,7 +58,7 @@ class SearchConfig:
     seed: int = 0  # seeds the search: the same seed and config propose the same networks
     tournament: int = 3  # individuals per tournament when choosing a parent
     crossover_prob: float = 0.7  # chance that a child is bred by crossover of two parents
-    mutation_prob: float = 0.3  # chance that each gene of a child is mutated
+    mutation_prob: float = 0.1  # chance that each gene of a child is mutated (small: children stay near their good parents)
     mutation_eta: float = 8.0  # polynomial mutation: larger is more local
     breeding: str = "blind"  # "blind" (each child as the operators draw it) or "model": async and generational send the most promising of `brood` bred candidates per child, by a surrogate (extra trees) of the results so far
     selection: str = "fitness"  # what parents and survivors are chosen by: "fitness", or "ensemble" (async and generational: each one's value to the run's current ensemble, its validation log-loss or RMSE with the network as one more pick)
