@@ -135,8 +135,9 @@ def _same_size_conv(conv, dims: int, channels: int, width: int, k: int, dilation
 
 
 class Recurrent(nn.Module):
-    """A GRU or LSTM over the L steps of a (C, L) sample; the head reads the last step's state
-    (of the last layer; both directions' final states when bidirectional)."""
+    """A GRU or LSTM over the L steps of a (C, L) sample; the head reads the last step's state (of the
+    last layer; both directions' final states when bidirectional), or with ``head="average"`` the last
+    layer's outputs averaged over the steps."""
 
     def __init__(self, spec: NetworkSpec, channels: int, outputs: int):
         super().__init__()
@@ -146,11 +147,14 @@ class Recurrent(nn.Module):
             dropout=spec.dropout if spec.depth > 1 else 0.0,
         )
         self.directions = 2 if spec.bidirectional else 1
+        self.average = spec.head == "average"
         self.dropout = nn.Dropout(spec.dropout)
         self.head = nn.Linear(spec.width * self.directions, outputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _, state = self.rnn(x.transpose(1, 2))  # (B, C, L) -> (B, L, C)
+        outputs, state = self.rnn(x.transpose(1, 2))  # (B, C, L) -> (B, L, C)
+        if self.average:
+            return self.head(self.dropout(outputs.mean(dim=1)))  # (B, L, width x directions) -> (B, width x directions)
         hidden = state[0] if isinstance(state, tuple) else state  # an LSTM also returns its cell state
         last = torch.cat(list(hidden[-self.directions :]), dim=1)  # the last layer, every direction
         return self.head(self.dropout(last))

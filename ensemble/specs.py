@@ -15,7 +15,7 @@ CELLS = ("gru", "lstm")
 NORMS = ("none", "batch", "layer")
 POOLINGS = ("max", "avg", "none")
 DILATIONS = ("none", "growing")  # a CNN's conv dilation: 1 in every block, or 1, 2, 4, ... (a TCN's)
-HEADS = ("flatten", "average")  # what a CNN's linear head reads: a few positions of each map, or each map's mean
+HEADS = ("flatten", "average")  # what the linear head reads: a few positions of each map (an RNN: its last step), or the mean
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop")
 SCHEDULES = ("constant", "cosine", "one_cycle")
 AUGMENTS = ("none", "shift")  # training-time augmentation of signals and images
@@ -36,7 +36,9 @@ class NetworkSpec:
       mean and standard deviation, kept in the network (its first layer's buffers) so that whatever
       applies the network applies them too;
     * ``rnn``: a ``cell`` ("gru" or "lstm") recurrent network of ``depth`` layers, ``bidirectional``
-      or not, read at its last step (``activation``, ``norm`` and ``residual`` play no part).
+      or not, read at its last step (``head="flatten"``) or as the mean of its last layer's outputs over
+      every step (``head="average"``: a pattern anywhere in a long sequence reaches the head in one step,
+      not through every state after it); ``activation``, ``norm`` and ``residual`` play no part.
 
     Layer ``i`` has ``widths[i]`` units or channels; ``widths`` may be left empty for ``width`` in
     every layer (an ``rnn`` always has one width). ``residual`` adds each block's input to its
@@ -92,7 +94,7 @@ class NetworkSpec:
         uniform = self.family == "rnn" or len(set(widths)) == 1
         spec = replace(self, width=widths[0], widths=() if uniform else widths)
         if self.family != "cnn":
-            spec = replace(spec, kernel_size=3, pooling="max", dilation="none", head="flatten")
+            spec = replace(spec, kernel_size=3, pooling="max", dilation="none", head=self.head if self.family == "rnn" else "flatten")
         if self.family == "rnn":
             return replace(spec, activation="relu", norm="none", residual=False)
         return replace(spec, cell="gru", bidirectional=False)

@@ -261,6 +261,7 @@ def test_a_launcher_of_another_mpi_is_refused_before_anything_runs(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_config_with_only_data_and_search_searches_the_preset_its_data_fits_and_keeps_it_on_resume(tmp_path):
     data = write_blobs(tmp_path / "images.h5")  # samples (1, 8, 8): the image preset
     cfg = tmp_path / "plain.toml"

@@ -297,11 +297,24 @@ def test_an_average_head_reads_each_maps_mean_and_a_flatten_head_a_few_positions
     assert torch.allclose(net(x), net(torch.roll(x, 3, dims=-1)), atol=1e-5)
 
 
-def test_dilation_and_head_are_a_cnns_alone():
+def test_dilation_is_a_cnns_alone_and_the_head_a_cnns_or_an_rnns():
     spec = NetworkSpec("mlp", 2, 8, dilation="growing", head="average")
     assert (spec.canonical().dilation, spec.canonical().head) == ("none", "flatten")
+    assert NetworkSpec("rnn", 2, 8, dilation="growing", head="average").canonical().head == "average"
     with pytest.raises(ValueError, match="unknown dilation"):
         NetworkSpec("cnn", 2, 8, dilation="exponential")
+
+
+@pytest.mark.parametrize("cell, bidirectional", [("gru", False), ("lstm", True)])
+def test_an_rnns_average_head_reads_its_outputs_mean_over_the_steps_and_a_flatten_head_its_last_state(cell, bidirectional):
+    torch.manual_seed(0)
+    x = torch.randn(3, 2, 20)
+    average = build_network(NetworkSpec("rnn", 2, 6, cell=cell, bidirectional=bidirectional, head="average"), (2, 20), 4).eval()
+    outputs, _ = average.rnn(x.transpose(1, 2))
+    assert torch.allclose(average(x), average.head(outputs.mean(dim=1)), atol=1e-6)
+    last = build_network(NetworkSpec("rnn", 2, 6, cell=cell, bidirectional=bidirectional), (2, 20), 4).eval()
+    last.load_state_dict(average.state_dict())  # the same weights: only the readout differs
+    assert not torch.allclose(last(x), average(x))
 
 
 def test_label_smoothing_softens_a_classifiers_loss_and_a_regression_ignores_it():

@@ -270,9 +270,13 @@ def test_label_smoothing_is_searched_for_a_classifier_and_fixed_at_zero_for_a_re
     assert (network.dilation, network.head) == ("growing", "average")
 
 
-def test_dilation_and_head_are_inactive_outside_a_cnn():
+def test_dilation_and_head_are_inactive_in_an_mlp():
     space = parse_space({"family": ["mlp", "cnn"], "dilation": ["none", "growing"], "head": ["flatten", "average"]})
     mlp = [0.0] + [0.99] * (len(space) - 1)  # family mlp, every other gene at its last value
     assert not space.active(mlp)["dilation"] and not space.active(mlp)["head"]
     network = space.specs(space.key(mlp))[0]
     assert (network.family, network.dilation, network.head) == ("mlp", "none", "flatten")
+    rnn = parse_space({"family": ["rnn"], "dilation": ["none", "growing"], "head": ["flatten", "average"]})
+    last = [0.99] * len(rnn)
+    assert rnn.active(last)["head"] and not rnn.active(last)["dilation"]
+    assert rnn.specs(rnn.key(last))[0].head == "average"

@@ -69,7 +69,7 @@ VOCABULARY: dict[str, Kind] = {
     "kernel_size": Kind("int", bounds=(1, 15), default=3, needs=_CNN),
     "pooling": Kind("str", POOLINGS, default="max", needs=_CNN),
     "dilation": Kind("str", DILATIONS, default="none", needs=_CNN),
-    "head": Kind("str", HEADS, default="flatten", needs=_CNN),
+    "head": Kind("str", HEADS, default="flatten", needs=(("family", ("cnn", "rnn")),)),
     "norm": Kind("str", NORMS, default="none", needs=_NOT_RNN),
     "residual": Kind("bool", default=False, needs=_NOT_RNN),
     "cell": Kind("str", CELLS, default="gru", needs=(("family", ("rnn",)),)),
@@ -307,7 +307,7 @@ class SearchSpace:
             "dropout": v["dropout"], "cell": v["cell"] if rnn else "gru", "bidirectional": v["bidirectional"] if rnn else False,
             "widths": [] if uniform else widths, "kernel_size": v["kernel_size"] if cnn else 3,
             "pooling": v["pooling"] if cnn else "max", "norm": "none" if rnn else v["norm"], "residual": False if rnn else v["residual"],
-            "dilation": v["dilation"] if cnn else "none", "head": v["head"] if cnn else "flatten", "standardize": v["standardize"],
+            "dilation": v["dilation"] if cnn else "none", "head": v["head"] if cnn or rnn else "flatten", "standardize": v["standardize"],
         }
         return network, {n: v[n] for n in _TRAINING}
 
