@@ -240,8 +240,8 @@ def _inspect(path: str, val_fraction: float, test_fraction: float, seed: int, al
             x = group["x"]
             if not isinstance(x, h5py.Dataset):
                 raise DataError(f"{path}: {split}/x must be a dataset, found a {type(x).__name__}")
-            if x.ndim not in (2, 3, 4):
-                raise DataError(f"{path}: {split}/x has shape {x.shape}; expected (N, F), (N, C, L) or (N, C, H, W)")
+            if x.ndim < 2:
+                raise DataError(f"{path}: {split}/x has shape {x.shape}; expected (N, ...): (N, F), (N, C, L), (N, C, H, W) or any sample shape")
             if x.shape[0] == 0:
                 raise DataError(f"{path}: {split}/x has no samples")
             if 0 in x.shape[1:]:

@@ -281,3 +281,16 @@ def test_a_config_with_only_data_and_search_searches_the_preset_its_data_fits_an
     proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", str(tmp_path / "other"), "--set", "space.preset='tabular'"],
                   timeout=120, cwd=ROOT)
     assert proc.returncode == 2 and "space.preset 'tabular' is for samples of 1 dimension(s); the data's are (1, 8, 8)" in proc.stderr
+
+
+def test_volumes_are_broadcast_and_searched_by_mlps_and_no_preset_claims_them(tmp_path):
+    data = write_blobs(tmp_path / "volumes.h5", sample_shape=(1, 3, 4, 4))  # (N, C, D, H, W)
+    cfg = tmp_path / "volumes.toml"
+    cfg.write_text(f'[data]\npath = "{data}"\n\n[search]\nevaluations = 3\npopulation = 2\n')
+    out = str(tmp_path / "run")
+    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out], timeout=120, cwd=ROOT)
+    assert proc.returncode == 2 and "no preset fits samples of shape (1, 3, 4, 4)" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not os.path.exists(out)
+    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out, "--set", "space.family=['mlp']"], timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert report(out)["evaluations"] == 3

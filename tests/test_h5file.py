@@ -36,6 +36,15 @@ def test_holdout_is_seeded_and_partitions_train(tmp_path):
     assert not np.array_equal(other["val/x"], a["val/x"])
 
 
+def test_samples_of_any_rank_load_volumes_included(tmp_path):
+    rng = np.random.default_rng(0)
+    splits = {split: (rng.standard_normal((n, 2, 3, 4, 5)).astype(np.float32), rng.integers(0, 3, n)) for split, n in (("train", 30), ("val", 10), ("test", 10))}
+    write_dataset(str(tmp_path / "volumes.h5"), splits)
+    plan, arrays = load_dataset(str(tmp_path / "volumes.h5"))
+    assert plan.spec("train/x").shape == (30, 2, 3, 4, 5)
+    np.testing.assert_array_equal(arrays["val/x"], splits["val"][0])
+
+
 def test_uint8_is_kept_as_uint8(tmp_path):
     path = write_blobs(tmp_path / "u.h5", dtype=np.uint8)
     plan, arrays = load_dataset(path)
@@ -51,7 +60,7 @@ def test_uint8_is_kept_as_uint8(tmp_path):
         (lambda f: (f["test"].__delitem__("y"), f["test"].create_dataset("y", data=np.zeros(40, np.float32))), "test/y holds float regression targets but train/y holds integer class labels"),
         (lambda f: (f["test"].__delitem__("y"), f["test"].create_dataset("y", data=np.zeros(40, bool))), "integer class labels or float regression targets"),
         (lambda f: (f["test"].__delitem__("x"), f["test"].create_dataset("x", data=np.zeros((40, 1, 4, 4), np.float32))), "samples have shape"),
-        (lambda f: (f["train"].__delitem__("x"), f["train"].create_dataset("x", data=np.zeros((120, 2, 2, 2, 2), np.float32))), "expected (N, F)"),
+        (lambda f: (f["train"].__delitem__("x"), f["train"].create_dataset("x", data=np.zeros(120, np.float32))), "expected (N, ...)"),
         (lambda f: (f["train"].__delitem__("x"), f["train"].create_dataset("x", data=np.zeros((120, 64), np.int32))), "float32 or uint8"),
         (lambda f: (f["val"].__delitem__("x"), f["val"].create_group("x")), "val/x must be a dataset"),
         (lambda f: (f["test"].__delitem__("y"), f["test"].create_group("y")), "test/y must be a dataset"),
