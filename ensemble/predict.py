@@ -26,10 +26,9 @@ import torch
 from .combine import VALUE_LIMIT, Z_LIMIT, Allreduce, combine, sum_unit
 from .device import choose_device
 from .hall_of_fame import Member
-from .models import build_network
+from .builders import BuilderError, network_from_settings
 from .problem import Problem
 from .select import Selection
-from .specs import NetworkSpec
 from .store import GROUP, EnsembleError, StoredEnsemble, read_ensemble, run_file
 from .train import EVAL_BATCH, Head, as_float
 
@@ -137,7 +136,9 @@ def rebuild(member: Member, problem: Problem, sample_shape: tuple[int, ...], dev
     if not member.weights:
         raise EnsembleError(f"member #{member.id} has no stored weights; this run cannot predict")
     try:
-        model = build_network(NetworkSpec(**member.network), sample_shape, problem.outputs)
+        model = network_from_settings(member.network, sample_shape, problem.outputs)
+    except BuilderError as exc:
+        raise EnsembleError(f"member #{member.id}: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise EnsembleError(f"member #{member.id}: invalid network spec {member.network} ({exc})") from None
     except (MemoryError, RuntimeError) as exc:

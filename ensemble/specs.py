@@ -135,6 +135,20 @@ class TrainSpec:
             raise ValueError(f"invalid training settings: {self}")
 
 
+BUILDER = "builder"  # the settings key that names a user's network builder (ensemble.builders), "module:function"
+GENES = "genes"  # ... and the one that holds that network's genes
+
+
+def is_user_network(network: dict) -> bool:
+    """Do these network settings name a user's builder (rather than a built-in family's spec)?"""
+    return BUILDER in network
+
+
+def network_spec(network: dict) -> NetworkSpec | dict:
+    """What training takes: a built-in family's :class:`NetworkSpec`, or a user network's settings as they are."""
+    return dict(network) if is_user_network(network) else NetworkSpec(**network)
+
+
 def families_for(sample_shape: tuple[int, ...]) -> tuple[str, ...]:
     """The families that apply to samples of this shape (see :data:`LAYOUTS`)."""
     if len(sample_shape) == 2:

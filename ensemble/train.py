@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .builders import network_from_settings
 from .models import build_network
 from .problem import Problem
 from .results import Evaluation
@@ -261,7 +262,7 @@ def state_arrays(model: torch.nn.Module) -> dict[str, np.ndarray]:
 
 
 def train_and_evaluate(
-    network: NetworkSpec, training: TrainSpec, data: DeviceData, seed: int, keep: Callable[[float], bool] = lambda fitness: True,
+    network: NetworkSpec | dict, training: TrainSpec, data: DeviceData, seed: int, keep: Callable[[float], bool] = lambda fitness: True,
     watch: Watch = Watch(),
 ) -> Evaluation:
     """Build, train and score one network; never raises for a diverging network.
@@ -282,8 +283,11 @@ def train_and_evaluate(
     deadline = time.monotonic() + watch.time_limit if watch.time_limit > 0 else None
     torch.manual_seed(seed)  # weight initialisation and dropout
     generator = torch.Generator().manual_seed(seed)  # minibatch order
-    model = build_network(network, data.sample_shape, data.problem.outputs).to(data.device)
-    if network.standardize:
+    if isinstance(network, NetworkSpec):
+        model = build_network(network, data.sample_shape, data.problem.outputs).to(data.device)
+    else:  # a user's builder (ensemble.builders): its settings name it, with its genes
+        model = network_from_settings(network, data.sample_shape, data.problem.outputs).to(data.device)
+    if isinstance(network, NetworkSpec) and network.standardize:
         model[0].fit(as_float(data.x["train"]))
     curve: list[float] = []
     last_val: dict[str, float] = {}

@@ -24,7 +24,7 @@ def want_all(task_id: int, fitness: float) -> bool:
 
 from ensemble.hall_of_fame import OPEN
 from ensemble.results import Evaluation, failed_evaluation
-from ensemble.specs import NetworkSpec, TrainSpec
+from ensemble.specs import NetworkSpec, TrainSpec, network_spec
 
 
 class Task:
@@ -80,8 +80,9 @@ class Task:
     def _decode(self) -> None:
         self._network, self._training = self.space.settings(self.key)
 
-    def specs(self) -> tuple[NetworkSpec, TrainSpec]:
-        return NetworkSpec(**self.network), TrainSpec(**self.training)
+    def specs(self) -> tuple[NetworkSpec | dict, TrainSpec]:
+        """The settings as training takes them (a user's network stays its settings: ensemble.builders)."""
+        return network_spec(self.network), TrainSpec(**self.training)
 
     def plain(self) -> dict:
         """Every field as plain values: what ``Task(**plain)`` builds back (settings decoded)."""

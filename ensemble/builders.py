@@ -1,0 +1,111 @@
+"""Where every network comes from: the built-in families, or a user's builder named ``module:function``.
+
+A network's settings are plain values (they travel in tasks and live in the run file). The built-in
+families' settings are a :class:`~ensemble.specs.NetworkSpec`'s fields; a user's network is named
+by its builder and carries its own genes::
+
+    {"builder": "mynets.volumes:build", "genes": {"channels": 32, "blocks": 4}}
+
+:func:`network_from_settings` builds either kind, so training, prediction and export go through one
+seam. A builder is a plain function, imported by name from what is importable (``sys.path``, which
+``model.path`` or ``--model-path`` extend); nothing is ever imported from a path stored in a file::
+
+    def build(genes: dict, sample_shape: tuple[int, ...], outputs: int) -> torch.nn.Module: ...
+
+It receives the decoded genes of its network (the training genes stay evens'), the shape of one
+sample without the batch dimension, and the number of outputs (classes, or regression targets), and
+returns a module that maps a batch ``(B, *sample_shape)`` to ``(B, outputs)``.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from typing import Callable
+
+import torch
+from torch import nn
+
+from .models import NetworkSpec, build_network
+from .specs import BUILDER, GENES, is_user_network
+
+_REFERENCE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
+
+Builder = Callable[[dict, tuple, int], nn.Module]
+
+
+class BuilderError(Exception):
+    """A builder that cannot be used, in one line naming it and the problem."""
+
+
+
+
+def add_model_path(directory: str) -> None:
+    """Make modules in ``directory`` importable (``model.path``, ``--model-path``); a missing folder is an error."""
+    directory = os.path.abspath(directory)
+    if not os.path.isdir(directory):
+        raise BuilderError(f"model path {directory}: no such directory")
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+
+
+def import_builder(reference: str) -> Builder:
+    """The function ``reference`` (``module:function``) names, imported by name; BuilderError in one line."""
+    if not isinstance(reference, str) or not _REFERENCE.match(reference):
+        raise BuilderError(f"model builder {reference!r}: expected 'module:function', e.g. 'mynets.volumes:build'")
+    module_name, function = reference.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or module_name
+        raise BuilderError(f"model builder {reference}: no module named {missing!r} (install it, or give its folder as "
+                           "model.path or --model-path)") from None
+    except Exception as exc:  # noqa: BLE001 -- the user's module raised while importing; say what, in one line
+        raise BuilderError(f"model builder {reference}: importing {module_name} raised {type(exc).__name__}: {_first_line(exc)}") from None
+    builder = getattr(module, function, None)
+    if builder is None:
+        raise BuilderError(f"model builder {reference}: module {module_name} has no {function!r}")
+    if not callable(builder):
+        raise BuilderError(f"model builder {reference}: {function!r} is a {type(builder).__name__}, not a function")
+    return builder
+
+
+def network_from_settings(network: dict, sample_shape: tuple[int, ...], outputs: int) -> nn.Module:
+    """A fresh network from its settings: a built-in family's spec, or a user's builder called with its genes.
+
+    A user's builder that raises, or returns something other than a module, is a BuilderError naming it.
+    """
+    sample_shape = tuple(int(s) for s in sample_shape)
+    if not is_user_network(network):
+        return build_network(NetworkSpec(**network), sample_shape, outputs)
+    reference = network[BUILDER]
+    builder = import_builder(reference)
+    try:
+        model = builder(dict(network.get(GENES, {})), sample_shape, int(outputs))
+    except Exception as exc:  # noqa: BLE001 -- the user's code; its failure is this network's, in one line
+        raise BuilderError(f"model builder {reference} raised {type(exc).__name__}: {_first_line(exc)}") from None
+    if not isinstance(model, nn.Module):
+        raise BuilderError(f"model builder {reference} returned a {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def check_network(network: dict, sample_shape: tuple[int, ...], outputs: int) -> None:
+    """Build ``network`` and pass one zero sample through it: BuilderError unless it gives ``(1, outputs)``."""
+    model = network_from_settings(network, sample_shape, outputs).eval()
+    name = network.get(BUILDER, network.get("family", "network"))
+    try:
+        with torch.no_grad():
+            out = model(torch.zeros((1, *tuple(sample_shape))))
+    except Exception as exc:  # noqa: BLE001 -- the user's forward pass
+        raise BuilderError(f"model builder {name}: a forward pass on one sample of shape {tuple(sample_shape)} raised "
+                           f"{type(exc).__name__}: {_first_line(exc)}") from None
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, int(outputs)):
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise BuilderError(f"model builder {name}: one sample of shape {tuple(sample_shape)} gave output {got}; "
+                           f"the problem needs (1, {int(outputs)})")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "(no message)"
