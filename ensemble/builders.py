@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import sys
 from typing import Callable
 
@@ -28,9 +27,7 @@ import torch
 from torch import nn
 
 from .models import NetworkSpec, build_network
-from .specs import BUILDER, GENES, is_user_network
-
-_REFERENCE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
+from .specs import BUILDER, BUILDER_REFERENCE, GENES, is_user_network
 
 Builder = Callable[[dict, tuple, int], nn.Module]
 
@@ -52,7 +49,7 @@ def add_model_path(directory: str) -> None:
 
 def import_builder(reference: str) -> Builder:
     """The function ``reference`` (``module:function``) names, imported by name; BuilderError in one line."""
-    if not isinstance(reference, str) or not _REFERENCE.match(reference):
+    if not isinstance(reference, str) or not BUILDER_REFERENCE.match(reference):
         raise BuilderError(f"model builder {reference!r}: expected 'module:function', e.g. 'mynets.volumes:build'")
     module_name, function = reference.split(":")
     try:

@@ -23,10 +23,10 @@ import h5py
 import numpy as np
 import torch
 
+from .builders import BuilderError, network_from_settings
 from .combine import VALUE_LIMIT, Z_LIMIT, Allreduce, combine, sum_unit
 from .device import choose_device
 from .hall_of_fame import Member
-from .builders import BuilderError, network_from_settings
 from .problem import Problem
 from .select import Selection
 from .store import GROUP, EnsembleError, StoredEnsemble, read_ensemble, run_file

@@ -79,7 +79,7 @@ def launch(n: int, args: list[str], timeout: float = 120, cwd: str | None = None
     """Run ``mpiexec -n N args...``; a hang fails the test instead of blocking the suite."""
     # ROOT first, then the tests folder (for programs that share its fixtures), the rest kept
     path = os.pathsep.join(p for p in (ROOT, os.path.join(ROOT, "tests"), os.environ.get("PYTHONPATH", "")) if p)
-    full_env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path, **(env or {}))
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **(env or {})}
     return subprocess.run(
         [mpiexec(), "-n", str(n), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full_env
     )

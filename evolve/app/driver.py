@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from data_bcast.agreement import first_error
 from data_bcast.broadcast import SharedDataset, broadcast_dataset, located
 from data_bcast.h5file import DataError
 from data_bcast.reader import read_array
@@ -30,6 +31,7 @@ from .local import take_device, usable_cores
 from .log import LOG, setup_logging
 from .prepare import Prepared, check_same_data, prepare
 from .session import MASTER, STOP_SIGNALS, run_master, say
+from .user_model import user_model_problem
 
 
 def data_problem(comm, data: SharedDataset) -> Problem:
@@ -89,6 +91,9 @@ def run(config_path: str | None, overrides: list[str], out: str | None = None, r
 def _run_prepared(comm, config_dict: dict, prepared: Prepared | None, started: float, quiet: bool) -> int:
     is_master = comm.rank == MASTER
     config = config_from_dict(config_dict)
+    error = first_error(comm, user_model_problem(config, check=is_master), MASTER)  # before any data moves
+    if error:
+        return _fail(is_master, error)
     try:
         # config.data has data_bcast's LoadOptions' fields; the master trains only when alone
         data = broadcast_dataset(comm, config.data.path if is_master else None, config.data, root=MASTER, root_trains=comm.size == 1)

@@ -72,8 +72,9 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
 
 
 def _absolute_data_path(config: Config) -> Config:
-    """The config with an absolute data path, so that a resume from another directory finds the same file."""
-    return replace(config, data=replace(config.data, path=os.path.abspath(config.data.path)))
+    """The config with absolute data and model paths, so that a resume from another directory finds the same files."""
+    model = replace(config.model, path=os.path.abspath(config.model.path)) if config.model.path else config.model
+    return replace(config, data=replace(config.data, path=os.path.abspath(config.data.path)), model=model)
 
 
 def _prepare_resume(config_path: str | None, overrides: list[str], resume: str, path: str, lock: RunLock) -> Prepared:

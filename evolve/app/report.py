@@ -15,6 +15,7 @@ from evolve.runfile.checkpoint import RunInfo
 from evolve.search.early_stop import epochs_saved
 from evolve.search.pareto import OBJECTIVES
 from evolve.search.records import Record
+from evolve.search.space import TRAINING_GENES
 
 from .rundir import checkpoint_path
 
@@ -112,7 +113,11 @@ def pareto_front(state: SearchState, objective: str, space) -> list[dict]:
 
 def describe(g: dict) -> str:
     """A network and its training in a few words, from its active genes (:meth:`SearchSpace.decode`):
-    "cnn depth 2 width 64/32 silu k5 avg-pool batch-norm residual, adamw lr 0.00092 cosine warm-up 0.1, 11 epochs"."""
+    "cnn depth 2 width 64/32 silu k5 avg-pool batch-norm residual, adamw lr 0.00092 cosine warm-up 0.1, 11 epochs".
+    A user's network (no ``family`` gene) is its own genes: "channels 32 blocks 4, adam lr 0.003, 20 epochs"."""
+    if "family" not in g:
+        words = [f"{name} {_short(value)}" for name, value in g.items() if name not in TRAINING_GENES] or ["own network"]
+        return f"{' '.join(words)}, {_training_words(g)}, {g['epochs']} epochs"
     width = g["width"] if "width" in g else "/".join(str(g[f"width_{i}"]) for i in range(1, g["depth"] + 1))
     words = [g["family"], f"depth {g['depth']}", f"width {width}"]
     if g["family"] == "rnn":
@@ -125,12 +130,20 @@ def describe(g: dict) -> str:
         words.append(f"{g['norm']}-norm")
     if g.get("residual"):
         words.append("residual")
+    return f"{' '.join(words)}, {_training_words(g)}, {g['epochs']} epochs"
+
+
+def _training_words(g: dict) -> str:
     training = [g.get("optimizer", "adam"), f"lr {g['learning_rate']:.2g}"]
     if g.get("schedule", "constant") != "constant":
         training.append(g["schedule"].replace("_", "-"))
     if g.get("warmup"):
         training.append(f"warm-up {g['warmup']:.2g}")
-    return f"{' '.join(words)}, {' '.join(training)}, {g['epochs']} epochs"
+    return " ".join(training)
+
+
+def _short(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def format_pareto(front: list[dict], metric: str) -> list[str]:

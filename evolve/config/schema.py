@@ -26,6 +26,7 @@ else:  # pragma: no cover
 from data_bcast.options import MODES as LOAD_MODES
 from data_bcast.options import LoadOptions
 from ensemble.select import select_ensemble
+from ensemble.specs import BUILDER_REFERENCE
 from evolve.errors import ConfigError
 from evolve.search import presets
 from evolve.search.space import DEFAULT_SPACE, SearchSpace
@@ -91,6 +92,14 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class ModelConfig:
+    """A user's own network instead of the built-in families (docs/custom-models.md)."""
+
+    builder: str = ""  # "module:function" called with (genes, sample_shape, outputs) for a torch.nn.Module; "": the built-in families
+    path: str = ""  # a folder added to sys.path on every rank, so that the builder's module imports from it; stored absolute in the run
+
+
+@dataclass(frozen=True)
 class Config:
     """A run's configuration. ``space`` is the search space, or None while a preset waits for the data:
     ``preset`` then says which ("auto" or a name) and ``space_table`` holds the genes that replace the
@@ -100,6 +109,7 @@ class Config:
     search: SearchConfig = field(default_factory=SearchConfig)
     ensemble: EnsembleConfig = field(default_factory=EnsembleConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
     space: SearchSpace | None = None
     preset: str = "auto"  # "" once the space is made
     space_table: dict = field(default_factory=dict, compare=False)
@@ -135,7 +145,7 @@ class Config:
         return config_from_dict(apply_overrides(self.to_dict(), overrides))
 
 
-SECTIONS = {"data": DataConfig, "search": SearchConfig, "ensemble": EnsembleConfig, "train": TrainConfig}
+SECTIONS = {"data": DataConfig, "search": SearchConfig, "ensemble": EnsembleConfig, "train": TrainConfig, "model": ModelConfig}
 
 # (low, high) bounds, inclusive; None for open.
 _BOUNDS = {
@@ -210,21 +220,31 @@ def config_from_dict(raw: dict) -> Config:
     ens = sections["ensemble"]
     if ens.candidates < ens.size:
         raise ConfigError(f"ensemble.candidates ({ens.candidates}) must be at least ensemble.size ({ens.size})")
+    builder = sections["model"].builder
+    if builder and not BUILDER_REFERENCE.match(builder):
+        raise ConfigError(f"model.builder must be 'module:function' (e.g. 'mynets.volumes:build'), got {builder!r}")
+    if sections["model"].path and not builder:
+        raise ConfigError("model.path is where model.builder's module lies; give model.builder too")
     search = sections["search"]
     if search.mode == "nsga2" and (search.breeding, search.selection) != ("blind", "fitness"):
         raise ConfigError("search.breeding = \"model\" and search.selection = \"ensemble\" work with search.mode \"async\" or \"generational\", "
                           "not \"nsga2\" (which has two objectives)")
-    return Config(**_space(raw), **sections)
+    return Config(**_space(raw, sections["model"].builder), **sections)
 
 
-def _space(raw: dict) -> dict:
+def _space(raw: dict, builder: str = "") -> dict:
     """A config's search space: its own (a [space] table without ``preset``: the classic space under its
-    genes) or a preset's, made later from the data (no [space] table, or ``space.preset``)."""
-    if "space" not in raw:
-        return {"space": None, "preset": "auto"}
-    table = raw["space"]
+    genes) or a preset's, made later from the data (no [space] table, or ``space.preset``). With a model
+    builder, the table's genes (none: the training genes alone), and never a preset."""
+    table = raw.get("space", {})
     if not isinstance(table, dict):
         raise ConfigError("[space] must be a table")
+    if builder:
+        if "preset" in table:
+            raise ConfigError("space.preset: presets are for the built-in families; with model.builder, declare your genes in [space]")
+        return {"space": parse_space(table, builder), "preset": ""}
+    if "space" not in raw:
+        return {"space": None, "preset": "auto"}
     genes = {k: v for k, v in table.items() if k != "preset"}
     own = parse_space(genes)  # the genes are checked either way
     asked = table.get("preset", "classic")

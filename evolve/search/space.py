@@ -24,14 +24,16 @@ the same network.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ensemble.specs import (
     ACTIVATION_NAMES,
     AUGMENTS,
+    BUILDER,
     CELLS,
     DILATIONS,
     FAMILIES,
+    GENES,
     HEADS,
     NORMS,
     OPTIMIZERS,
@@ -40,6 +42,7 @@ from ensemble.specs import (
     NetworkSpec,
     TrainSpec,
     families_for,
+    network_spec,
 )
 from evolve.errors import ConfigError
 
@@ -116,7 +119,7 @@ DEFAULT_SPACE: dict = {
     "augment": "none",
 }
 assert tuple(DEFAULT_SPACE) == GENE_NAMES
-_TRAINING = ("learning_rate", "batch_size", "epochs", "optimizer", "weight_decay", "schedule", "warmup", "label_smoothing", "augment")
+TRAINING_GENES = ("learning_rate", "batch_size", "epochs", "optimizer", "weight_decay", "schedule", "warmup", "label_smoothing", "augment")
 
 
 def _index(u: float, n: int) -> int:
@@ -176,10 +179,11 @@ class Gene:
     base: str = ""  # the vocabulary gene ("width" for "width_2"); "" for the gene itself
     per_layer: bool = False  # declared per layer (the first of the expanded genes carries the declaration)
     layer: int = 0  # 1, 2, ... for an expanded per-layer gene
+    own: Kind | None = None  # a user's gene (a space with a model builder): its kind, from its declaration
 
     @property
     def kind(self) -> Kind:
-        return VOCABULARY[self.base or self.name]
+        return self.own if self.own is not None else VOCABULARY[self.base or self.name]
 
     def conditions(self) -> tuple:
         """Built-in and declared conditions together."""
@@ -189,7 +193,7 @@ class Gene:
     def type_name(self) -> str:
         if isinstance(self.domain, Range):
             return "int" if self.domain.integer else "float"
-        return "bool" if self.kind.type == "bool" else "categorical"
+        return "bool" if self.kind.type == "bool" and set(self.domain.options) <= {False, True} else "categorical"
 
     def to_config(self) -> dict:
         out = {"type": self.type_name(), **self.domain.to_config(), "default": self.default}
@@ -211,9 +215,13 @@ def _decoder(domain: Choice | Range):
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """The genes in genome order; ``key`` turns a genome into the values that make its network."""
+    """The genes in genome order; ``key`` turns a genome into the values that make its network.
+
+    With a ``builder`` (``module:function``, ``[model]``), every gene but the training genes is the
+    user's own and goes to that builder as it is (see :mod:`ensemble.builders`)."""
 
     genes: tuple
+    builder: str = ""
     _plan: tuple = field(default=(), compare=False, repr=False)
     _decoders: tuple = field(default=(), compare=False, repr=False)
     _names: tuple = field(default=(), compare=False, repr=False)
@@ -291,13 +299,15 @@ class SearchSpace:
         """The network and training settings of a :meth:`key`, the network in its canonical form
         (:meth:`NetworkSpec.canonical`): :meth:`settings` as the dataclasses."""
         network, training = self.settings(key)
-        return NetworkSpec(**network), TrainSpec(**training)
+        return network_spec(network), TrainSpec(**training)
 
     def settings(self, key: tuple) -> tuple[dict, dict]:
         """:meth:`specs` as plain dicts (their fields in order; per-layer widths a list), built directly,
         not through the dataclasses: every worker decodes each task's key with it, and the master each
         network entering the hall of fame."""
         v = dict(zip(self._names, key))
+        if self.builder:
+            return {BUILDER: self.builder, GENES: {n: v[n] for n in self._names if n not in TRAINING_GENES}}, {n: v[n] for n in TRAINING_GENES}
         family, depth = v["family"], v["depth"]
         widths = [v[f"width_{i}"] for i in range(1, depth + 1)] if "width_1" in v else [v["width"]] * depth
         cnn, rnn = family == "cnn", family == "rnn"
@@ -309,7 +319,7 @@ class SearchSpace:
             "pooling": v["pooling"] if cnn else "max", "norm": "none" if rnn else v["norm"], "residual": False if rnn else v["residual"],
             "dilation": v["dilation"] if cnn else "none", "head": v["head"] if cnn or rnn else "flatten", "standardize": v["standardize"],
         }
-        return network, {n: v[n] for n in _TRAINING}
+        return network, {n: v[n] for n in TRAINING_GENES}
 
     def candidate(self, genome) -> tuple[NetworkSpec, TrainSpec]:
         """The network and training settings a genome stands for."""
@@ -325,12 +335,15 @@ class SearchSpace:
         regression, shifting a table's samples)."""
         narrowed = self.for_sample_shape(sample_shape)
         dims = len(sample_shape)
-        genes = tuple(Gene(g.name, Choice((g.default,)), g.default, g.when, g.base, g.per_layer, g.layer)
+        genes = tuple(replace(g, domain=Choice((g.default,)))
                       if problem not in g.kind.problems or dims not in g.kind.sample_dims else g for g in narrowed.genes)
-        return SearchSpace(genes)
+        return SearchSpace(genes, self.builder)
 
     def for_sample_shape(self, sample_shape: tuple[int, ...]) -> SearchSpace:
-        """Drop the families that cannot apply to samples of this shape (a CNN on tabular data)."""
+        """Drop the families that cannot apply to samples of this shape (a CNN on tabular data); a user's
+        builder decides for itself."""
+        if self.builder:
+            return self
         family = self.gene("family")
         usable = tuple(f for f in family.domain.options if f in families_for(tuple(sample_shape)))
         if not usable:

@@ -107,6 +107,15 @@ def _wait_until(ready, timeout: float | None, spins: int = SPINS) -> bool:
     return True
 
 
+def _space_message(space) -> dict:
+    """What a worker is told of the search space: its [space] table and its model builder (if any)."""
+    return {"space": space.to_config(), "builder": space.builder}
+
+
+def _space_from(message: dict):
+    return parse_space(message["space"], message["builder"])
+
+
 class MPIMasterTransport:
     """Rank ``master`` of ``comm`` talks to every other rank as a worker."""
 
@@ -136,11 +145,11 @@ class MPIMasterTransport:
         """Can ``worker`` decode keys of ``space``? The first time, it is sent the space's config."""
         if space is not self._space:
             self._space, self._told = space, set()
-            self._space_travels = parse_space(space.to_config()) == space
+            self._space_travels = _space_from(_space_message(space)) == space
         if not self._space_travels:
             return False
         if worker not in self._told:
-            self.comm.send(space.to_config(), dest=worker, tag=TAG_SPACE)
+            self.comm.send(_space_message(space), dest=worker, tag=TAG_SPACE)
             self._told.add(worker)
         return True
 
@@ -288,7 +297,7 @@ class MPIWorkerChannel:
                 if tag == TAG_DRAIN:
                     break
                 if tag == TAG_SPACE:
-                    self._space = parse_space(message)
+                    self._space = _space_from(message)
                 elif tag in (TAG_KEYED, TAG_TASK):
                     ident = message[0] if tag == TAG_KEYED else message["id"]
                     self.send_result(Result(ident, failed_evaluation("dropped from the queue at a drain", SKIPPED)))
@@ -301,7 +310,7 @@ class MPIWorkerChannel:
                 return None
             tag, message = self._next_message()
             if tag == TAG_SPACE:
-                self._space = parse_space(message)
+                self._space = _space_from(message)
         if tag == TAG_STOP:
             return None
         if tag == TAG_KEYED:

@@ -1,0 +1,97 @@
+"""End to end: a search over a user's own network ([model] builder), its run file, report and predict."""
+import json
+import os
+
+import h5py
+import pytest
+from cli_fixture import report
+from conftest import ROOT, evens_cmd, launch, write_blobs
+
+pytestmark = pytest.mark.e2e
+MODELS = os.path.join(ROOT, "tests", "models")
+
+
+def user_config(tmp_path, builder="user_signal_nets:build", evaluations=4):
+    data = write_blobs(tmp_path / "signals.h5", sample_shape=(2, 16))
+    cfg = tmp_path / "own.toml"
+    cfg.write_text(f'''[data]
+path = "{data}"
+
+[model]
+builder = "{builder}"
+path = "{MODELS}"
+
+[search]
+evaluations = {evaluations}
+population = 3
+
+[train]
+threads = 1
+
+[space]
+channels = [4, 8]
+blocks = {{ low = 1, high = 2 }}
+kernel = {{ type = "categorical", choices = [3, 5] }}
+learning_rate = {{ low = 3e-3, high = 3e-2, log = true }}
+epochs = {{ low = 2, high = 3 }}
+''')
+    return str(cfg), data
+
+
+@pytest.mark.slow
+def test_a_search_over_a_users_network_records_its_genes_and_its_ensemble_predicts(tmp_path):
+    cfg, data = user_config(tmp_path)
+    out = str(tmp_path / "run")
+    proc = launch(3, evens_cmd() + ["run", cfg, "--out", out], timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    summary = report(out)
+    assert summary["evaluations"] == 4 and all(n["network"].startswith("blocks ") for n in summary["top"])
+    assert all({"blocks", "channels", "kernel", "learning_rate"} <= set(n["genome"]) and "family" not in n["genome"] for n in summary["top"])
+    with h5py.File(os.path.join(out, "checkpoint.h5")) as f:
+        config = json.loads(f.attrs["config"])
+        member = next(iter(f["ensemble"]["members"].values()))
+        network = json.loads(member.attrs["network"])
+    assert config["model"] == {"builder": "user_signal_nets:build", "path": MODELS}
+    assert network["builder"] == "user_signal_nets:build" and set(network["genes"]) == {"channels", "blocks", "kernel"}
+    # predict imports the builder by name from what is importable; nothing is imported from a path in the file
+    env = {"PYTHONPATH": os.pathsep.join([MODELS, ROOT])}
+    proc = launch(2, evens_cmd() + ["predict", out, data, "--split", "test", "--out", str(tmp_path / "p.h5")], timeout=120, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(tmp_path / "p.h5") as f:
+        assert float(f.attrs["accuracy"]) == summary["ensemble"]["test_accuracy"]
+
+
+def csv_rows(run_dir, path):
+    import csv
+    import subprocess
+
+    proc = subprocess.run(evens_cmd() + ["report", run_dir, "--csv", str(path)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_bad_builder_ends_the_job_in_one_line_before_any_data_moves(tmp_path):
+    for builder, message in (("user_signal_nets:too_many_outputs", "gave output (1, 5); the problem needs (1, 3)"),
+                             ("user_signal_nets:nothing_here", "module user_signal_nets has no 'nothing_here'"),
+                             ("no_such_module_of_anyones:build", "no module named 'no_such_module_of_anyones'")):
+        folder = tmp_path / builder.replace(":", "-")
+        folder.mkdir()
+        cfg, _ = user_config(folder, builder)
+        out = str(folder / "run")
+        proc = launch(3, evens_cmd() + ["run", cfg, "--out", out], timeout=120, cwd=ROOT)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "broadcast" not in proc.stderr and not os.path.exists(out)
+
+
+def test_a_builder_that_fails_for_some_genes_gives_error_records_and_the_search_goes_on(tmp_path):
+    cfg, _ = user_config(tmp_path, "user_signal_nets:raises_for_wide", evaluations=6)
+    out = str(tmp_path / "run")
+    proc = launch(3, evens_cmd() + ["run", cfg, "--out", out, "--set", "space.channels=[4, 8, 16]", "--set", "search.evaluations=10"],
+                  timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    rows = csv_rows(out, tmp_path / "all.csv")
+    failed = [r for r in rows if r["status"] == "error"]
+    assert len(rows) == 10 and failed and all("16 channels are not supported" in r["message"] and r["gene_channels"] == "16" for r in failed)
+    assert all(r["status"] != "error" for r in rows if r["gene_channels"] != "16")
