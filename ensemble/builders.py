@@ -68,6 +68,14 @@ def import_builder(reference: str) -> Builder:
     return builder
 
 
+def import_builders(networks, say: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> None:
+    """Import the builders that these network settings name, saying each module's name first (loading a
+    run made with a builder runs the builder's code); BuilderError in one line for one that cannot be."""
+    for reference in sorted({n[BUILDER] for n in networks if is_user_network(n)}):
+        say(f"evens: importing {reference.split(':')[0]} (the run's model builder {reference})")
+        import_builder(reference)
+
+
 def network_from_settings(network: dict, sample_shape: tuple[int, ...], outputs: int) -> nn.Module:
     """A fresh network from its settings: a built-in family's spec, or a user's builder called with its genes.
 

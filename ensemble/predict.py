@@ -18,12 +18,13 @@ rank runs some members, and the sums complete the answer on every rank.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import h5py
 import numpy as np
 import torch
 
-from .builders import BuilderError, network_from_settings
+from .builders import BuilderError, add_model_path, import_builders, network_from_settings
 from .combine import VALUE_LIMIT, Z_LIMIT, Allreduce, combine, sum_unit
 from .device import choose_device
 from .hall_of_fame import Member
@@ -189,17 +190,30 @@ def read_chosen(path: str) -> StoredEnsemble:
 
 
 def build_ensemble(problem: Problem, sample_shape: tuple[int, ...], x_dtype: str, chosen: list[tuple[Member, float]],
-                   device: torch.device, selection: Selection | None = None) -> Ensemble:
-    """An :class:`Ensemble` of the ``chosen`` (member, weight) pairs, rebuilt on ``device``."""
+                   device: torch.device, selection: Selection | None = None, say: Callable[[str], None] | None = None) -> Ensemble:
+    """An :class:`Ensemble` of the ``chosen`` (member, weight) pairs, rebuilt on ``device``. A member made by
+    a user's builder imports that builder by name from what is importable, saying so first (to stderr,
+    or through ``say``)."""
+    try:
+        import_builders([m.network for m, _ in chosen], **({"say": say} if say is not None else {}))
+    except BuilderError as exc:
+        raise EnsembleError(str(exc)) from None
     members = [LoadedMember(m.id, w, rebuild(m, problem, sample_shape, device)) for m, w in chosen]
     return Ensemble(problem, sample_shape, x_dtype, members, device, selection)
 
 
-def load_ensemble(path: str, device: str | torch.device = "auto") -> Ensemble:
+def load_ensemble(path: str, device: str | torch.device = "auto", model_path: str | None = None) -> Ensemble:
     """Load the ensemble of a run directory (or run file) for prediction.
 
-    ``device`` is "auto" (a GPU if there is one), "cpu", "cuda" or a torch device.
+    ``device`` is "auto" (a GPU if there is one), "cpu", "cuda" or a torch device. A run made with a
+    user's model builder imports that builder's module by name (``model_path``: a folder to import it
+    from, as ``evens predict --model-path``); nothing is imported from a path stored in the run.
     """
+    if model_path is not None:
+        try:
+            add_model_path(model_path)
+        except BuilderError as exc:
+            raise EnsembleError(str(exc)) from None
     stored = read_chosen(path)
     if not isinstance(device, torch.device):
         device = choose_device(0, device)

@@ -3,9 +3,12 @@ import json
 import os
 
 import h5py
+import numpy as np
 import pytest
 from cli_fixture import report
 from conftest import ROOT, evens_cmd, launch, write_blobs
+
+from ensemble import load_ensemble
 
 pytestmark = pytest.mark.e2e
 MODELS = os.path.join(ROOT, "tests", "models")
@@ -54,11 +57,19 @@ def test_a_search_over_a_users_network_records_its_genes_and_its_ensemble_predic
     assert config["model"] == {"builder": "user_signal_nets:build", "path": MODELS}
     assert network["builder"] == "user_signal_nets:build" and set(network["genes"]) == {"channels", "blocks", "kernel"}
     # predict imports the builder by name from what is importable; nothing is imported from a path in the file
-    env = {"PYTHONPATH": os.pathsep.join([MODELS, ROOT])}
-    proc = launch(2, evens_cmd() + ["predict", out, data, "--split", "test", "--out", str(tmp_path / "p.h5")], timeout=120, cwd=ROOT, env=env)
+    predict = evens_cmd() + ["predict", out, data, "--split", "test"]
+    proc = launch(2, predict + ["--out", str(tmp_path / "none.h5")], timeout=120, cwd=ROOT)
+    assert proc.returncode == 2 and "no module named 'user_signal_nets' (install it, or give its folder as model.path or --model-path)" in proc.stderr
+    assert not os.path.exists(tmp_path / "none.h5")
+    proc = launch(2, predict + ["--out", str(tmp_path / "p.h5"), "--model-path", MODELS], timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("evens: importing user_signal_nets (the run's model builder user_signal_nets:build)") == 1
     with h5py.File(tmp_path / "p.h5") as f:
         assert float(f.attrs["accuracy"]) == summary["ensemble"]["test_accuracy"]
+        probabilities = f["probabilities"][...]
+    ens = load_ensemble(out, device="cpu", model_path=MODELS)
+    with h5py.File(data) as f:
+        np.testing.assert_allclose(ens.predict(f["test"]["x"][...])["probabilities"], probabilities, rtol=1e-5, atol=1e-6)
 
 
 def csv_rows(run_dir, path):

@@ -117,6 +117,7 @@ def build_parser() -> Parser:
     pred.add_argument("--batch-size", type=int, default=4096, help="samples per batch (default 4096)")
     pred.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: a GPU per rank if there are any")
     pred.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    pred.add_argument("--model-path", metavar="DIR", help="a run made with a model builder: a folder to import the builder's module from")
 
     sim = sub.add_parser("simulate", help="project how many workers a search keeps busy (a simulation: nothing is trained)")
     sim.add_argument("config", help="TOML config: its search mode, population and space are simulated")
@@ -182,7 +183,7 @@ def _run(args) -> int:
 def _predict(args) -> int:
     from .predict_ranks import run_predict
 
-    code, line = run_predict(args.run_dir, args.input, args.out, args.split, args.batch_size, args.device, args.force)
+    code, line = run_predict(args.run_dir, args.input, args.out, args.split, args.batch_size, args.device, args.force, args.model_path)
     if line and launcher_rank() == 0:
         print(f"evens: {line}", file=sys.stderr if code else sys.stdout, flush=True)
     return code

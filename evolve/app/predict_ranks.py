@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 
 import h5py
@@ -25,6 +26,7 @@ import numpy as np
 
 from data_bcast.broadcast import first_error, located
 from data_bcast.h5file import DataError, open_hdf5
+from ensemble.builders import BuilderError, add_model_path
 from ensemble.combine import ensemble_prediction
 from ensemble.hall_of_fame import Member
 from ensemble.predict import as_input, build_ensemble, check_inputs, chosen_members, read_chosen
@@ -135,12 +137,17 @@ def share_members(comm, job: Job, stored: StoredEnsemble | None, chosen) -> list
 
 
 def run_predict(run_dir: str, input_path: str, out: str, split: str | None = None, batch_size: int = EVAL_BATCH,
-                device: str = "auto", force: bool = False) -> tuple[int, str]:
+                device: str = "auto", force: bool = False, model_path: str | None = None) -> tuple[int, str]:
     """Collective over the world. Returns (exit status, the line to print on rank 0)."""
     comm = world()
     job = stored = chosen = x_name = y_name = writer = None
     error = None
-    if comm.rank == ROOT:
+    if model_path is not None:  # every rank imports the members' builders from it
+        try:
+            add_model_path(model_path)
+        except BuilderError as exc:
+            error = str(exc)
+    if comm.rank == ROOT and error is None:
         try:
             job, stored, chosen, x_name, y_name = plan_job(run_dir, input_path, out, split, batch_size, force, comm.size)
             writer = Writer(out, job, keep_exact=y_name is not None)  # here, so that a folder we cannot write is an agreed error
@@ -164,7 +171,8 @@ def _predict(comm, job, stored, chosen, x_name, y_name, writer, run_dir, input_p
     ensemble, error = None, None
     try:
         local, here = node_rank(comm)
-        ensemble = build_ensemble(problem, job.sample_shape, job.x_dtype, mine, take_device(device, local, here))
+        say = (lambda line: print(line, file=sys.stderr)) if comm.rank == ROOT else (lambda line: None)  # noqa: E731
+        ensemble = build_ensemble(problem, job.sample_shape, job.x_dtype, mine, take_device(device, local, here), say=say)
     except (EnsembleError, ValueError, RuntimeError) as exc:
         debug_traceback()
         error = str(exc).splitlines()[0]
