@@ -280,3 +280,16 @@ def test_dilation_and_head_are_inactive_in_an_mlp():
     last = [0.99] * len(rnn)
     assert rnn.active(last)["head"] and not rnn.active(last)["dilation"]
     assert rnn.specs(rnn.key(last))[0].head == "average"
+
+
+def test_paths_in_a_config_file_are_relative_to_its_folder_and_set_values_to_the_current_one(tmp_path, monkeypatch):
+    from evolve.config.schema import load_config
+
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "run.toml").write_text('[data]\npath = "../data/x.h5"\n\n[model]\nbuilder = "nets:build"\npath = "models"\n')
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(str(folder / "run.toml"))
+    assert cfg.data.path == str(tmp_path / "data" / "x.h5") and cfg.model.path == str(folder / "models")
+    cfg = load_config(str(folder / "run.toml"), ["data.path=here.h5", "model.path=/abs/models"])
+    assert cfg.data.path == "here.h5" and cfg.model.path == "/abs/models"  # made absolute from the current folder when a run starts

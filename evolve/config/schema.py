@@ -8,6 +8,8 @@
 Overrides are dotted keys; the value is read as a TOML literal (``40``, ``1e-3``,
 ``true``, ``[16, 32]``) and otherwise taken as a plain string (``/x.h5``). An
 unknown key or a value of the wrong type is a :class:`ConfigError` naming it.
+Paths in a config file (``data.path``, ``model.path``) are relative to the file's
+folder; paths given with ``--set`` are relative to the current directory.
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ class DataConfig:
 
     # Besides the path, the fields of data_bcast's LoadOptions, whose defaults these are: passed whole to the broadcast.
 
-    path: str = "data/digits.h5"  # the HDF5 data file (docs/data-format.md); stored absolute in the run
+    path: str = "data/digits.h5"  # the HDF5 data file (docs/data-format.md): in a config file, relative to its folder; stored absolute in the run
     val_fraction: float = LoadOptions.val_fraction  # held out of train when the file has no 'val'
     test_fraction: float = LoadOptions.test_fraction  # held out of train when the file has no 'test'
     split_seed: int = LoadOptions.split_seed  # seeds which rows of train are held out for val/test
@@ -96,7 +98,7 @@ class ModelConfig:
     """A user's own network instead of the built-in families (docs/custom-models.md)."""
 
     builder: str = ""  # "module:function" called with (genes, sample_shape, outputs) for a torch.nn.Module; "": the built-in families
-    path: str = ""  # a folder added to sys.path on every rank, so that the builder's module imports from it; stored absolute in the run
+    path: str = ""  # a folder added to sys.path on every rank, so that the builder's module imports from it: in a config file, relative to its folder; stored absolute in the run
 
 
 @dataclass(frozen=True)
@@ -302,10 +304,26 @@ def load_config(path: str | None, overrides: list[str] = ()) -> Config:
             raise ConfigError(f"{path}: not valid TOML ({exc})") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: cannot read ({exc})") from None
+    if path is not None:
+        raw = _paths_beside(raw, os.path.dirname(os.path.abspath(path)))
     try:
         return config_from_dict(apply_overrides(raw, list(overrides)))
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}" if path else str(exc)) from None
+
+
+FILE_PATHS = (("data", "path"), ("model", "path"))  # paths a config may hold: read relative to the config file's folder
+
+
+def _paths_beside(raw: dict, folder: str) -> dict:
+    """``raw`` with the relative paths it holds (:data:`FILE_PATHS`) made relative to ``folder``, the
+    config file's own, as users expect of a file; a ``--set`` value stays relative to where evens runs."""
+    out = dict(raw)
+    for section, key in FILE_PATHS:
+        table = out.get(section)
+        if isinstance(table, dict) and isinstance(table.get(key), str) and table[key] and not os.path.isabs(table[key]):
+            out[section] = {**table, key: os.path.normpath(os.path.join(folder, os.path.expanduser(table[key])))}
+    return out
 
 
 __all__ = ["Config", "ConfigError", "DEFAULT_SPACE", "apply_overrides", "config_from_dict", "load_config", "parse_value"]

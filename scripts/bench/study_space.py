@@ -59,7 +59,7 @@ warmup = 0.0
 def classic_config(folder: str) -> str:
     """examples/digits.toml's sections with the classic space spelled out (the new genes pinned)."""
     with open(os.path.join(ROOT, "examples", "digits.toml")) as f:
-        text = f.read()
+        text = f.read().replace('"../data/', f'"{os.path.join(ROOT, "data")}/')  # its data path is relative to examples/
     path = os.path.join(folder, "classic.toml")
     with open(path, "w") as f:
         f.write(text[: text.index("[space]")].rsplit("\n#", 1)[0] + "\n" + CLASSIC_SPACE)
