@@ -1,6 +1,8 @@
 """End to end: a search over a user's own network ([model] builder), its run file, report and predict."""
 import json
 import os
+import subprocess
+import sys
 
 import h5py
 import numpy as np
@@ -106,3 +108,26 @@ def test_a_builder_that_fails_for_some_genes_gives_error_records_and_the_search_
     failed = [r for r in rows if r["status"] == "error"]
     assert len(rows) == 10 and failed and all("16 channels are not supported" in r["message"] and r["gene_channels"] == "16" for r in failed)
     assert all(r["status"] != "error" for r in rows if r["gene_channels"] != "16")
+
+
+@pytest.mark.mpi
+def test_the_python_api_runs_a_search_with_a_builder_function_on_every_rank(tmp_path):
+    cfg, _ = user_config(tmp_path)
+    out = str(tmp_path / "run")
+    proc = launch(3, [sys.executable, os.path.join(ROOT, "tests", "mpi", "prog_api_search.py"), cfg, out], timeout=240, cwd=ROOT,
+                  env={"PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "tests"), MODELS])})
+    assert proc.returncode == 0, proc.stderr
+    returned = {line["rank"]: line["returned"] for line in map(json.loads, (t for t in proc.stdout.splitlines() if t.startswith('{"rank"')))}
+    assert returned == {0: out, 1: None, 2: None}
+    summary = report(out)
+    assert summary["evaluations"] == 4 and {n["genome"]["channels"] for n in summary["top"]} <= {4, 6}
+    with h5py.File(os.path.join(out, "checkpoint.h5")) as f:
+        assert json.loads(f.attrs["config"])["model"]["builder"] == "user_signal_nets:build"
+
+
+def test_a_builder_defined_in_the_launching_script_is_refused_in_one_line(tmp_path):
+    cfg, _ = user_config(tmp_path)
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "mpi", "prog_api_main_builder.py"), cfg, str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    assert "ConfigError: model builder build is defined in the launching script (__main__)" in proc.stdout, proc.stdout + proc.stderr
+    assert not os.path.exists(tmp_path / "run")

@@ -144,7 +144,7 @@ def build_parser() -> Parser:
     return parser
 
 
-def _collective(command) -> int:
+def collective(command) -> int:
     """Run an MPI command on every rank: a rank that fails unexpectedly takes the job with it."""
     from evolve.transport.mpi_transport import abort, world  # imports mpi4py, which starts MPI: only for collective commands
 
@@ -193,9 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     errors.DEBUG = args.debug
     if args.command == "run":
-        return _collective(lambda: _run(args))
+        return collective(lambda: _run(args))
     if args.command == "predict":
-        return _collective(lambda: _predict(args))
+        return collective(lambda: _predict(args))
     from data_bcast.h5file import DataError
     from ensemble.store import EnsembleError
 

@@ -66,6 +66,12 @@ def setup_trainer(config: Config, data: SharedDataset, problem: Problem, local_i
 def run(config_path: str | None, overrides: list[str], out: str | None = None, resume: str | None = None, quiet: bool = False,
         verbose: bool = False, status_seconds: float = 60.0) -> int:
     """Collective over the world: run or resume a search. Returns the exit code."""
+    return run_search(config_path, overrides, out, resume, quiet, verbose, status_seconds)[0]
+
+
+def run_search(config_path: str | None, overrides: list[str], out: str | None = None, resume: str | None = None, quiet: bool = False,
+               verbose: bool = False, status_seconds: float = 60.0) -> tuple[int, str | None]:
+    """:func:`run`, with the run directory the master used (None on the workers, and where none was made)."""
     comm = world()
     setup_logging(comm.rank == MASTER, comm.rank, quiet, verbose)
     started = time.time()
@@ -80,9 +86,9 @@ def run(config_path: str | None, overrides: list[str], out: str | None = None, r
             error = located(str(exc))
     config_dict, error = comm.bcast((prepared.config.to_dict() if prepared else None, error), root=MASTER)
     if error:
-        return _fail(is_master, error)
+        return _fail(is_master, error), None
     try:
-        return _run_prepared(comm, config_dict, prepared, started, quiet)
+        return _run_prepared(comm, config_dict, prepared, started, quiet), prepared.run_dir if is_master else None
     finally:
         if is_master:
             prepared.release()
