@@ -9,6 +9,7 @@
     mpiexec -n 2 evens predict runs/digits-20261122-101500 new.h5 --out predictions.h5
     evens make-digits data/digits.h5
     evens make-diabetes data/diabetes.h5
+    evens make-signals data/signals.h5
     evens convert my_data.npz my_data.h5
 """
 from __future__ import annotations
@@ -134,8 +135,11 @@ def build_parser() -> Parser:
     conv.add_argument("dst")
     conv.add_argument("--force", action="store_true", help="replace DST if it exists")
 
-    for name, what in (("digits", "digits (classification, 10 classes)"), ("diabetes", "diabetes data (regression)")):
-        demo = sub.add_parser(f"make-{name}", help=f"write scikit-learn's bundled {what} as an evens dataset")
+    for name, what in (("digits", "write scikit-learn's bundled digits (classification, 10 classes)"),
+                       ("diabetes", "write scikit-learn's bundled diabetes data (regression)"),
+                       ("signals", "generate 1-D signals (2 x 128 samples, 5 classes of motifs at random places among distractors)"),
+                       ("shapes", "generate small images (1 x 16 x 16, 6 classes of shapes at random places, angles and sizes)")):
+        demo = sub.add_parser(f"make-{name}", help=f"{what} as an evens dataset")
         demo.add_argument("dst")
         demo.add_argument("--seed", type=int, default=0)
         demo.add_argument("--force", action="store_true", help="replace DST if it exists")
@@ -223,10 +227,11 @@ def main(argv: list[str] | None = None) -> int:
 
             counts = npz_to_h5(args.src, args.dst, overwrite=args.force)
             print(f"wrote {args.dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-        elif args.command in ("make-digits", "make-diabetes"):
-            from data_bcast import convert
+        elif args.command in ("make-digits", "make-diabetes", "make-signals", "make-shapes"):
+            from data_bcast import convert, synthetic
 
-            write = convert.write_digits if args.command == "make-digits" else convert.write_diabetes
+            write = {"make-digits": convert.write_digits, "make-diabetes": convert.write_diabetes, "make-signals": synthetic.write_signals,
+                     "make-shapes": synthetic.write_shapes}[args.command]
             folder = os.path.dirname(os.path.abspath(args.dst))
             try:
                 os.makedirs(folder, exist_ok=True)  # `evens make-digits data/digits.h5` on a fresh clone
