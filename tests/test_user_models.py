@@ -16,8 +16,8 @@ pytestmark = pytest.mark.e2e
 MODELS = os.path.join(ROOT, "tests", "models")
 
 
-def user_config(tmp_path, builder="user_signal_nets:build", evaluations=4):
-    data = write_blobs(tmp_path / "signals.h5", sample_shape=(2, 16))
+def user_config(tmp_path, builder="user_signal_nets:build", evaluations=4, sample_shape=(2, 16)):
+    data = write_blobs(tmp_path / "signals.h5", sample_shape=sample_shape)
     cfg = tmp_path / "own.toml"
     cfg.write_text(f'''[data]
 path = "{data}"
@@ -131,3 +131,17 @@ def test_a_builder_defined_in_the_launching_script_is_refused_in_one_line(tmp_pa
                           capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
     assert "ConfigError: model builder build is defined in the launching script (__main__)" in proc.stdout, proc.stdout + proc.stderr
     assert not os.path.exists(tmp_path / "run")
+
+
+def test_a_users_3d_cnn_searches_volumes_and_predicts(tmp_path):
+    cfg, data = user_config(tmp_path, "user_signal_nets:volumes", sample_shape=(1, 4, 6, 6))  # (N, C, D, H, W)
+    out = str(tmp_path / "run")
+    proc = launch(3, evens_cmd() + ["run", cfg, "--out", out], timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    summary = report(out)
+    assert summary["evaluations"] == 4 and summary["ensemble"]["test_accuracy"] > 0.5  # 3 separable classes
+    proc = launch(2, evens_cmd() + ["predict", out, data, "--split", "test", "--out", str(tmp_path / "p.h5"), "--model-path", MODELS],
+                  timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(tmp_path / "p.h5") as f:
+        assert float(f.attrs["accuracy"]) == summary["ensemble"]["test_accuracy"]

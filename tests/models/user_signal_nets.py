@@ -1,4 +1,4 @@
-"""A user's own network for the tests: a small residual 1-D CNN whose genes evens searches (tests/test_user_models.py)."""
+"""Users' own networks for the tests: a residual 1-D CNN and a 3-D CNN whose genes evens searches (tests/test_user_models.py)."""
 import torch
 from torch import nn
 
@@ -28,3 +28,10 @@ def raises_for_wide(genes: dict, sample_shape: tuple, outputs: int) -> nn.Module
 
 def too_many_outputs(genes: dict, sample_shape: tuple, outputs: int) -> nn.Module:
     return build(genes, sample_shape, outputs + 2)
+
+
+def volumes(genes: dict, sample_shape: tuple, outputs: int) -> nn.Module:
+    """A small 3-D CNN for volumes (C, D, H, W)."""
+    channels = genes["channels"]
+    return nn.Sequential(nn.Conv3d(sample_shape[0], channels, 3, padding=1), nn.BatchNorm3d(channels), nn.ReLU(),
+                         nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Linear(channels, outputs))
