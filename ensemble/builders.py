@@ -18,8 +18,6 @@ returns a module that maps a batch ``(B, *sample_shape)`` to ``(B, outputs)``.
 """
 from __future__ import annotations
 
-import importlib
-import os
 import sys
 from typing import Callable
 
@@ -27,45 +25,17 @@ import torch
 from torch import nn
 
 from .models import NetworkSpec, build_network
-from .specs import BUILDER, BUILDER_REFERENCE, GENES, is_user_network
+from .references import UserCodeError, add_model_path, first_line, import_by_name
+from .specs import BUILDER, GENES, is_user_network
 
+__all__ = ["BuilderError", "add_model_path", "check_network", "import_builder", "import_builders", "network_from_settings"]
 Builder = Callable[[dict, tuple, int], nn.Module]
-
-
-class BuilderError(Exception):
-    """A builder that cannot be used, in one line naming it and the problem."""
-
-
-
-
-def add_model_path(directory: str) -> None:
-    """Make modules in ``directory`` importable (``model.path``, ``--model-path``); a missing folder is an error."""
-    directory = os.path.abspath(directory)
-    if not os.path.isdir(directory):
-        raise BuilderError(f"model path {directory}: no such directory")
-    if directory not in sys.path:
-        sys.path.insert(0, directory)
+BuilderError = UserCodeError  # a builder that cannot be used, in one line naming it and the problem
 
 
 def import_builder(reference: str) -> Builder:
-    """The function ``reference`` (``module:function``) names, imported by name; BuilderError in one line."""
-    if not isinstance(reference, str) or not BUILDER_REFERENCE.match(reference):
-        raise BuilderError(f"model builder {reference!r}: expected 'module:function', e.g. 'mynets.volumes:build'")
-    module_name, function = reference.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or module_name
-        raise BuilderError(f"model builder {reference}: no module named {missing!r} (install it, or give its folder as "
-                           "model.path or --model-path)") from None
-    except Exception as exc:  # noqa: BLE001 -- the user's module raised while importing; say what, in one line
-        raise BuilderError(f"model builder {reference}: importing {module_name} raised {type(exc).__name__}: {_first_line(exc)}") from None
-    builder = getattr(module, function, None)
-    if builder is None:
-        raise BuilderError(f"model builder {reference}: module {module_name} has no {function!r}")
-    if not callable(builder):
-        raise BuilderError(f"model builder {reference}: {function!r} is a {type(builder).__name__}, not a function")
-    return builder
+    """The builder ``reference`` (``module:function``) names, imported by name; BuilderError in one line."""
+    return import_by_name(reference, "model builder")
 
 
 def import_builders(networks, say: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> None:
@@ -89,7 +59,7 @@ def network_from_settings(network: dict, sample_shape: tuple[int, ...], outputs:
     try:
         model = builder(dict(network.get(GENES, {})), sample_shape, int(outputs))
     except Exception as exc:  # noqa: BLE001 -- the user's code; its failure is this network's, in one line
-        raise BuilderError(f"model builder {reference} raised {type(exc).__name__}: {_first_line(exc)}") from None
+        raise BuilderError(f"model builder {reference} raised {type(exc).__name__}: {first_line(exc)}") from None
     if not isinstance(model, nn.Module):
         raise BuilderError(f"model builder {reference} returned a {type(model).__name__}, not a torch.nn.Module")
     return model
@@ -104,13 +74,8 @@ def check_network(network: dict, sample_shape: tuple[int, ...], outputs: int) ->
             out = model(torch.zeros((1, *tuple(sample_shape))))
     except Exception as exc:  # noqa: BLE001 -- the user's forward pass
         raise BuilderError(f"model builder {name}: a forward pass on one sample of shape {tuple(sample_shape)} raised "
-                           f"{type(exc).__name__}: {_first_line(exc)}") from None
+                           f"{type(exc).__name__}: {first_line(exc)}") from None
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, int(outputs)):
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise BuilderError(f"model builder {name}: one sample of shape {tuple(sample_shape)} gave output {got}; "
                            f"the problem needs (1, {int(outputs)})")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else "(no message)"

@@ -7,7 +7,6 @@ tested and simulated without PyTorch.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 ACTIVATION_NAMES = ("relu", "gelu", "silu", "tanh", "elu", "leaky_relu")
@@ -138,7 +137,6 @@ class TrainSpec:
 
 BUILDER = "builder"  # the settings key that names a user's network builder (ensemble.builders), "module:function"
 GENES = "genes"  # ... and the one that holds that network's genes
-BUILDER_REFERENCE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")  # "package.module:function"
 
 
 def is_user_network(network: dict) -> bool:

@@ -27,8 +27,8 @@ else:  # pragma: no cover
 
 from data_bcast.options import MODES as LOAD_MODES
 from data_bcast.options import LoadOptions
+from ensemble.references import is_reference
 from ensemble.select import select_ensemble
-from ensemble.specs import BUILDER_REFERENCE
 from evolve.errors import ConfigError
 from evolve.search import presets
 from evolve.search.space import DEFAULT_SPACE, SearchSpace
@@ -223,7 +223,7 @@ def config_from_dict(raw: dict) -> Config:
     if ens.candidates < ens.size:
         raise ConfigError(f"ensemble.candidates ({ens.candidates}) must be at least ensemble.size ({ens.size})")
     builder = sections["model"].builder
-    if builder and not BUILDER_REFERENCE.match(builder):
+    if builder and not is_reference(builder):
         raise ConfigError(f"model.builder must be 'module:function' (e.g. 'mynets.volumes:build'), got {builder!r}")
     if sections["model"].path and not builder:
         raise ConfigError("model.path is where model.builder's module lies; give model.builder too")

@@ -1,0 +1,58 @@
+"""User code named ``module:function`` in a config (a model builder, a loss, a metric), imported by name.
+
+No torch in here, so that the search and the scoring code can name user functions too. A module is
+imported only from what is importable (``sys.path``, which ``model.path`` and ``--model-path``
+extend): never from a path stored in a run file.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from typing import Callable
+
+REFERENCE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")  # "package.module:function"
+
+
+class UserCodeError(Exception):
+    """User code that cannot be used, in one line naming it and the problem."""
+
+
+def is_reference(text: str) -> bool:
+    return isinstance(text, str) and bool(REFERENCE.match(text))
+
+
+def add_model_path(directory: str) -> None:
+    """Make modules in ``directory`` importable (``model.path``, ``--model-path``); a missing folder is an error."""
+    directory = os.path.abspath(directory)
+    if not os.path.isdir(directory):
+        raise UserCodeError(f"model path {directory}: no such directory")
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+
+
+def import_by_name(reference: str, what: str = "model builder") -> Callable:
+    """The function ``reference`` (``module:function``) names; UserCodeError in one line naming ``what`` it is."""
+    if not is_reference(reference):
+        raise UserCodeError(f"{what} {reference!r}: expected 'module:function', e.g. 'mynets.volumes:build'")
+    module_name, function = reference.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or module_name
+        raise UserCodeError(f"{what} {reference}: no module named {missing!r} (install it, or give its folder as "
+                            "model.path or --model-path)") from None
+    except Exception as exc:  # noqa: BLE001 -- the user's module raised while importing; say what, in one line
+        raise UserCodeError(f"{what} {reference}: importing {module_name} raised {type(exc).__name__}: {first_line(exc)}") from None
+    found = getattr(module, function, None)
+    if found is None:
+        raise UserCodeError(f"{what} {reference}: module {module_name} has no {function!r}")
+    if not callable(found):
+        raise UserCodeError(f"{what} {reference}: {function!r} is a {type(found).__name__}, not a function")
+    return found
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "(no message)"
