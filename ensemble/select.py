@@ -134,10 +134,10 @@ def _scored(order: list[int], val, test, problem: Problem, val_y, test_y, key, k
         val_sum += val[i]
         scores.append(problem.scores(val_sum / p, val_y))
         keys.append(key(scores[-1]))
-        curve_val.append(scores[-1][problem.metric])
+        curve_val.append(scores[-1][problem.metric_key])
         if test is not None:
             test_sum += test[i]
-            curve_test.append(problem.scores(test_sum / p, test_y)[problem.metric])
+            curve_test.append(problem.scores(test_sum / p, test_y)[problem.metric_key])
         distinct.append(len(set(order[:p])))
     allowed = [p for p in range(len(order)) if distinct[p] >= at_least] or [len(order) - 1]
     picks = 1 + max(allowed, key=lambda p: (keys[p], -p)) if keep_best else len(order)

@@ -36,7 +36,7 @@ from .problem import Problem, problem_from_dict
 from .select import METHODS, Selection
 
 FORMAT = "evens-ensemble"
-FORMAT_VERSION = 3  # the one format this evens reads; any change to the group bumps it
+FORMAT_VERSION = 4  # the one format this evens reads; any change to the group bumps it (4: the problem names its metric)
 GROUP = "ensemble"
 RUN_FILE_NAME = "checkpoint.h5"  # the run file in a run directory, which holds GROUP
 X_DTYPES = ("float32", "uint8")  # what the data reader produces, and so what networks were trained on

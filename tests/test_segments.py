@@ -233,7 +233,7 @@ def test_messages_of_any_length_and_script_survive_a_save_a_merge_and_a_load(tmp
     assert len(checkpoint._listed(out)[0]) == 1
 
 
-@pytest.mark.parametrize("version", [9, 11])
+@pytest.mark.parametrize("version", [10, 12])
 def test_a_run_file_of_another_format_is_refused_in_one_line_naming_it(tmp_path, version):
     from evolve.errors import RunDirError
 
@@ -266,7 +266,7 @@ def test_a_run_file_with_another_record_layout_is_refused_by_its_version_not_as_
 def test_the_format_version_moves_with_the_record_layout():
     """Adding, removing or changing a field of Record or Pending changes the run file: bump
     checkpoint.FORMAT_VERSION, then update the layout pinned here."""
-    assert checkpoint.FORMAT_VERSION == 10
+    assert checkpoint.FORMAT_VERSION == 11
     assert checkpoint.SCHEMA == {
         "record": {"status": "label", "fitness": "real", "metrics": "named", "seconds": "real", "epochs_done": "integer",
                    "message": "text", "curve": "reals", "id": "integer", "genome": "vector", "parents": "pair",

@@ -31,19 +31,19 @@ from .local import take_device, usable_cores
 from .log import LOG, setup_logging
 from .prepare import Prepared, check_same_data, prepare
 from .session import MASTER, STOP_SIGNALS, run_master, say
-from .user_model import user_model_problem
+from .user_code import user_code_problem
 
 
-def data_problem(comm, data: SharedDataset) -> Problem:
+def data_problem(comm, data: SharedDataset, metric: str = "auto") -> Problem:
     """What the data asks to learn, the same on every rank. A regression's standardisation is fitted
     on the whole training split: in shard mode a node holds only part of it, so the master reads
     the split's targets and gives every rank the problem (a collective then; the same branch on all)."""
     if data.shard is None or data.plan.kind != "regression":
-        return problem_for(data.plan.kind, data.arrays["train/y"], data.plan.num_classes)
+        return problem_for(data.plan.kind, data.arrays["train/y"], data.plan.num_classes, metric)
     problem, error = None, None
     if comm.rank == MASTER:
         try:
-            problem = problem_for("regression", read_array(data.plan, "train/y"))
+            problem = problem_for("regression", read_array(data.plan, "train/y"), metric=metric)
         except DataError as exc:
             error = str(exc)
     problem, error = comm.bcast((problem, error), root=MASTER)
@@ -97,7 +97,7 @@ def run_search(config_path: str | None, overrides: list[str], out: str | None = 
 def _run_prepared(comm, config_dict: dict, prepared: Prepared | None, started: float, quiet: bool) -> int:
     is_master = comm.rank == MASTER
     config = config_from_dict(config_dict)
-    error = first_error(comm, user_model_problem(config, check=is_master), MASTER)  # before any data moves
+    error = first_error(comm, user_code_problem(config, check=is_master), MASTER)  # before any data moves
     if error:
         return _fail(is_master, error)
     try:
@@ -120,7 +120,7 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
     local_index = data.node_rank - (1 if data.root_here else 0)
     ranks_here = data.node_size - (1 if data.root_here and comm.size > 1 else 0)
     try:
-        problem = data_problem(comm, data)
+        problem = data_problem(comm, data, config.search.metric)
         if is_master:
             config, chosen = config.resolved(data_description(data))  # a preset's space is made from the data
             prepared.config, prepared.preset = config, chosen or prepared.preset

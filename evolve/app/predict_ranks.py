@@ -31,6 +31,7 @@ from ensemble.combine import ensemble_prediction
 from ensemble.hall_of_fame import Member
 from ensemble.predict import as_input, build_ensemble, check_inputs, chosen_members, read_chosen
 from ensemble.problem import problem_from_dict
+from ensemble.references import UserCodeError, is_reference
 from ensemble.store import EnsembleError, StoredEnsemble, run_file
 from ensemble.train import EVAL_BATCH
 from evolve.errors import EvensError, debug_traceback
@@ -288,7 +289,14 @@ class Writer:
             if not np.isfinite(labels).all():
                 return None, "it holds NaN or infinite targets"
         combined = {"probabilities": self._exact} if problem.kind == "classification" else {"mean": self._exact}
-        return problem.scores(ensemble_prediction(problem, combined), labels), ""
+        prediction = ensemble_prediction(problem, combined)
+        if is_reference(problem.metric):  # the run's own metric: the user's code, imported by name
+            print(f"evens: importing {problem.metric.split(':')[0]} (the run's metric {problem.metric})", file=sys.stderr, flush=True)
+            try:
+                return problem.scores(prediction, labels), ""
+            except UserCodeError as exc:
+                return problem.scores(prediction, labels, user=False), f"its own metric not scored ({exc})"
+        return problem.scores(prediction, labels), ""
 
     def finish(self, run_dir, input_path, x_name, ensemble, chosen, scores) -> None:
         self.file.attrs.update(

@@ -90,7 +90,7 @@ def _prepare_resume(config_path: str | None, overrides: list[str], resume: str, 
     config, _ = config.resolved(DataFacts(tuple(info.data["sample_shape"]), info.data["problem"]["kind"], info.data["sizes"]["train"]))
     if config.space != stored.space or list(info.gene_names) != list(config.space.names):
         raise ConfigError(f"{resume}: the search space differs from the run's; a resumed run keeps its space")
-    for key in ("mode", "second_objective"):
+    for key in ("mode", "second_objective", "metric"):
         now, then = getattr(config.search, key), getattr(stored.search, key)
         if now != then:
             raise ConfigError(f"{resume}: search.{key} is {now!r}, but the run's is {then!r}; a resumed run keeps its {key.replace('_', ' ')}")

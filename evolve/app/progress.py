@@ -40,8 +40,9 @@ class Progress:
     """Call with each finished record; ``close()`` at the end."""
 
     def __init__(self, total: int, done: int, metric: str = "accuracy", quiet: bool = False, every: float = 60.0,
-                 workers: int = 0, stream=sys.stderr, clock=time.monotonic):
-        self.metric = metric  # fitness is accuracy, or -RMSE
+                 workers: int = 0, stream=sys.stderr, clock=time.monotonic, higher_is_better: bool | None = None):
+        self.metric = metric  # the name of the search's metric: fitness is it, or minus it where lower is better
+        self.higher = metric in ("accuracy", "balanced_accuracy", "macro_f1", "r2") if higher_is_better is None else higher_is_better
         self.quiet = quiet
         self.stream = stream
         self.total = total
@@ -58,7 +59,7 @@ class Progress:
             self._bar = tqdm(total=total, initial=done, desc="evaluations", unit="net", file=stream, dynamic_ncols=True)
 
     def _shown(self, fitness: float) -> float:
-        return fitness if self.metric == "accuracy" else -fitness
+        return fitness if self.higher else -fitness
 
     def facts(self, state: SearchState) -> dict:
         """What the bar and the status line show."""
@@ -73,7 +74,7 @@ class Progress:
         return {"done": len(state.records), "best": best, "ensemble": ensemble, "per_minute": per_minute, "eta": eta}
 
     def line(self, f: dict) -> str:
-        name = "accuracy" if self.metric == "accuracy" else "rmse"
+        name = self.metric
         parts = [f"status {f['done']}/{self.total} ({100 * f['done'] / max(1, self.total):.0f} %)",
                  f"best val {name} {_number(f['best'])}", f"ensemble {_number(f['ensemble'])}"]
         if self.workers:

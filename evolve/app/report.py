@@ -32,12 +32,14 @@ def ensemble_scores(state: SearchState, info: RunInfo, problem: Problem) -> dict
         "picks": sel.picks,
         "members": sel.ids,
         "weights": sel.weights,
-        "curve": {"path": list(sel.path), "val": list(sel.curve_val), "test": list(sel.curve_test), "metric": problem.metric},
+        "curve": {"path": list(sel.path), "val": list(sel.curve_val), "test": list(sel.curve_test), "metric": problem.metric_key},
     }
     for split, y in (("val", info.val_y), ("test", info.test_y)):
         preds = [m.val_pred if split == "val" else m.test_pred for m in members]
         combined = combine(problem, preds, sel.weights, len(y))
-        result.update({f"{split}_{k}": v for k, v in problem.scores(ensemble_prediction(problem, combined), y).items()})
+        # a user's metric is the selection curve's (reading a run imports none of the user's code)
+        result.update({f"{split}_{k}": v for k, v in problem.scores(ensemble_prediction(problem, combined), y, user=False).items()})
+        result.setdefault(f"{split}_{problem.metric_key}", (sel.curve_val if split == "val" else sel.curve_test)[sel.picks - 1])
         if split == "test":
             result["test_uncertainty"] = mean_uncertainty(problem, combined)
     return result
@@ -54,7 +56,8 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
     summary = {
         "run_dir": run_dir,
         "problem": problem.kind,
-        "metric": problem.metric,
+        "metric": "accuracy" if problem.kind == "classification" else "rmse",  # the headline of the tables and figures
+        "search_metric": {"name": problem.metric, "key": problem.metric_key, "higher_is_better": problem.higher_is_better},
         "evaluations": len(state.records),
         "budget": info.config.search.evaluations,
         "status_counts": statuses,
@@ -160,10 +163,16 @@ def format_pareto(front: list[dict], metric: str) -> list[str]:
     return lines
 
 
-def _scores_text(s: dict, metric: str) -> str:
+def _scores_text(s: dict, metric: str, searched: dict | None = None) -> str:
+    """Val and test scores: the headline, and the search's own metric beside it where that is another."""
     if metric == "accuracy":
-        return f"val {s['val_accuracy']:.4f}  test {s['test_accuracy']:.4f}"
-    return f"val rmse {s['val_rmse']:.4g} r2 {s['val_r2']:.3f}  test rmse {s['test_rmse']:.4g} r2 {s['test_r2']:.3f}"
+        text = f"val {s['val_accuracy']:.4f}  test {s['test_accuracy']:.4f}"
+    else:
+        text = f"val rmse {s['val_rmse']:.4g} r2 {s['val_r2']:.3f}  test rmse {s['test_rmse']:.4g} r2 {s['test_r2']:.3f}"
+    key = (searched or {}).get("key", metric)
+    if key not in (metric, "r2") and f"val_{key}" in s and f"test_{key}" in s:
+        text += f"  ({key}: val {s[f'val_{key}']:.4g}  test {s[f'test_{key}']:.4g})"
+    return text
 
 
 def format_curve(e: dict) -> list[str]:
@@ -206,7 +215,7 @@ def format_summary(s: dict) -> str:
     metric = s["metric"]
     if s["best"]:
         b = s["best"]
-        lines.append(f"best network #{b['id']}: {_scores_text(b, metric)}  ({describe(b['genome'])})")
+        lines.append(f"best network #{b['id']}: {_scores_text(b, metric, s.get('search_metric'))}  ({describe(b['genome'])})")
     if s.get("pareto"):
         lines.extend(format_pareto(s["pareto"], metric))
     e = s["ensemble"]
@@ -220,7 +229,7 @@ def format_summary(s: dict) -> str:
         )
         lines.append(
             f"ensemble ({e['method']}, {e['picks']} picks of {len(e['members'])} networks: {members}): "
-            f"{_scores_text(e, metric)}  ({spread})"
+            f"{_scores_text(e, metric, s.get('search_metric'))}  ({spread})"
         )
         lines.extend(format_curve(e))
     else:

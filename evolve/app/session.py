@@ -119,8 +119,8 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
     say(f"searching with {len(transport.workers)} worker(s), budget {budget} evaluations; run directory {prepared.run_dir}")
     write_json(os.path.join(prepared.run_dir, DEVICES_NAME), {"session": info.sessions, "workers": prepared.devices or []})
     save, stop = Checkpointer(prepared, info, started), StopFlag()
-    progress = Progress(budget, len(state.records), problem.metric, quiet=quiet, every=prepared.status_seconds,
-                        workers=len(transport.workers))
+    progress = Progress(budget, len(state.records), problem.metric_key, higher_is_better=problem.higher_is_better, quiet=quiet,
+                        every=prepared.status_seconds, workers=len(transport.workers))
     try:
         save(state)
         finished = run_search(state, transport, space, config, checkpoint=save, on_result=progress, should_stop=stop,

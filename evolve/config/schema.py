@@ -27,6 +27,7 @@ else:  # pragma: no cover
 
 from data_bcast.options import MODES as LOAD_MODES
 from data_bcast.options import LoadOptions
+from ensemble.problem import METRICS
 from ensemble.references import is_reference
 from ensemble.select import select_ensemble
 from evolve.errors import ConfigError
@@ -55,6 +56,7 @@ class DataConfig:
 @dataclass(frozen=True)
 class SearchConfig:
     evaluations: int = 40  # total networks trained, across resumes
+    metric: str = "auto"  # what the search optimises on the validation split: "auto" (accuracy; regression: rmse), accuracy, balanced_accuracy, macro_f1, log_loss; rmse, mae, r2; or "module:function" (docs/custom-models.md)
     mode: str = "async"  # "async" (steady state, no worker waits), "generational" (a barrier per generation) or "nsga2"
     second_objective: str = "params"  # nsga2's objective to minimise beside the fitness: "params" or "latency" (us per sample)
     population: int = 10  # individuals the GA breeds from (async: the steady-state pool; generational and nsga2: each generation)
@@ -80,7 +82,7 @@ class EnsembleConfig:
     size: int = 5  # picks of one greedy pass (with replacement; bags pool up to bags x size) or members (top_k)
     candidates: int = 32  # the hall of fame: the best networks kept with their weights
     method: str = "greedy"  # "greedy" (Caruana's forward selection) or "top_k"
-    criterion: str = "accuracy"  # what greedy selection maximises on the validation split: "accuracy" (ties: lower log-loss) or "loss" (log-loss; regression: RMSE either way)
+    criterion: str = "accuracy"  # what greedy selection maximises on the validation split: "accuracy" (ties: lower log-loss), "loss" (log-loss; regression: RMSE either way) or "metric" (search.metric)
     bags: int = 8  # greedy selection on this many random halves of the candidates, their picks pooled (0: once, on all); 8: measured best (docs/benchmarks.md)
     min_members: int = 1  # greedy: at least this many distinct networks, when they cost nothing in validation loss (log-loss; RMSE)
 
@@ -98,7 +100,7 @@ class ModelConfig:
     """A user's own network instead of the built-in families (docs/custom-models.md)."""
 
     builder: str = ""  # "module:function" called with (genes, sample_shape, outputs) for a torch.nn.Module; "": the built-in families
-    path: str = ""  # a folder added to sys.path on every rank, so that the builder's module imports from it: in a config file, relative to its folder; stored absolute in the run
+    path: str = ""  # a folder added to sys.path on every rank, so that your modules (the builder's, a metric's) import from it: in a config file, relative to its folder; stored absolute in the run
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,7 @@ _BOUNDS = {
     "train.threads": (0, None),
     "train.workers_per_gpu": (0, None),
 }
-_CHOICES = {"data.mode": LOAD_MODES, "train.device": ("auto", "cpu", "cuda"), "train.precision": ("fp32", "tf32", "bf16"), "ensemble.method": ("greedy", "top_k"), "ensemble.criterion": ("accuracy", "loss"), "search.mode": ("async", "generational", "nsga2"), "search.breeding": ("blind", "model"), "search.selection": ("fitness", "ensemble"),
+_CHOICES = {"data.mode": LOAD_MODES, "train.device": ("auto", "cpu", "cuda"), "train.precision": ("fp32", "tf32", "bf16"), "ensemble.method": ("greedy", "top_k"), "ensemble.criterion": ("accuracy", "loss", "metric"), "search.mode": ("async", "generational", "nsga2"), "search.breeding": ("blind", "model"), "search.selection": ("fitness", "ensemble"),
             "search.second_objective": ("params", "latency")}
 
 
@@ -222,11 +224,15 @@ def config_from_dict(raw: dict) -> Config:
     ens = sections["ensemble"]
     if ens.candidates < ens.size:
         raise ConfigError(f"ensemble.candidates ({ens.candidates}) must be at least ensemble.size ({ens.size})")
+    metric = sections["search"].metric
+    if metric != "auto" and metric not in {m for by_kind in METRICS.values() for m in by_kind} and not is_reference(metric):
+        known = ", ".join(m for by_kind in METRICS.values() for m in by_kind)
+        raise ConfigError(f"search.metric must be auto, {known}, or a function as 'module:function', got {metric!r}")
     builder = sections["model"].builder
     if builder and not is_reference(builder):
         raise ConfigError(f"model.builder must be 'module:function' (e.g. 'mynets.volumes:build'), got {builder!r}")
-    if sections["model"].path and not builder:
-        raise ConfigError("model.path is where model.builder's module lies; give model.builder too")
+    if sections["model"].path and not builder and not is_reference(metric):
+        raise ConfigError("model.path is where your code's modules lie (model.builder, a 'module:function' metric); it names none")
     search = sections["search"]
     if search.mode == "nsga2" and (search.breeding, search.selection) != ("blind", "fitness"):
         raise ConfigError("search.breeding = \"model\" and search.selection = \"ensemble\" work with search.mode \"async\" or \"generational\", "

@@ -48,7 +48,7 @@ from .segments import Segment, append, merged, read_columns, read_segment, remov
 from .tempfiles import exclusive_temp
 
 FORMAT = "evens-checkpoint"
-FORMAT_VERSION = 10  # the one format this evens reads; every change to the run file bumps it (10: the preset)
+FORMAT_VERSION = 11  # the one format this evens reads; every change to the run file bumps it (11: [model] and the problem's metric)
 # The record layouts this format stores (each field's kind: see evolve.runfile.columns). A new field changes
 # the run file: tests/test_segments.py pins this to FORMAT_VERSION, so the version moves with it.
 SCHEMA = {"record": kinds(Record), "pending": kinds(Pending)}

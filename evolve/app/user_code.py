@@ -1,0 +1,88 @@
+"""A user's code named in the config (the ``[model]`` builder, a ``search.metric`` function), checked on
+every rank before any data moves.
+
+Every rank adds ``model.path`` to its module search path and imports what the config names, so a
+module that one node cannot import stops the job at once, not one evaluation at a time. The master
+also builds the network of the genome in the middle of every gene's range for a sample of the
+data's shape and passes one zero sample through it (:func:`ensemble.builders.check_network`): a
+builder that raises, returns no module, or gives the wrong output shape is one line naming it. It
+checks that the metric fits the data's problem, and calls a user's metric once on a few made-up
+targets and predictions of the right shapes: it must return a finite number.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from data_bcast.h5file import DataError, DataPlan, inspect_file
+from ensemble.builders import add_model_path, check_network, import_builder
+from ensemble.problem import check_metric, user_metric
+from ensemble.references import UserCodeError, is_reference
+from evolve.config.schema import Config
+
+
+def outputs_of(kind: str, num_classes: int, target_shape: tuple[int, ...]) -> int:
+    """The network's outputs for a dataset: its classes, or its regression targets."""
+    return num_classes if kind == "classification" else int(math.prod(target_shape)) if target_shape else 1
+
+
+def load_user_code(config: Config) -> None:
+    """Make ``model.path`` importable and import the builder and the metric the config names (any rank)."""
+    if config.model.path:
+        add_model_path(config.model.path)
+    if config.model.builder:
+        import_builder(config.model.builder)
+    if is_reference(config.search.metric):
+        user_metric(config.search.metric)
+
+
+def check_builder(config: Config, plan: DataPlan) -> None:
+    """The builder's network for the middle genome takes a sample of the data and gives one output per
+    class (or target); UserCodeError in one line."""
+    space = config.space
+    network, _ = space.settings(space.key([0.5] * len(space)))
+    check_network(network, plan.sample_shape, outputs_of(plan.kind, plan.num_classes, tuple(plan.target_shape)))
+
+
+def check_metric_for(config: Config, plan: DataPlan) -> None:
+    """The metric is one the data's problem can optimise; a user's returns a finite number for made-up
+    targets and predictions of the data's shapes. UserCodeError in one line."""
+    metric = config.search.metric
+    if metric == "auto":
+        return
+    if not is_reference(metric):
+        try:
+            check_metric(plan.kind, metric)
+        except ValueError as exc:
+            raise UserCodeError(str(exc)) from None
+        return
+    if plan.kind == "classification":
+        c = plan.num_classes
+        y, pred = np.arange(2 * c) % c, np.full((2 * c, c), 1.0 / c)
+    else:
+        shape = tuple(plan.target_shape)
+        y, pred = np.zeros((4, *shape)), np.ones((4, *shape))
+    try:
+        value = user_metric(metric)(y, pred)
+    except Exception as exc:  # noqa: BLE001 -- the user's metric; its failure is one line
+        raise UserCodeError(f"metric {metric} raised {type(exc).__name__} on made-up targets {y.shape} and predictions {pred.shape}: "
+                            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else '(no message)'}") from None
+    if not isinstance(value, (int, float, np.floating, np.integer)) or not math.isfinite(float(value)):
+        raise UserCodeError(f"metric {metric} returned {value!r}; a metric returns a finite number")
+
+
+def user_code_problem(config: Config, check: bool) -> str | None:
+    """What is wrong with the user code the config names on this rank (``check``: the master's checks
+    against the data too), or None."""
+    try:
+        load_user_code(config)
+        if check and (config.model.builder or config.search.metric != "auto"):
+            options = config.data
+            plan = inspect_file(options.path, options.val_fraction, options.test_fraction, options.split_seed, options.allow_external)
+            check_metric_for(config, plan)
+            if config.model.builder:
+                check_builder(config, plan)
+    except (UserCodeError, DataError) as exc:
+        return str(exc)
+    return None
