@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from .builders import network_from_settings
 from .models import build_network
 from .problem import Problem
+from .references import import_by_name, is_reference
 from .results import Evaluation
 from .specs import NetworkSpec, TrainSpec
 
@@ -50,15 +51,39 @@ def set_precision(precision: str) -> None:
         torch.backends.cudnn.allow_tf32 = mode == "tf32"
 
 
+LOSSES = {"classification": ("cross_entropy", "focal"), "regression": ("mse", "mae", "huber")}  # the first: "auto"
+FOCAL_GAMMA = 2.0  # the focal loss's focusing parameter (Lin et al. 2017): a well-classified sample counts (1 - p)^2 as much
+
+
+def check_loss(kind: str, loss: str) -> None:
+    """ValueError in one line unless ``loss`` suits a ``kind`` problem."""
+    if loss != "auto" and loss not in LOSSES[kind] and not is_reference(loss):
+        raise ValueError(f"train.loss {loss!r} is not a {kind} loss (known: {', '.join(LOSSES[kind])}, or a function as 'module:function')")
+
+
+def balanced_weights(labels: np.ndarray, num_classes: int) -> np.ndarray:
+    """Each class's weight in the loss, inverse to its frequency: n / (C * count), as scikit-learn's
+    ``class_weight="balanced"`` (a class absent from ``labels`` weighs 1)."""
+    counts = np.bincount(np.asarray(labels, dtype=np.int64), minlength=num_classes).astype(np.float64)
+    return np.where(counts > 0, counts.sum() / (num_classes * np.maximum(counts, 1)), 1.0)
+
+
 class Head:
     """The problem's end of a network: its training loss, and raw outputs turned into predictions.
 
-    Classification: cross-entropy, and softmax probabilities. Regression: mean squared error on
-    standardised targets, and outputs mapped back to the targets' units.
+    Classification: cross-entropy (or ``focal``), and softmax probabilities. Regression: mean squared
+    error (or ``mae``, ``huber``) on standardised targets, and outputs mapped back to the targets'
+    units. ``loss`` may also name a user's function ``module:function``, called with the raw outputs
+    (N, outputs) and what :meth:`fit_target` gives (labels, or standardised targets), returning a
+    scalar tensor. ``class_weights`` (C,) weigh a classifier's loss per class.
     """
 
-    def __init__(self, problem: Problem, device: torch.device | str = "cpu"):
+    def __init__(self, problem: Problem, device: torch.device | str = "cpu", loss: str = "auto", class_weights: np.ndarray | None = None):
+        check_loss(problem.kind, loss)
         self.problem = problem
+        self.loss_name = LOSSES[problem.kind][0] if loss == "auto" else loss
+        self._user_loss = import_by_name(loss, "loss") if is_reference(loss) else None
+        self._weight = None if class_weights is None else torch.tensor(class_weights, dtype=torch.float32, device=device)
         if problem.kind == "regression":
             self._mean = torch.tensor(problem.mean, dtype=torch.float32, device=device)
             self._scale = torch.tensor(problem.scale, dtype=torch.float32, device=device)
@@ -72,8 +97,19 @@ class Head:
 
     def loss(self, out: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0) -> torch.Tensor:
         """The training loss; ``label_smoothing`` softens a classifier's targets (a regression has none)."""
-        if self.problem.kind == "classification":
-            return F.cross_entropy(out, target, label_smoothing=label_smoothing)
+        name = self.loss_name
+        if self._user_loss is not None:
+            return self._user_loss(out, target)
+        if name == "cross_entropy":
+            return F.cross_entropy(out, target, weight=self._weight, label_smoothing=label_smoothing)
+        if name == "focal":  # each sample's cross-entropy scaled by (1 - its probability of the true class)^gamma
+            each = F.cross_entropy(out, target, weight=self._weight, label_smoothing=label_smoothing, reduction="none")
+            p_true = torch.softmax(out.float(), dim=1).gather(1, target[:, None])[:, 0]
+            return ((1.0 - p_true) ** FOCAL_GAMMA * each).mean()
+        if name == "mae":
+            return F.l1_loss(out.float(), target)
+        if name == "huber":
+            return F.huber_loss(out.float(), target)  # quadratic within one standard deviation of the targets, linear beyond
         return F.mse_loss(out.float(), target)
 
     def predictions(self, out: torch.Tensor) -> torch.Tensor:
@@ -111,12 +147,17 @@ class DeviceData:
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], problem: Problem, device: torch.device | str = "cpu",
-                    precision: str = "fp32") -> DeviceData:
+                    precision: str = "fp32", loss: str = "auto", class_weights: str = "none") -> DeviceData:
         """Wrap ``{"train/x": ..., "train/y": ..., "val/x": ...}`` for ``problem`` on ``device``,
-        and set the process's arithmetic for ``precision`` (:data:`PRECISIONS`)."""
+        and set the process's arithmetic for ``precision`` (:data:`PRECISIONS`). ``loss`` and
+        ``class_weights`` ("none", or "balanced": by inverse class frequency on the training split)
+        make the training loss (:class:`Head`)."""
         set_precision(precision)
         device = torch.device(device)
-        head = Head(problem, device)
+        weights = None
+        if class_weights == "balanced" and problem.kind == "classification":
+            weights = balanced_weights(arrays["train/y"], problem.num_classes)
+        head = Head(problem, device, loss, weights)
         x = {s: torch.from_numpy(arrays[f"{s}/x"]).to(device) for s in SPLITS}
         y = {s: arrays[f"{s}/y"] for s in SPLITS}
         return cls(problem, head, device, x, y, head.fit_target(y["train"]).to(device), precision)

@@ -60,7 +60,7 @@ def data_description(data: SharedDataset) -> DataFacts:
 def setup_trainer(config: Config, data: SharedDataset, problem: Problem, local_index: int, ranks_here: int) -> DeviceData:
     """Pick this rank's device and threads and put the data there (a GPU copy, or the shared host copy)."""
     device = take_device(config.train.device, local_index, ranks_here, config.train.threads, config.train.workers_per_gpu)
-    return DeviceData.from_arrays(data.arrays, problem, device, config.train.precision)
+    return DeviceData.from_arrays(data.arrays, problem, device, config.train.precision, config.train.loss, config.train.class_weights)
 
 
 def run(config_path: str | None, overrides: list[str], out: str | None = None, resume: str | None = None, quiet: bool = False,

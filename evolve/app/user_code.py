@@ -1,24 +1,27 @@
-"""A user's code named in the config (the ``[model]`` builder, a ``search.metric`` function), checked on
-every rank before any data moves.
+"""A user's code named in the config (the ``[model]`` builder, a ``search.metric`` or ``train.loss``
+function), and the choice of metric and loss, checked on every rank before any data moves.
 
 Every rank adds ``model.path`` to its module search path and imports what the config names, so a
 module that one node cannot import stops the job at once, not one evaluation at a time. The master
 also builds the network of the genome in the middle of every gene's range for a sample of the
 data's shape and passes one zero sample through it (:func:`ensemble.builders.check_network`): a
 builder that raises, returns no module, or gives the wrong output shape is one line naming it. It
-checks that the metric fits the data's problem, and calls a user's metric once on a few made-up
-targets and predictions of the right shapes: it must return a finite number.
+checks that the metric and the loss fit the data's problem, and calls a user's metric (loss) once on
+a few made-up targets and predictions (outputs) of the right shapes: it must return a finite number
+(a finite scalar tensor).
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
+import torch
 
 from data_bcast.h5file import DataError, DataPlan, inspect_file
 from ensemble.builders import add_model_path, check_network, import_builder
 from ensemble.problem import check_metric, user_metric
-from ensemble.references import UserCodeError, is_reference
+from ensemble.references import UserCodeError, first_line, import_by_name, is_reference
+from ensemble.train import check_loss
 from evolve.config.schema import Config
 
 
@@ -35,6 +38,8 @@ def load_user_code(config: Config) -> None:
         import_builder(config.model.builder)
     if is_reference(config.search.metric):
         user_metric(config.search.metric)
+    if is_reference(config.train.loss):
+        import_by_name(config.train.loss, "loss")
 
 
 def check_builder(config: Config, plan: DataPlan) -> None:
@@ -72,15 +77,37 @@ def check_metric_for(config: Config, plan: DataPlan) -> None:
         raise UserCodeError(f"metric {metric} returned {value!r}; a metric returns a finite number")
 
 
+def check_loss_for(config: Config, plan: DataPlan) -> None:
+    """The loss suits the data's problem; a user's gives a finite scalar tensor for made-up outputs and
+    targets of the data's shapes (labels; standardised targets). UserCodeError in one line."""
+    loss = config.train.loss
+    try:
+        check_loss(plan.kind, loss)
+    except ValueError as exc:
+        raise UserCodeError(str(exc)) from None
+    if not is_reference(loss):
+        return
+    outputs = outputs_of(plan.kind, plan.num_classes, tuple(plan.target_shape))
+    out = torch.zeros((4, outputs), requires_grad=True)
+    target = torch.arange(4) % outputs if plan.kind == "classification" else torch.zeros((4, outputs))
+    try:
+        value = import_by_name(loss, "loss")(out, target)
+    except Exception as exc:  # noqa: BLE001 -- the user's loss; its failure is one line
+        raise UserCodeError(f"loss {loss} raised {type(exc).__name__} on made-up outputs (4, {outputs}): {first_line(exc)}") from None
+    if not isinstance(value, torch.Tensor) or value.numel() != 1 or not torch.isfinite(value).all():
+        raise UserCodeError(f"loss {loss} returned {value!r}; a loss returns a finite scalar tensor")
+
+
 def user_code_problem(config: Config, check: bool) -> str | None:
     """What is wrong with the user code the config names on this rank (``check``: the master's checks
     against the data too), or None."""
     try:
         load_user_code(config)
-        if check and (config.model.builder or config.search.metric != "auto"):
+        if check and (config.model.builder or config.search.metric != "auto" or config.train.loss != "auto"):
             options = config.data
             plan = inspect_file(options.path, options.val_fraction, options.test_fraction, options.split_seed, options.allow_external)
             check_metric_for(config, plan)
+            check_loss_for(config, plan)
             if config.model.builder:
                 check_builder(config, plan)
     except (UserCodeError, DataError) as exc:

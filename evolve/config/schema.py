@@ -93,6 +93,8 @@ class TrainConfig:
     threads: int = 0  # torch CPU threads per worker; 0 divides the node's cores among its ranks
     precision: str = "fp32"  # "fp32", "tf32" (GPU matrix units) or "bf16" (autocast); see docs/gpu.md
     workers_per_gpu: int = 0  # 0: a node's workers share its GPUs round robin; k: k per GPU, more on one GPU is an error
+    loss: str = "auto"  # the training loss: "auto" (cross_entropy; regression: mse), cross_entropy or focal; mse, mae or huber; or "module:function" (docs/custom-models.md)
+    class_weights: str = "none"  # "balanced": a classifier's loss weighs each class by its inverse frequency in the training split
 
 
 @dataclass(frozen=True)
@@ -179,7 +181,7 @@ _BOUNDS = {
     "train.threads": (0, None),
     "train.workers_per_gpu": (0, None),
 }
-_CHOICES = {"data.mode": LOAD_MODES, "train.device": ("auto", "cpu", "cuda"), "train.precision": ("fp32", "tf32", "bf16"), "ensemble.method": ("greedy", "top_k"), "ensemble.criterion": ("accuracy", "loss", "metric"), "search.mode": ("async", "generational", "nsga2"), "search.breeding": ("blind", "model"), "search.selection": ("fitness", "ensemble"),
+_CHOICES = {"data.mode": LOAD_MODES, "train.device": ("auto", "cpu", "cuda"), "train.precision": ("fp32", "tf32", "bf16"), "train.class_weights": ("none", "balanced"), "ensemble.method": ("greedy", "top_k"), "ensemble.criterion": ("accuracy", "loss", "metric"), "search.mode": ("async", "generational", "nsga2"), "search.breeding": ("blind", "model"), "search.selection": ("fitness", "ensemble"),
             "search.second_objective": ("params", "latency")}
 
 
@@ -224,6 +226,9 @@ def config_from_dict(raw: dict) -> Config:
     ens = sections["ensemble"]
     if ens.candidates < ens.size:
         raise ConfigError(f"ensemble.candidates ({ens.candidates}) must be at least ensemble.size ({ens.size})")
+    loss = sections["train"].loss
+    if loss != "auto" and loss not in ("cross_entropy", "focal", "mse", "mae", "huber") and not is_reference(loss):
+        raise ConfigError(f"train.loss must be auto, cross_entropy, focal, mse, mae, huber, or a function as 'module:function', got {loss!r}")
     metric = sections["search"].metric
     if metric != "auto" and metric not in {m for by_kind in METRICS.values() for m in by_kind} and not is_reference(metric):
         known = ", ".join(m for by_kind in METRICS.values() for m in by_kind)
@@ -231,8 +236,8 @@ def config_from_dict(raw: dict) -> Config:
     builder = sections["model"].builder
     if builder and not is_reference(builder):
         raise ConfigError(f"model.builder must be 'module:function' (e.g. 'mynets.volumes:build'), got {builder!r}")
-    if sections["model"].path and not builder and not is_reference(metric):
-        raise ConfigError("model.path is where your code's modules lie (model.builder, a 'module:function' metric); it names none")
+    if sections["model"].path and not builder and not is_reference(metric) and not is_reference(loss):
+        raise ConfigError("model.path is where your code's modules lie (model.builder, a 'module:function' metric or loss); it names none")
     search = sections["search"]
     if search.mode == "nsga2" and (search.breeding, search.selection) != ("blind", "fitness"):
         raise ConfigError("search.breeding = \"model\" and search.selection = \"ensemble\" work with search.mode \"async\" or \"generational\", "
