@@ -33,6 +33,7 @@ import numpy as np
 from .references import import_by_name, is_reference
 
 LOG_FLOOR = 1e-12
+ECE_BINS = 15  # equal-width bins of the expected calibration error, as Guo et al. (2017) use
 # The built-in metrics, and whether higher is better; "log_loss" is the classifier's "loss" score.
 METRICS = {
     "classification": {"accuracy": True, "balanced_accuracy": True, "macro_f1": True, "log_loss": False},
@@ -119,6 +120,18 @@ class Classification(_Metric):
         picked = np.take_along_axis(pred, y[:, None].astype(np.int64), axis=-1)[:, 0].astype(np.float64)
         scores = {"accuracy": correct / y.shape[0], "loss": float(-np.mean(np.log(np.clip(picked, LOG_FLOOR, 1.0))))}
         return scores if self.metric == "accuracy" else self._extra(pred, y, scores, user)
+
+    def calibration(self, pred: np.ndarray, y: np.ndarray, bins: int = ECE_BINS) -> dict[str, float]:
+        """How well probabilities ``pred`` (N, C) are calibrated against labels ``y``: ``nll``, the mean
+        negative log-likelihood, and ``ece``, the expected calibration error (Guo et al. 2017): over
+        ``bins`` equal-width bins of the top probability, the gap between accuracy and mean confidence,
+        weighted by each bin's share of the samples."""
+        pred, y = np.asarray(pred, dtype=np.float64), np.asarray(y)
+        confidence, correct = pred.max(axis=1), (np.argmax(pred, axis=1) == y).astype(np.float64)
+        which = np.minimum((confidence * bins).astype(np.int64), bins - 1)
+        count = np.bincount(which, minlength=bins)
+        gap = np.abs(np.bincount(which, correct, minlength=bins) - np.bincount(which, confidence, minlength=bins))
+        return {"nll": self.scores(pred, y, user=False)["loss"], "ece": float(gap.sum() / max(1, len(y)))}
 
     def _builtin(self, metric: str, pred: np.ndarray, y: np.ndarray) -> float:
         """``balanced_accuracy`` (the mean recall over the classes present) or ``macro_f1`` (the mean F1

@@ -135,3 +135,15 @@ def test_a_bad_metric_ends_the_job_in_one_line_before_any_data_moves(tmp_path, m
     proc = launch(3, evens_cmd() + ["run", cfg, "--out", out], timeout=120, cwd=ROOT)
     assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not os.path.exists(out)
+
+
+def test_calibration_error_is_zero_for_calibrated_probabilities_and_large_for_overconfident_ones():
+    rng = np.random.default_rng(0)
+    n, problem = 20000, Classification(2)
+    confidence = rng.uniform(0.5, 1.0, n)
+    y = (rng.random(n) > confidence).astype(np.int64)  # class 0 is right with exactly its stated probability
+    calibrated = np.stack([confidence, 1 - confidence], axis=1)
+    assert problem.calibration(calibrated, y)["ece"] < 0.01
+    overconfident = np.stack([np.full(n, 0.99), np.full(n, 0.01)], axis=1)  # says 0.99, right about 0.75 of the time
+    result = problem.calibration(overconfident, y)
+    assert abs(result["ece"] - (0.99 - np.mean(y == 0))) < 1e-9 and result["nll"] == problem.scores(overconfident, y)["loss"]

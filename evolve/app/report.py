@@ -42,6 +42,8 @@ def ensemble_scores(state: SearchState, info: RunInfo, problem: Problem) -> dict
         result.setdefault(f"{split}_{problem.metric_key}", (sel.curve_val if split == "val" else sel.curve_test)[sel.picks - 1])
         if split == "test":
             result["test_uncertainty"] = mean_uncertainty(problem, combined)
+            if problem.kind == "classification":
+                result["test_calibration"] = problem.calibration(ensemble_prediction(problem, combined), y)
     return result
 
 
@@ -86,6 +88,9 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
     if ok:
         best = max(ok, key=lambda r: (r.fitness, -r.id))
         summary["best"] = {**record_facts(best), "genome": space.decode(best.genome)}
+        kept = hall.by_id(best.id) if best.id in hall.ids else None
+        if problem.kind == "classification" and kept is not None:
+            summary["best"]["test_calibration"] = problem.calibration(kept.test_pred, info.test_y)
     return summary
 
 
@@ -232,6 +237,10 @@ def format_summary(s: dict) -> str:
             f"{_scores_text(e, metric, s.get('search_metric'))}  ({spread})"
         )
         lines.extend(format_curve(e))
+        if e.get("test_calibration") and s["best"] and s["best"].get("test_calibration"):
+            b, c = s["best"]["test_calibration"], e["test_calibration"]
+            lines.append(f"calibration on test (negative log-likelihood, expected calibration error): best network {b['nll']:.4f}, "
+                         f"{b['ece']:.4f}; ensemble {c['nll']:.4f}, {c['ece']:.4f}")
     else:
         lines.append("no network finished successfully yet")
     if s["run_dir"]:
