@@ -44,7 +44,7 @@ METHODS = ("greedy", "top_k")
 # good network (a search of 5 networks: bags of 2). With up to BAG_MIN members every bag holds all of
 # them, and bagged selection is plain greedy selection.
 BAG_MIN = 10
-CRITERIA = ("accuracy", "loss")
+CRITERIA = ("accuracy", "loss", "metric")  # "metric": the problem's own (search.metric)
 
 
 @dataclass(frozen=True)

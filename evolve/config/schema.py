@@ -82,7 +82,7 @@ class EnsembleConfig:
     size: int = 5  # picks of one greedy pass (with replacement; bags pool up to bags x size) or members (top_k)
     candidates: int = 32  # the hall of fame: the best networks kept with their weights
     method: str = "greedy"  # "greedy" (Caruana's forward selection) or "top_k"
-    criterion: str = "accuracy"  # what greedy selection maximises on the validation split: "accuracy" (ties: lower log-loss), "loss" (log-loss; regression: RMSE either way) or "metric" (search.metric)
+    criterion: str = "auto"  # what greedy selection maximises on the validation split: "accuracy" (ties: lower log-loss), "loss" (log-loss; regression: RMSE either way), "metric" (search.metric); "auto": metric if search.metric is set, else accuracy
     bags: int = 8  # greedy selection on this many random halves of the candidates, their picks pooled (0: once, on all); 8: measured best (docs/benchmarks.md)
     min_members: int = 1  # greedy: at least this many distinct networks, when they cost nothing in validation loss (log-loss; RMSE)
 
@@ -129,7 +129,8 @@ class Config:
         """The ensemble this config's ``[ensemble]`` asks for (keys in ``ensemble`` replace its own), chosen
         from ``members`` on the validation split (:func:`ensemble.select.select_ensemble`); None if there are none."""
         ens = dataclasses.replace(self.ensemble, **ensemble)
-        return select_ensemble(list(members), problem, val_y, test_y, ens.method, ens.size, criterion=ens.criterion, bags=ens.bags,
+        criterion = ens.criterion if ens.criterion != "auto" else "metric" if self.search.metric != "auto" else "accuracy"
+        return select_ensemble(list(members), problem, val_y, test_y, ens.method, ens.size, criterion=criterion, bags=ens.bags,
                                seed=self.search.seed, min_members=ens.min_members)
 
     def resolved(self, facts: presets.DataFacts) -> tuple[Config, dict | None]:
@@ -181,7 +182,7 @@ _BOUNDS = {
     "train.threads": (0, None),
     "train.workers_per_gpu": (0, None),
 }
-_CHOICES = {"data.mode": LOAD_MODES, "train.device": ("auto", "cpu", "cuda"), "train.precision": ("fp32", "tf32", "bf16"), "train.class_weights": ("none", "balanced"), "ensemble.method": ("greedy", "top_k"), "ensemble.criterion": ("accuracy", "loss", "metric"), "search.mode": ("async", "generational", "nsga2"), "search.breeding": ("blind", "model"), "search.selection": ("fitness", "ensemble"),
+_CHOICES = {"data.mode": LOAD_MODES, "train.device": ("auto", "cpu", "cuda"), "train.precision": ("fp32", "tf32", "bf16"), "train.class_weights": ("none", "balanced"), "ensemble.method": ("greedy", "top_k"), "ensemble.criterion": ("auto", "accuracy", "loss", "metric"), "search.mode": ("async", "generational", "nsga2"), "search.breeding": ("blind", "model"), "search.selection": ("fitness", "ensemble"),
             "search.second_objective": ("params", "latency")}
 
 
