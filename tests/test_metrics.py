@@ -120,6 +120,12 @@ def test_the_search_optimises_a_users_metric_and_the_report_and_predict_show_it(
     assert proc.returncode == 0 and "top2_accuracy" in proc.stdout, proc.stderr
     with h5py.File(tmp_path / "p.h5") as f:
         assert float(f.attrs["top2_accuracy"]) == s["ensemble"]["test_top2_accuracy"]
+    # choosing the ensemble again by the run's metric imports it: from --model-path, or a one-line error
+    select = evens_cmd() + ["select", out, "--size", "3"]
+    proc = subprocess.run(select, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and "no module named 'user_metrics'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    proc = subprocess.run(select + ["--model-path", MODELS], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.e2e

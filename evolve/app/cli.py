@@ -109,6 +109,7 @@ def build_parser() -> Parser:
     sel.add_argument("--method", choices=("greedy", "top_k"), help="default: the run's ensemble.method")
     sel.add_argument("--size", type=int, help="picks (greedy) or members (top_k); default: the run's ensemble.size")
     sel.add_argument("--json", action="store_true", help="print the new summary as one JSON object")
+    sel.add_argument("--model-path", metavar="DIR", help="a run whose search.metric is your function: a folder to import its module from")
 
     pred = sub.add_parser("predict", help="apply a run's ensemble to new data (one process, or members spread over mpiexec ranks)")
     pred.add_argument("run_dir")
@@ -201,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "predict":
         return collective(lambda: _predict(args))
     from data_bcast.h5file import DataError
+    from ensemble.references import UserCodeError
     from ensemble.store import EnsembleError
 
     try:
@@ -216,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
             from .report import format_summary
             from .reselect import reselect
 
+            if args.model_path:
+                from ensemble.references import add_model_path
+
+                add_model_path(args.model_path)
             summary = reselect(args.run_dir, args.method, args.size)
             print(json.dumps(summary, indent=2, sort_keys=True) if args.json else format_summary(summary))
         elif args.command == "simulate":
@@ -239,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise DataError(f"{args.dst}: cannot create the folder {folder} ({exc.strerror})") from None
             counts = write(args.dst, seed=args.seed, overwrite=args.force)
             print(f"wrote {args.dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    except (EvensError, DataError, EnsembleError) as exc:
+    except (EvensError, DataError, EnsembleError, UserCodeError) as exc:
         debug_traceback()
         print(f"evens: error: {exc}", file=sys.stderr)
         return 2
