@@ -7,7 +7,8 @@ a benchmark-only dependency: ``pip install -e '.[bench]'``)::
     $B --quick                                                    # digits and signal, 2 seeds, 16 networks: a minute
     $B --jobs 2 --plot docs/figures                               # 30 networks x 8 seeds, every dataset
     $B --jobs 2 --evaluations 120 --seeds 4 --datasets digits,signal,image --plot docs/figures
-    $B ... --rows rows.jsonl                                      # each search's row kept as it finishes
+    $B ... --rows rows.jsonl                                      # each search's row kept as it finishes; the same
+                                                                  # command again runs only the searches not in it
     $B --tables-from rows.jsonl                                   # the tables of a run cut short (seeds every contender finished)
 
 Issue 22's section 3. Every contender trains the same number of networks (``--evaluations``) on the
@@ -52,6 +53,7 @@ every ``--every`` networks from the networks trained so far. The output ends wit
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import datetime
 import functools
 import json
@@ -228,17 +230,38 @@ def shown(config: str) -> str:
     return config if config == "none" else os.path.relpath(config, harness.ROOT)
 
 
+def rows_done(rows_file: str | None, settings: Settings) -> dict:
+    """The rows an earlier launch of the same benchmark (same ``settings``) appended to ``rows_file``, as
+    results[dataset][contender][seed]; a row of other settings ends the run, so that one table never mixes two."""
+    results: dict = {}
+    if not rows_file or not os.path.exists(rows_file):
+        return results
+    with open(rows_file) as f:
+        for number, line in enumerate(f, 1):
+            item = json.loads(line)
+            if item.get("settings") != json.loads(json.dumps(dataclasses.asdict(settings))):
+                sys.exit(f"bench_quality: {rows_file} line {number} is a search of other settings "
+                         f"({item.get('settings')}); give another --rows file")
+            results.setdefault(item["dataset"], {}).setdefault(item["contender"], {})[item["seed"]] = quality_stats.nan_for_none(item["row"])
+    return results
+
+
 def run_all(tasks: list[tuple[str, str, str, int]], settings: Settings, jobs: int, rows_file: str | None = None) -> dict:
     """Run ``(dataset, path, contender, seed)`` tasks, ``jobs`` at a time; results[dataset][contender][seed].
-    Each search's row is also appended to ``rows_file`` as one JSON line as it finishes (``--rows``)."""
-    results: dict = {}
+    Each search's row is also appended to ``rows_file`` as one JSON line as it finishes (``--rows``); the
+    searches already there (of the same settings) are not run again."""
+    results = rows_done(rows_file, settings)
+    tasks = [t for t in tasks if t[3] not in results.get(t[0], {}).get(t[2], {})]
+    if rows_file and results:
+        print(f"# {rows_file}: {sum(len(s) for c in results.values() for s in c.values())} searches done before, {len(tasks)} to run", flush=True)
 
     def done(task, row) -> None:
         dataset, _, c, seed = task
         results.setdefault(dataset, {}).setdefault(c, {})[seed] = row
         if rows_file:
+            line = {"dataset": dataset, "contender": c, "seed": seed, "settings": dataclasses.asdict(settings), "row": row}
             with open(rows_file, "a") as f:
-                f.write(json.dumps(quality_stats.finite({"dataset": dataset, "contender": c, "seed": seed, "row": row})) + "\n")
+                f.write(json.dumps(quality_stats.finite(line)) + "\n")
         print(f"{dataset} seed {seed} {c:13s} best val {row['best_val']:.4f} test {row['best_test']:.4f}  "
               f"ensemble test {row['ensemble_test']:.4f} ({row['ensemble_members']} nets)  oracle {row['oracle_test']:.4f}  "
               f"cpu {row['cpu']:6.1f} s  wall {row['wall']:6.1f} s  s/net {row['net_seconds']:.2f} (max {row['max_net_seconds']:.1f})  "
@@ -271,7 +294,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1, help="searches run at once, one process and one CPU thread each (default 1)")
     parser.add_argument("--workers", type=int, default=1, help="evens' in-process workers (1: as `evens run` on one rank)")
     parser.add_argument("--tpe-group", action="store_true", help="TPESampler(multivariate=True, group=True) instead of its defaults")
-    parser.add_argument("--rows", metavar="FILE", help="append each finished search's row to FILE as a JSON line (a long run cut short keeps them)")
+    parser.add_argument("--rows", metavar="FILE", help="append each finished search's row to FILE as a JSON line (a long run cut short keeps them); searches already in FILE are not run again")
     parser.add_argument("--tables-from", metavar="FILE", nargs="+", help="no searches: the tables of the rows in these --rows files")
     args = parser.parse_args()
     if args.tables_from:
