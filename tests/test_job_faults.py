@@ -116,7 +116,7 @@ def test_a_signal_drains_the_running_trainings_and_ends_cleanly(tmp_path, small_
     """SIGTERM to the job: nothing new goes out, the trainings out are recorded, the checkpoint holds
     them all (nothing to redo), the workers are stopped without MPI_Abort (no /dev/shm file left), exit 75."""
     out = str(tmp_path / "run")
-    proc = start_job(["run", small_config, "--out", out, "--set", "search.evaluations=400", "--set", "search.drain_seconds=60", *SMALL])
+    proc = start_job(["run", small_config, "--out", out, "--set", "search.evaluations=400", "--set", "search.term_drain_seconds=60", *SMALL])
     _wait_for(lambda: checkpoint_evaluations(out) >= 3, proc)
     shm = _mpich_shm_files(proc.pid)
     assert shm, "the job maps MPICH's shared memory"
@@ -152,7 +152,7 @@ def test_a_second_signal_ends_the_drain_at_once(tmp_path, small_config):
     out = str(tmp_path / "run")
     env = dict(os.environ, EVENS_TEST_FAULTS="hang:4", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
     proc = subprocess.Popen([mpiexec(), "-n", "3", *evens_cmd(), "run", small_config, "--out", out, "--set", "search.evaluations=400",
-                             "--set", "search.drain_seconds=600", *SMALL], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                             "--set", "search.term_drain_seconds=600", *SMALL], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     _wait_for(lambda: checkpoint_evaluations(out) >= 8, proc)  # evaluation 4 is out for good
     os.killpg(proc.pid, signal.SIGTERM)
@@ -168,6 +168,34 @@ def test_a_second_signal_ends_the_drain_at_once(tmp_path, small_config):
         pending = dict(zip(f["pending/id"][...].tolist(), f["pending/attempts"][...].tolist()))
     # 4 (and what was queued behind it on its stopped worker) redone on resume; a stop is not a crash
     assert pending[4] == 0 and set(pending.values()) == {0} and len(pending) <= 2
+
+
+@pytest.mark.timing
+def test_after_sigterm_the_drain_fits_in_slurms_kill_wait(tmp_path, small_config):
+    """Slurm sends SIGKILL KillWait (30 s by default) after SIGTERM, so the drain after SIGTERM waits
+    search.term_drain_seconds, not drain_seconds (the early warning's). A training that never ends (its
+    worker stopped) holds the drain; with term_drain_seconds = 2 and drain_seconds = 600 the job ends,
+    checkpointed, with that training left to redo. Wall-clock timing: within 20 s of the signal (some
+    3 s here); a drain of drain_seconds would run until the 60 s timeout."""
+    out = str(tmp_path / "run")
+    env = dict(os.environ, EVENS_TEST_FAULTS="hang:4", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    proc = subprocess.Popen([mpiexec(), "-n", "3", *evens_cmd(), "run", small_config, "--out", out, "--set", "search.evaluations=400",
+                             "--set", "search.drain_seconds=600", "--set", "search.term_drain_seconds=2", *SMALL], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _wait_for(lambda: checkpoint_evaluations(out) >= 8, proc)  # evaluation 4 is out for good
+    os.killpg(proc.pid, signal.SIGTERM)
+    signalled = time.monotonic()
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 75, stderr
+    assert time.monotonic() - signalled < 20
+    assert "draining: waiting up to 2 s" in stderr and "still out after 2 s" in stderr and "checkpoint saved" in stderr, stderr
+    with h5py.File(os.path.join(out, "checkpoint.h5"), "r") as f:
+        assert 4 in f["pending/id"][...].tolist()
 
 
 @pytest.mark.slow

@@ -42,15 +42,18 @@ def run_search_from(config: str | None = None, *, builder: Callable | str | None
     has finished; raises :class:`SearchFailed` on every rank if it ended otherwise (bad input, a
     signal, a failure: the reason is printed on rank 0).
     """
-    from evolve.app import cli, driver  # mpi4py and torch: imported when a search starts, not with evolve
+    from evolve.app import cli
 
     sets = [f"{key}={toml_literal(value)}" for key, value in (overrides or {}).items()]
     if builder is not None:
         sets.append(f"model.builder={toml_literal(builder_reference(builder))}")
+    stop = cli.StopFlag()  # before MPI starts, so that a signal while the job starts up is kept (see StopFlag)
+    from evolve.app import driver  # mpi4py and torch: imported when a search starts, not with evolve
+
     result: dict = {}
 
     def search() -> int:
-        result["status"], result["run_dir"] = driver.run_search(config, sets, out=out, resume=resume, quiet=quiet)
+        result["status"], result["run_dir"] = driver.run_search(config, sets, out=out, resume=resume, quiet=quiet, stop=stop)
         return result["status"]
 
     status = cli.collective(search)  # an exception on one rank ends the whole job, never leaves it waiting

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -26,6 +27,33 @@ from evolve import __version__, errors
 from evolve.errors import EvensError, debug_traceback
 
 ABORT_GRACE_SECONDS = 0.5  # between writing why a rank fails and aborting the job
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+
+class StopFlag:
+    """Counts SIGTERM (Slurm's preemption or time limit), SIGUSR1 (Slurm's early warning, with
+    ``--signal=USR1@120``) and SIGINT: the first drains the search (see :func:`run_search`), the
+    second ends the drain; a third acts as usual (ends the process).
+
+    ``evens run`` makes it before mpi4py starts MPI: MPICH's MPI_Init installs a SIGUSR1 handler of
+    its own that passes the signal on only to a handler that was there before it, and a signal while
+    the job starts up (the broadcast, the devices) must not be lost or end the job unsaved.
+    """
+
+    def __init__(self) -> None:
+        self.signum, self.count = 0, 0
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.signum = signum
+        self.count += 1
+        if self.count >= 2:
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+
+    def __call__(self) -> int:
+        return self.count
 
 # Launchers tell each process its rank in the environment; read only to print usage errors once.
 _RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK")
@@ -178,11 +206,11 @@ def collective(command) -> int:
         return code
 
 
-def _run(args) -> int:
+def _run(args, stop: StopFlag) -> int:
     from . import driver
 
     return driver.run(args.config, args.overrides, out=args.out, resume=args.resume, quiet=args.quiet, verbose=args.verbose,
-                      status_seconds=args.status_seconds)
+                      status_seconds=args.status_seconds, stop=stop)
 
 
 def _predict(args) -> int:
@@ -198,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     errors.DEBUG = args.debug
     if args.command == "run":
-        return collective(lambda: _run(args))
+        stop = StopFlag()  # before collective imports mpi4py, which starts MPI
+        return collective(lambda: _run(args, stop))
     if args.command == "predict":
         return collective(lambda: _predict(args))
     from data_bcast.h5file import DataError

@@ -27,10 +27,11 @@ from evolve.search.presets import DataFacts
 from evolve.transport.mpi_transport import MPIWorkerChannel, world
 from evolve.transport.worker import serve, trainer_for
 
+from .cli import STOP_SIGNALS, StopFlag
 from .local import take_device, usable_cores
 from .log import LOG, setup_logging
 from .prepare import Prepared, check_same_data, prepare
-from .session import MASTER, STOP_SIGNALS, run_master, say
+from .session import EXIT_RESUMABLE, MASTER, run_master, say
 from .user_code import user_code_problem
 
 
@@ -64,14 +65,18 @@ def setup_trainer(config: Config, data: SharedDataset, problem: Problem, local_i
 
 
 def run(config_path: str | None, overrides: list[str], out: str | None = None, resume: str | None = None, quiet: bool = False,
-        verbose: bool = False, status_seconds: float = 60.0) -> int:
+        verbose: bool = False, status_seconds: float = 60.0, stop: StopFlag | None = None) -> int:
     """Collective over the world: run or resume a search. Returns the exit code."""
-    return run_search(config_path, overrides, out, resume, quiet, verbose, status_seconds)[0]
+    return run_search(config_path, overrides, out, resume, quiet, verbose, status_seconds, stop)[0]
 
 
 def run_search(config_path: str | None, overrides: list[str], out: str | None = None, resume: str | None = None, quiet: bool = False,
-               verbose: bool = False, status_seconds: float = 60.0) -> tuple[int, str | None]:
-    """:func:`run`, with the run directory the master used (None on the workers, and where none was made)."""
+               verbose: bool = False, status_seconds: float = 60.0, stop: StopFlag | None = None) -> tuple[int, str | None]:
+    """:func:`run`, with the run directory the master used (None on the workers, and where none was made).
+
+    ``stop`` counts the stop signals; make it before mpi4py starts MPI (:class:`~evolve.app.cli.StopFlag`
+    says why). Without one, the signals are counted from here on."""
+    stop = StopFlag() if stop is None else stop
     comm = world()
     setup_logging(comm.rank == MASTER, comm.rank, quiet, verbose)
     started = time.time()
@@ -88,32 +93,34 @@ def run_search(config_path: str | None, overrides: list[str], out: str | None = 
     if error:
         return _fail(is_master, error), None
     try:
-        return _run_prepared(comm, config_dict, prepared, started, quiet), prepared.run_dir if is_master else None
+        return _run_prepared(comm, config_dict, prepared, started, quiet, stop), prepared.run_dir if is_master else None
     finally:
         if is_master:
             prepared.release()
 
 
-def _run_prepared(comm, config_dict: dict, prepared: Prepared | None, started: float, quiet: bool) -> int:
+def _run_prepared(comm, config_dict: dict, prepared: Prepared | None, started: float, quiet: bool, stop: StopFlag) -> int:
     is_master = comm.rank == MASTER
     config = config_from_dict(config_dict)
     error = first_error(comm, user_code_problem(config, check=is_master), MASTER)  # before any data moves
     if error:
         return _fail(is_master, error)
+    if comm.bcast(stop() if is_master else None, root=MASTER):  # the master's signals decide, as in the search
+        return _stopped_starting(is_master, stop, prepared)
     try:
         # config.data has data_bcast's LoadOptions' fields; the master trains only when alone
         data = broadcast_dataset(comm, config.data.path if is_master else None, config.data, root=MASTER, root_trains=comm.size == 1)
     except DataError as exc:
         debug_traceback()
         return _fail(is_master, str(exc))
-    code = _run_roles(comm, config, data, prepared, started, quiet)
+    code = _run_roles(comm, config, data, prepared, started, quiet, stop)
     # Freeing the shared window is collective: only on a normal return. After an exception the
     # CLI aborts the job instead, and a collective here would wait for ranks that never come.
     data.close()
     return code
 
 
-def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | None, started: float, quiet: bool) -> int:
+def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | None, started: float, quiet: bool, stop: StopFlag) -> int:
     is_master = comm.rank == MASTER
     error, space, trainer_data = None, None, None
     # Workers on the master's node count from 0 after it, so they take GPUs 0, 1, ...
@@ -155,11 +162,22 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
             say(line)
         for b in prepared.devices or []:
             LOG.debug(f"rank {b['rank']} on {b['host']}: {b['device']} {b['name']} {b['uuid']} ({b['threads']} threads)")
-        return run_master(comm, config, data, problem, prepared, space, trainer_data, started, quiet)
+        return run_master(comm, config, data, problem, prepared, space, trainer_data, started, quiet, stop)
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)  # the master decides when to stop
     serve(MPIWorkerChannel(comm, MASTER), trainer_for(trainer_data))
     return 0
+
+
+def _stopped_starting(is_master: bool, stop: StopFlag, prepared: Prepared | None) -> int:
+    """A signal came before any data moved: end now, with the run as it was (a new run's directory is
+    released as never used), and say how to go on. A later signal is the search's: it checkpoints first."""
+    if is_master:
+        then = (f"the run is as it was; continue with: evens run --resume {prepared.run_dir}" if prepared.state is not None
+                else "nothing was written; start the run again")
+        say(f"stopped by signal {stop.signum} during start-up, before the data was broadcast; {then} "
+            f"(exit status {EXIT_RESUMABLE}: resumable)")
+    return EXIT_RESUMABLE
 
 
 def _fail(is_master: bool, message: str) -> int:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import replace
 
 from data_bcast.broadcast import SharedDataset, located
 from data_bcast.h5file import first_line
 from ensemble.problem import Problem
 from evolve import __version__
-from evolve.config.schema import Config
+from evolve.config.schema import Config, SearchConfig
 from evolve.engine.loop import HungWorker, run_search
 from evolve.engine.state import SearchState
 from evolve.errors import RunDirError
@@ -25,6 +26,7 @@ from evolve.transport.mpi_transport import MPIMasterTransport, abort
 from evolve.transport.protocol import InProcessTransport
 from evolve.transport.worker import trainer_for
 
+from .cli import StopFlag
 from .log import LOG
 from .prepare import Prepared, data_facts
 from .progress import Progress
@@ -40,7 +42,6 @@ EXIT_RESUMABLE = 75
 # after its checkpoint was written; a resume redoes that worker's network once (docs/reliability.md).
 EXIT_HUNG = 69
 MASTER = 0  # the rank of the master
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 DEVICES_NAME = "devices.json"  # each worker's rank, host, device and GPU UUID, for the latest session
 
 
@@ -54,27 +55,6 @@ def say(message: str) -> None:
         LOG.info(message)
     for handler in LOG.handlers:
         handler.flush()
-
-
-class StopFlag:
-    """Counts SIGTERM (Slurm's preemption or time limit), SIGUSR1 (Slurm's early warning, with
-    ``--signal=USR1@120``) and SIGINT: the first drains the search (see :func:`run_search`), the
-    second ends the drain; a third acts as usual (ends the process)."""
-
-    def __init__(self) -> None:
-        self.signum, self.count = 0, 0
-        for sig in STOP_SIGNALS:
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        self.signum = signum
-        self.count += 1
-        if self.count >= 2:
-            for sig in STOP_SIGNALS:
-                signal.signal(sig, signal.SIG_DFL)
-
-    def __call__(self) -> int:
-        return self.count
 
 
 class Checkpointer:
@@ -109,21 +89,39 @@ class Checkpointer:
             self.journal.close()
 
 
+class _DrainBySignal:
+    """``config.search`` as the search loop reads it when a drain begins: after SIGTERM its
+    ``drain_seconds`` is ``term_drain_seconds``, so that the checkpoint is written before Slurm's
+    SIGKILL (KillWait after SIGTERM); after SIGUSR1 (the early warning) or SIGINT, ``drain_seconds``."""
+
+    def __init__(self, search: SearchConfig, stop: StopFlag):
+        self._search, self._stop = search, stop
+
+    def __getattr__(self, name: str):
+        return getattr(self._search, name)
+
+    @property
+    def drain_seconds(self) -> float:
+        return self._search.term_drain_seconds if self._stop.signum == signal.SIGTERM else self._search.drain_seconds
+
+
 def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prepared: Prepared, space: SearchSpace, trainer_data,
-               started: float, quiet: bool) -> int:
-    """Search until the budget is spent or a signal stops it; returns the exit status."""
+               started: float, quiet: bool, stop: StopFlag) -> int:
+    """Search until the budget is spent or a signal stops it (``stop`` counts the signals since the job
+    started: one that came during start-up stops the search before it sends anything); returns the exit status."""
     _say_data(comm, data)
     state, info = _session_state(config, data, problem, prepared)
     transport = InProcessTransport(trainer_for(trainer_data), 1) if comm.size == 1 else MPIMasterTransport(comm, MASTER)
     budget = config.search.evaluations
     say(f"searching with {len(transport.workers)} worker(s), budget {budget} evaluations; run directory {prepared.run_dir}")
     write_json(os.path.join(prepared.run_dir, DEVICES_NAME), {"session": info.sessions, "workers": prepared.devices or []})
-    save, stop = Checkpointer(prepared, info, started), StopFlag()
+    save = Checkpointer(prepared, info, started)
     progress = Progress(budget, len(state.records), problem.metric_key, higher_is_better=problem.higher_is_better, quiet=quiet,
                         every=prepared.status_seconds, workers=len(transport.workers))
     try:
         save(state)
-        finished = run_search(state, transport, space, config, checkpoint=save, on_result=progress, should_stop=stop,
+        searched = replace(config, search=_DrainBySignal(config.search, stop))
+        finished = run_search(state, transport, space, searched, checkpoint=save, on_result=progress, should_stop=stop,
                               journal=save.open_journal(), say=say, validation=(problem, info.val_y))
         progress.close()
         save(state)

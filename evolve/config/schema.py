@@ -72,7 +72,8 @@ class SearchConfig:
     early_stopping: bool = True  # stop trainings below the median of earlier ones (async mode only)
     early_stopping_warmup: int = 2  # never stop a training before this many epochs
     eval_timeout_seconds: float = 0.0  # stop a training after this many seconds (recorded as "timeout"); 0: no limit
-    drain_seconds: float = 60.0  # after SIGTERM/SIGUSR1/SIGINT, wait this long for running trainings (recorded) before the checkpoint and exit 75; a second signal ends the wait
+    drain_seconds: float = 60.0  # after SIGUSR1 (Slurm's early warning) or SIGINT, wait this long for running trainings (recorded) before the checkpoint and exit 75; a second signal ends the wait
+    term_drain_seconds: float = 20.0  # the same after SIGTERM (preemption, scancel, a time limit without warning): keep it under Slurm's KillWait (default 30 s), after which SIGKILL ends the job
     hang_seconds: float = 120.0  # a worker silent for eval_timeout_seconds plus this long is reported hung and the job ends (exit 69); 0, or no time limit: no hang detection
     prefetch: int = 1  # async mode over MPI: tasks queued on each worker behind the one it trains, started the moment it reports instead of after the master's answer (0: each task goes out when its worker is free)
 
@@ -172,6 +173,7 @@ _BOUNDS = {
     "search.early_stopping_warmup": (1, None),
     "search.eval_timeout_seconds": (0.0, None),
     "search.drain_seconds": (0.0, None),
+    "search.term_drain_seconds": (0.0, None),
     "search.hang_seconds": (0.0, None),
     "search.prefetch": (0, 8),
     "search.brood": (1, 256),
