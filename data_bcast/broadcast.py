@@ -2,7 +2,7 @@
 
 Only the root opens the file. It sends the plan (names, shapes, dtypes: a few hundred bytes) with
 a pickled ``bcast``, then the payload goes in chunks to the node leaders (:mod:`data_bcast.stream`)
-and lands in each node's shared window (:mod:`data_bcast.nodes`). ``mode="replicate"`` (the
+and lands in each node's shared memory (:mod:`data_bcast.nodes`). ``mode="replicate"`` (the
 default) gives every node the whole training split; ``mode="shard"`` gives each node its own part
 of it (:mod:`data_bcast.shard`), with validation and test still whole everywhere.
 
@@ -73,14 +73,26 @@ def broadcast_dataset(comm, path: str | None = None, options: LoadOptions = Load
     node, leaders, root_here = group_by_node(comm, root)
     shard = _plan_shard(comm, node, leaders, plan, root, root_trains) if options.mode == "shard" else None
     layout = plan_layout(shard_specs(plan.specs, shard.rows, SPLIT) if shard else plan.specs)
-    window, buffer, populator = open_buffer(layout, node, shared)
+    memory, error = None, None
+    try:
+        memory, populator = open_buffer(layout, node, shared)
+    except OSError as exc:  # (every rank of a node raises together)
+        error = str(exc)
+    error = first_error(comm, error, root)  # no node may start to stream while another has no memory
+    if error is not None:
+        if memory is not None:
+            populator.join()
+            memory.close()
+        free_comms(node, leaders)
+        raise DataError(error)
+    buffer = memory.buffer
     # Leaders carry the payload; with private copies in replicate mode every rank does. (Sharded
     # private copies go to the leaders, which then hand their node's part to their node's ranks.)
     carriers = carrier_communicator(comm, leaders, root, leaders_carry=bool(shared or shard))
     arrays = array_views(layout, buffer)
     stats = _first_stats(plan, shard)
     comms = (node, leaders) if carriers is leaders else (node, leaders, carriers)
-    result = SharedDataset(plan, arrays, node.rank, node.size, root_here, stats, shard, window, comms)
+    result = SharedDataset(plan, arrays, node.rank, node.size, root_here, stats, shard, memory, comms)
     message_bytes = min(max(1, int(options.chunk_mb * (1 << 20))), message_limit())
 
     t0 = time.perf_counter()
@@ -95,7 +107,7 @@ def broadcast_dataset(comm, path: str | None = None, options: LoadOptions = Load
         raise DataError(error)
     if shard and not shared:
         share_within_node(node, buffer, message_bytes)
-    node.Barrier()  # the window is filled before anyone on the node reads it
+    node.Barrier()  # the copy is filled before anyone on the node reads it
     stats["broadcast_seconds"] = time.perf_counter() - t0
     stats["fingerprint"] = comm.bcast(stats.get("fingerprint"), root=root)
     return result

@@ -27,8 +27,8 @@ def usable_cores(most: int | None = None) -> int:
 
 
 def prefault(buffer: np.ndarray, node) -> None:
-    """Collective on ``node``: every rank writes one byte a page of its share of a fresh shared window
-    (zeros, which it holds already), then all wait. A shared window gets 4 KiB pages (no transparent
+    """Collective on ``node``: every rank writes one byte a page of its share of a fresh shared copy
+    (zeros, which it holds already), then all wait. A shared copy gets 4 KiB pages (no transparent
     huge pages for shmem unless the kernel allows them), and the kernel's work for each first touch
     otherwise falls on the root alone while it reads; this spreads it over the node's cores.
     (Used where :class:`Populator` cannot: kernels before Linux 5.14.)"""

@@ -1,6 +1,6 @@
 """Pure arithmetic for placing named arrays in one flat byte buffer.
 
-The broadcast moves a single contiguous buffer (one MPI-3 shared window per
+The broadcast moves a single contiguous buffer (one shared copy per
 node), so every array of the dataset gets an aligned offset in it. Nothing here
 communicates; it is shared by the reader, the broadcaster and the tests.
 """

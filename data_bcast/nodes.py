@@ -1,10 +1,10 @@
 """The ranks grouped by node, and the memory each node holds the dataset in.
 
-On each node the ranks share one MPI-3 shared-memory window, so a node holds a single host copy
-however many ranks it runs; only the node's leader takes part in the payload's broadcast, and the
-other ranks read the window in place. With ``shared=False`` every rank keeps a private buffer
-instead (the simple scheme, kept for comparison and for MPI libraries without shared windows).
-:class:`SharedDataset` holds the views into that memory and frees it, with the communicators.
+On each node the ranks share one copy in memory (:mod:`data_bcast.memory`), so a node holds a single
+host copy however many ranks it runs; only the node's leader takes part in the payload's broadcast,
+and the other ranks read the copy in place. With ``shared=False`` every rank keeps a private copy
+instead (the simple scheme, kept for comparison). :class:`SharedDataset` holds the views into that
+memory and frees it, with the communicators.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from mpi4py import MPI
 from .h5file import DataPlan
 from .host import Populator, prefault
 from .layout import Layout
+from .memory import NodeMemory, shared_node_memory
 from .shard import Shard
 
 
@@ -24,8 +25,8 @@ from .shard import Shard
 class SharedDataset:
     """The arrays of a dataset on this rank, plus where they live.
 
-    ``arrays`` maps ``"train/x"``, ``"train/y"``, ``"val/x"``, ... to numpy views. With a
-    shared window they stay valid until :meth:`close`, which every rank of the node calls.
+    ``arrays`` maps ``"train/x"``, ``"train/y"``, ``"val/x"``, ... to numpy views into ``memory``,
+    whose descriptor a training process may be handed (:meth:`views_spec` says where each array is).
     In shard mode ``"train/..."`` hold this node's shard (``shard`` says which rows of the split
     they are), while ``plan`` still describes the whole split.
     """
@@ -37,14 +38,21 @@ class SharedDataset:
     root_here: bool  # the root rank is on this node
     stats: dict[str, float] = field(default_factory=dict)
     shard: Shard | None = None  # None: the whole training split (mode "replicate")
-    _window: MPI.Win | None = None
+    memory: NodeMemory | None = None
     _comms: tuple = ()
+
+    def views_spec(self) -> dict[str, dict]:
+        """Where each array lies in ``memory``: name -> offset, dtype and shape (plain values, so that
+        a process handed ``memory.fd`` makes the same views: :func:`views_of`)."""
+        base = self.memory.buffer.__array_interface__["data"][0] if self.memory is not None else 0
+        return {name: {"offset": a.__array_interface__["data"][0] - base, "dtype": a.dtype.str, "shape": list(a.shape)}
+                for name, a in self.arrays.items()}
 
     def close(self) -> None:
         self.arrays = {}
-        if self._window is not None:
-            self._window.Free()
-            self._window = None
+        if self.memory is not None:
+            self.memory.close()
+            self.memory = None
         free_comms(*self._comms)
         self._comms = ()
 
@@ -52,8 +60,8 @@ class SharedDataset:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        # Closing is collective; after an exception the other ranks may never arrive, so leave
-        # the window to the job's abort rather than hang here.
+        # Freeing the communicators is collective; after an exception the other ranks may never
+        # arrive, so leave them to the job's end rather than hang here.
         if exc_type is None:
             self.close()
 
@@ -99,24 +107,30 @@ def _root_first(comm: MPI.Comm, root: int) -> int:
     return 0 if comm.rank == root else comm.rank + 1
 
 
-def open_buffer(layout: Layout, node: MPI.Comm, shared: bool) -> tuple[MPI.Win | None, np.ndarray, Populator]:
-    """Collective on ``node`` if ``shared``: (the window or None, a flat uint8 buffer of
-    ``layout.total_bytes``, the :class:`~data_bcast.host.Populator` mapping its pages meanwhile).
+def open_buffer(layout: Layout, node: MPI.Comm, shared: bool) -> tuple[NodeMemory, Populator]:
+    """Collective on ``node`` if ``shared``: (the :class:`~data_bcast.memory.NodeMemory` of
+    ``layout.total_bytes`` the data lands in, the :class:`~data_bcast.host.Populator` mapping its
+    pages meanwhile).
 
-    A shared window is allocated by the leader and seen by every rank of the node; each rank maps
-    the pages of its share of it. Where the kernel cannot populate in the background, the whole node
-    prefaults the window instead, before any data arrives. A private buffer is this rank's alone."""
+    Shared memory is one copy for the node, which every rank of it maps; each rank maps the pages of
+    its share. Where the kernel cannot populate in the background, the whole node prefaults it
+    instead, before any data arrives. A private copy is this rank's alone."""
     if not shared:
-        buffer = np.empty(layout.total_bytes, dtype=np.uint8)
-        populator = Populator(buffer)
+        memory = NodeMemory.private(layout.total_bytes)
+        populator = Populator(memory.buffer)
         populator.start()
-        return None, buffer, populator
-    window = MPI.Win.Allocate_shared(layout.total_bytes if node.rank == 0 else 0, 1, comm=node)
-    mem, _ = window.Shared_query(0)
-    buffer = np.frombuffer(mem, dtype=np.uint8, count=layout.total_bytes)
+        return memory, populator
+    memory = shared_node_memory(layout.total_bytes, node)
+    buffer = memory.buffer
     share = -(-buffer.size // node.size)  # each rank of the node gets the pages of its share
     populator = Populator(buffer, min(buffer.size, node.rank * share), min(buffer.size, (node.rank + 1) * share))
     if not node.allreduce(int(populator.start() or populator.hi <= populator.lo), op=MPI.MIN):
         populator.join()
         prefault(buffer, node)
-    return window, buffer, populator
+    return memory, populator
+
+
+def views_of(buffer: np.ndarray, spec: dict[str, dict]) -> dict[str, np.ndarray]:
+    """The arrays :meth:`SharedDataset.views_spec` describes, as views into ``buffer`` (a mapping of the same memory)."""
+    return {name: buffer[s["offset"]: s["offset"] + int(np.prod(s["shape"], dtype=np.int64)) * np.dtype(s["dtype"]).itemsize]
+            .view(np.dtype(s["dtype"])).reshape(s["shape"]) for name, s in spec.items()}

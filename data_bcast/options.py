@@ -19,6 +19,6 @@ class LoadOptions:
     split_seed: int = 0  # seeds which rows are held out
     chunk_mb: float = 64  # the stream's chunks, in MiB (a fraction for tests of many small chunks)
     read_threads: int = 0  # the root's reading threads (0: one per core it may run on, at most MAX_READ_THREADS)
-    shared_memory: bool = True  # one host copy per node (an MPI-3 shared window), or one per rank
+    shared_memory: bool = True  # one host copy per node (see data_bcast.memory), or one per rank
     allow_external: bool = False  # read datasets whose data lives in other files
     mode: str = "replicate"  # "replicate" (every node holds all of train) or "shard" (a part each)

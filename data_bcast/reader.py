@@ -4,7 +4,7 @@
 plan's seeded permutation), or, where the array is stored contiguous and unfiltered in the planned
 dtype, as the file's own bytes on several threads (:meth:`RowReader.read_raw`). Values are cast to
 the planned dtype and checked for NaN/inf either way. ``read_into`` fills preallocated arrays (for
-the broadcast, views into a shared window); ``load_dataset`` reads a whole file in one process.
+the broadcast, views into the node's shared copy); ``load_dataset`` reads a whole file in one process.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Shard mode: each node gets its own part of the training split, dealt by the streaming root.
 
 ``data.mode = "shard"`` is for a training split larger than one node's memory. The unit is the
-node, not the worker: a node keeps one host copy in its shared window whatever the number of its
+node, not the worker: a node keeps one host copy in its shared memory whatever the number of its
 workers, so sharding per node divides the memory a node needs by the number of nodes, and the
 workers of a node share its shard at no extra cost. (Sharding per worker would divide it further,
 but each worker's rows would then need a window of their own, and a node's workers would see

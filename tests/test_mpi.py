@@ -17,6 +17,7 @@ def test_every_rank_gets_the_same_data_and_no_worker_opens_the_file(tmp_path, ra
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["same_data"] and report["worker_opens"] == 0
+    assert report["named_left"] == [] and report["handed_same"] == [True] * ranks  # nothing left in /dev/shm; a training process sees the copy
     # shared: all ranks on this node see the leader's write (one copy); private: only the leader does
     assert report["shared_view"] == [True] * ranks if mode == "shared" else [True] + [False] * (ranks - 1)
 

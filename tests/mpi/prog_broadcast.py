@@ -1,9 +1,14 @@
-"""Under mpiexec: broadcast a dataset and check, on every rank, what each rank got.
+"""Under mpiexec: broadcast a dataset and check, on every rank, what each rank got; that the node's
+copy has no name left in /dev/shm; and that a process handed the copy's descriptor (as a training
+process is) sees the same arrays.
 
 Usage: prog_broadcast.py DATA.h5 shared|private CHUNK_BYTES
 Exit status 0 only if every check held on every rank; rank 0 prints a JSON report.
 """
+import glob
 import json
+import os
+import subprocess
 import sys
 import zlib
 
@@ -34,7 +39,25 @@ checksums = {name: zlib.crc32(a.tobytes()) for name, a in sorted(data.arrays.ite
 node = node_communicator(comm)  # the real node, or a pretend one under EVENS_SIMULATED_NODES
 sees_leader_write = leader_write_is_seen(comm, node, data.arrays["train/x"])
 
-facts = comm.gather({"rank": comm.rank, "checksums": checksums, "opened": opened, "sees": sees_leader_write, "node_rank": data.node_rank}, root=0)
+# The copy is unlinked once every rank of the node holds it: no name of this job is left to clean up.
+leaders = comm.gather(os.getpid() if data.node_rank == 0 else None, root=0)
+named = sorted(glob.glob("/dev/shm/evens-data-*")) if comm.rank == 0 else []
+named = [n for n in named if int(n.split("-")[2]) in (leaders or [])]
+
+# A process handed the descriptor (and nothing else) maps the same pages, read-only.
+child = subprocess.run(
+    [sys.executable, "-c",
+     "import json, sys, zlib\n"
+     "from data_bcast.memory import mapped\n"
+     "from data_bcast.nodes import views_of\n"
+     "fd, size, spec = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])\n"
+     "arrays = views_of(mapped(fd, size).buffer, spec)\n"
+     "print(json.dumps({n: zlib.crc32(a.tobytes()) for n, a in sorted(arrays.items())}))",
+     str(data.memory.fd), str(data.memory.size), json.dumps(data.views_spec())],
+    pass_fds=(data.memory.fd,), capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items() if not k.startswith(("PMI", "PMIX", "HYDRA", "MPI"))})
+handed = json.loads(child.stdout) if child.returncode == 0 else child.stderr
+facts = comm.gather({"rank": comm.rank, "checksums": checksums, "opened": opened, "sees": sees_leader_write, "node_rank": data.node_rank,
+                     "handed": handed == checksums}, root=0)
 ok = True
 if comm.rank == 0:
     _, truth = load_dataset(path)
@@ -45,9 +68,12 @@ if comm.rank == 0:
         "shared_view": [f["sees"] for f in facts],
         "stats": data.stats,
         "leaders": sum(1 for f in facts if f["node_rank"] == 0),
+        "named_left": named,
+        "handed_same": [f["handed"] for f in facts],
     }
     want_shared = mode == "shared"
-    ok = report["same_data"] and report["worker_opens"] == 0 and all(s == want_shared for s in report["shared_view"][1:])
+    ok = (report["same_data"] and report["worker_opens"] == 0 and all(s == want_shared for s in report["shared_view"][1:])
+          and not named and all(report["handed_same"]))
     print(json.dumps(report))
 ok = comm.bcast(ok, root=0)
 data.close()
