@@ -48,7 +48,7 @@ class DataConfig:
     split_seed: int = LoadOptions.split_seed  # seeds which rows of train are held out for val/test
     chunk_mb: int = LoadOptions.chunk_mb  # the broadcast sends the data in chunks of this many MiB
     read_threads: int = LoadOptions.read_threads  # threads rank 0 reads the file with (0: one per core it may run on, at most 8); they speed arrays stored contiguous and uncompressed
-    shared_memory: bool = LoadOptions.shared_memory  # one host copy per node (MPI-3 shared window)
+    shared_memory: bool = LoadOptions.shared_memory  # one host copy per node (a /dev/shm file the node's ranks map, unlinked at once)
     allow_external: bool = LoadOptions.allow_external  # read datasets whose data lives in other files (external links, virtual, external storage)
     mode: str = LoadOptions.mode  # "replicate": every node holds all of train; "shard": each node a disjoint 1/nodes of train, for data beyond a node's memory (val/test stay whole; docs/data-format.md)
 
