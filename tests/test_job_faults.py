@@ -1,17 +1,22 @@
 """End to end: a job that is signalled, preempted, killed, loses a rank, runs out of disk or has a worker that
 hangs or dies ends in order, says what happened, and leaves a run that resumes."""
+import fcntl
 import os
 import re
 import signal
 import subprocess
+import sys
 import time
+from types import SimpleNamespace
 
 import h5py
 import pytest
 from cli_fixture import SMALL, checkpoint_evaluations, report, start_job, wait_for_checkpoint
-from conftest import ROOT, evens_cmd, launch, launch_python, mpiexec
+from conftest import ROOT, evens_cmd, launch, launch_python, mpiexec, tiny_search
 
 pytestmark = pytest.mark.e2e
+SLURM = os.path.join(ROOT, "scripts", "slurm")
+STUBS = os.path.join(ROOT, "tests", "slurm_stubs")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1, signal.SIGKILL])
@@ -249,3 +254,129 @@ def test_a_worker_that_stops_answering_is_named_and_the_job_ends(tmp_path, small
     from evolve.runfile import checkpoint
     state, _ = checkpoint.load(os.path.join(out, "checkpoint.h5"))
     assert len(state.records) == 10 and state.by_id()[3].status == "crashed"
+
+
+# --- Slurm: scripts/slurm/evens-job.sh under the stubs of tests/slurm_stubs ------------------------------
+
+# What the batch script reads of a step is its exit status. This stand-in for `evens run` notes that a
+# rank started, and on SIGTERM exits as evens does once its checkpoint is saved (75), or as a rank
+# killed by the signal would (STAND_IN_EXIT=143).
+STAND_IN = """import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(int(os.environ.get("STAND_IN_EXIT", "75"))))
+open(os.path.join(os.environ["STUB_DIR"], f"step.{os.getpid()}"), "w").close()
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def slurm_job(tmp_path, small_config):
+    """Submit scripts/slurm/evens-cpu.sbatch through the stub sbatch, as Slurm would, on 3 local ranks;
+    ``stand_in=True`` runs the stand-in above as the step instead of evens."""
+    stub_dir = tmp_path / "stub"
+    stub_dir.mkdir()
+    evens, stand_in = stub_dir / "evens", stub_dir / "stand-in"
+    (stub_dir / "stand_in.py").write_text(STAND_IN)
+    evens.write_text(f'#!/bin/bash\nexec "{sys.executable}" -m evolve "$@"\n')
+    stand_in.write_text(f'#!/bin/bash\nexec "{sys.executable}" "{stub_dir / "stand_in.py"}" "$@"\n')
+    for path in (evens, stand_in):
+        path.chmod(0o755)
+    env = dict(os.environ, PATH=f"{STUBS}{os.pathsep}{os.path.dirname(mpiexec())}{os.pathsep}{os.environ['PATH']}",
+               STUB_DIR=str(stub_dir), PYTHONPATH=ROOT, SLURM_JOB_ID="4242", SLURM_JOB_NUM_NODES="1", SLURM_SUBMIT_DIR=ROOT,
+               EVENS_TASKS_PER_NODE="3", EVENS_THREADS="1", EVENS_RESTART_DELAY="0", OMP_NUM_THREADS="1")
+    run_dir = str(tmp_path / "run")
+
+    def start(*extra, stand_in_step=False, **more_env):
+        for name in os.listdir(stub_dir):  # a new job: not yet cancelled, no step started
+            if name.startswith("step.") or name == "job_state":
+                os.remove(stub_dir / name)
+        args = ["sbatch", "--nodes=1", os.path.join(SLURM, "evens-cpu.sbatch"), small_config, run_dir, *tiny_search(), *extra]
+        return subprocess.Popen(args, env=dict(env, EVENS=str(stand_in if stand_in_step else evens), **more_env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+
+    def wait_for_step(proc, ranks=3, seconds=60):
+        deadline = time.monotonic() + seconds
+        while len([n for n in os.listdir(stub_dir) if n.startswith("step.")]) < ranks:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the step never started"
+            time.sleep(0.05)
+
+    def finish(proc, timeout=120):
+        try:
+            _, err = proc.communicate(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+        return proc.returncode, err
+
+    def calls():
+        log = stub_dir / "calls.log"
+        return log.read_text().splitlines() if log.exists() else []
+
+    def scancel():
+        subprocess.run(["scancel", "4242"], env=env, check=True, timeout=10)
+
+    return SimpleNamespace(start=start, wait_for_step=wait_for_step, finish=finish, calls=calls, scancel=scancel, env=env,
+                           stub_dir=stub_dir, run_dir=run_dir)
+
+
+def _requeues(calls):
+    return [c for c in calls if c.startswith("scontrol requeue")]
+
+
+@pytest.mark.parametrize("cancel_shows, accounting", [("CANCELLED", None), ("COMPLETING", "CANCELLED by 1000")])
+def test_scancel_is_not_requeued_but_a_preemption_is(slurm_job, cancel_shows, accounting):
+    """scancel and a preemption both send SIGTERM, and the search exits 75 either way; evens-job.sh asks
+    Slurm what happened. While Slurm kills a job, scontrol shows JobState=COMPLETING (the flag hides the
+    state), and accounting (sacct) has it."""
+    job = slurm_job
+    if accounting:
+        (job.stub_dir / "sacct_state").write_text(accounting + "\n")
+    proc = job.start(stand_in_step=True, STUB_CANCELLED_SHOWS=cancel_shows)
+    job.wait_for_step(proc)
+    job.scancel()
+    code, err = job.finish(proc)
+    assert code == 75 and "job 4242 was cancelled, so it is not requeued; submit it again to resume" in err, err
+    assert not _requeues(job.calls()) and "scontrol show job 4242" in job.calls()
+
+    if accounting:
+        (job.stub_dir / "sacct_state").write_text("PREEMPTED\n")
+    proc = job.start(stand_in_step=True)
+    job.wait_for_step(proc)
+    (job.stub_dir / "job_state").write_text(cancel_shows.replace("CANCELLED", "PREEMPTED") + "\n")
+    os.killpg(proc.pid, signal.SIGTERM)  # a preemption: SIGTERM to every process of the job
+    code, err = job.finish(proc)
+    assert code == 0 and "job 4242 requeued (it was PREEMPTED)" in err, err
+    assert _requeues(job.calls()) == ["scontrol requeue 4242"]
+
+
+def test_a_job_being_cancelled_starts_no_new_step(slurm_job):
+    """A step killed by scancel's SIGTERM (exit 143) is not restarted: the job is ending, and each new
+    step would fail at once and spend a restart (EVENS_RESTARTS) until nothing is left."""
+    job = slurm_job
+    proc = job.start(stand_in_step=True, STAND_IN_EXIT="143")
+    job.wait_for_step(proc)
+    job.scancel()
+    code, err = job.finish(proc)
+    assert code == 143 and "the job is ending, not restarting" in err, err
+    assert len([c for c in job.calls() if c.startswith("srun ")]) == 1
+
+
+@pytest.mark.timing
+def test_a_requeued_job_waits_for_the_old_step_to_let_the_run_go(slurm_job):
+    """The old step still drains and holds the run's lock when the requeued job starts: the new job
+    waits (bounded by EVENS_LOCK_WAIT) instead of exiting 2 for good, then runs. Wall-clock timing: the
+    lock is held for 4 s, well inside the 60 s wait."""
+    job = slurm_job
+    os.makedirs(job.run_dir)
+    fd = os.open(os.path.join(job.run_dir, ".evens-lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, f"host=old-node pid={os.getpid()} slurm_job=4242\n".encode())
+        proc = job.start("--set", "search.evaluations=2", EVENS_LOCK_WAIT="60")
+        time.sleep(4)
+    finally:
+        os.close(fd)  # the old step ends: its lock goes
+    code, err = job.finish(proc, timeout=180)
+    assert code == 0 and "held by an earlier step (host=old-node" in err and "the search is complete" in err, err
+    assert "another job is using this run" not in err

@@ -12,10 +12,15 @@
 #   EVENS_THREADS           (cpu) torch threads per worker (default: SLURM_CPUS_PER_TASK)
 #   EVENS_RESTARTS          restarts inside one allocation after a step dies (default 3)
 #   EVENS_RESTART_DELAY     seconds before a restart (default 10)
+#   EVENS_LOCK_WAIT         seconds to wait for an earlier step that still holds the run (default 120)
+#
+# A step stopped by a signal (exit 75, checkpoint saved) is requeued unless the job was cancelled
+# (scancel): Slurm's state of the job decides. After SIGTERM (cancel, preemption, time limit) no
+# step is started again.
 #
 # Exit: 0 when the search is complete or the job was requeued; 2 when evens refused its input;
-# 75 when a checkpoint was saved but the job could not be requeued (resubmit to resume); else the
-# failing step's status after the last restart.
+# 75 when a checkpoint was saved but the job was cancelled or could not be requeued (resubmit to
+# resume); else the failing step's status after the last restart.
 set -uo pipefail
 CONFIG=${1:?usage: evens-job.sh CONFIG RUN_DIR [evens run arguments]}
 RUN_DIR=${2:?usage: evens-job.sh CONFIG RUN_DIR [evens run arguments]}
@@ -26,6 +31,7 @@ DEVICE=${EVENS_DEVICE:-cuda}
 NODES=${SLURM_JOB_NUM_NODES:-1}
 PER_NODE=${EVENS_TASKS_PER_NODE:?set EVENS_TASKS_PER_NODE (the .sbatch files do)}
 RESTARTS=${EVENS_RESTARTS:-3}
+LOCK_WAIT=${EVENS_LOCK_WAIT:-120}
 TASKS=$(( NODES * PER_NODE ))  # rank 0, the master, takes one slot of the first node
 RESUMABLE=75                   # evens: stopped by a signal, checkpoint saved
 
@@ -39,15 +45,44 @@ else
 fi
 
 step_pid=0
+ending=0
 warned() {  # Slurm's early warning (--signal=B:USR1@...) reaches this shell only: pass it to every rank
     echo "evens-job.sh: SIGUSR1: asking the search to save its checkpoint and stop" >&2
     [ "$step_pid" -gt 0 ] && kill -s USR1 "$step_pid" 2>/dev/null
 }
-terminated() {  # Slurm signals every rank itself at the time limit or preemption; stay to requeue
+terminated() {  # Slurm signals every rank itself (cancel, preemption, time limit); stay to decide on a requeue
     echo "evens-job.sh: SIGTERM: the search is saving its checkpoint" >&2
+    ending=1
 }
 trap warned USR1
 trap terminated TERM
+
+job_state() {  # Slurm's state of this job: RUNNING, CANCELLED, PREEMPTED, TIMEOUT, PENDING, ... (empty: unknown)
+    local state
+    state=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -n 1)
+    state=${state#JobState=}
+    if [ "$state" = COMPLETING ]; then  # scontrol names this flag while Slurm kills the job; accounting has the state
+        state=$(sacct -X -n -P -o State -j "$SLURM_JOB_ID" 2>/dev/null | head -n 1)
+        state=${state%% *}  # "CANCELLED by 1000"
+    fi
+    echo "$state"
+}
+
+wait_for_run_lock() {  # a requeued job may start while the old step still drains and holds the run
+    local lock="$RUN_DIR/.evens-lock" waited=0
+    [ -f "$lock" ] || return 0
+    while [ "$ending" -eq 0 ]; do
+        flock -n -E 99 "$lock" true 2>/dev/null
+        [ $? -eq 99 ] || return 0  # free (where flock is not supported, evens judges the lock itself)
+        if [ "$waited" -ge "$LOCK_WAIT" ]; then
+            echo "evens-job.sh: $RUN_DIR is still held after $LOCK_WAIT s; starting anyway" >&2
+            return 0
+        fi
+        [ "$waited" -eq 0 ] && echo "evens-job.sh: $RUN_DIR is held by an earlier step ($(tr -s '\n' ' ' < "$lock")); waiting up to $LOCK_WAIT s for it to end" >&2
+        sleep 2
+        waited=$(( waited + 2 ))
+    done
+}
 
 attempt=0
 while :; do
@@ -56,6 +91,7 @@ while :; do
     else
         args=(run "$CONFIG" --out "$RUN_DIR" "$@")
     fi
+    wait_for_run_lock
     echo "evens-job.sh: job ${SLURM_JOB_ID:-?}, attempt $attempt: srun -n $TASKS $EVENS ${args[*]}" >&2
     srun --ntasks="$TASKS" --ntasks-per-node="$PER_NODE" --kill-on-bad-exit=1 \
         "$EVENS" "${args[@]}" "${device_args[@]}" &
@@ -70,16 +106,32 @@ while :; do
             echo "evens-job.sh: the search is complete: $RUN_DIR" >&2
             exit 0 ;;
         "$RESUMABLE")
-            if [ -n "${SLURM_JOB_ID:-}" ] && scontrol requeue "$SLURM_JOB_ID"; then
-                echo "evens-job.sh: checkpoint saved; job $SLURM_JOB_ID requeued, and it will resume" >&2
-                exit 0
-            fi
-            echo "evens-job.sh: checkpoint saved, but the job could not be requeued; submit it again to resume" >&2
+            [ -n "${SLURM_JOB_ID:-}" ] || { echo "evens-job.sh: checkpoint saved; not a Slurm job: run it again to resume" >&2; exit "$RESUMABLE"; }
+            state=$(job_state)
+            case "$state" in
+                RUNNING|PREEMPTED|TIMEOUT)  # the early warning, a preemption, the time limit
+                    if scontrol requeue "$SLURM_JOB_ID"; then
+                        echo "evens-job.sh: checkpoint saved; job $SLURM_JOB_ID requeued (it was $state), and it will resume" >&2
+                        exit 0
+                    fi
+                    echo "evens-job.sh: checkpoint saved, but the job could not be requeued; submit it again to resume" >&2 ;;
+                PENDING|REQUEUED|REQUEUE_FED|REQUEUE_HOLD)
+                    echo "evens-job.sh: checkpoint saved; Slurm has requeued job $SLURM_JOB_ID ($state), and it will resume" >&2
+                    exit 0 ;;
+                CANCELLED)  # scancel: what the user asked for
+                    echo "evens-job.sh: checkpoint saved; job $SLURM_JOB_ID was cancelled, so it is not requeued; submit it again to resume" >&2 ;;
+                *)
+                    echo "evens-job.sh: checkpoint saved; Slurm shows job $SLURM_JOB_ID as '$state' (scontrol, sacct), so it is not requeued; submit it again to resume" >&2 ;;
+            esac
             exit "$RESUMABLE" ;;
         2)
             echo "evens-job.sh: evens refused its input (exit 2; the message is above); not restarting" >&2
             exit 2 ;;
     esac
+    if [ "$ending" -eq 1 ]; then  # Slurm is ending the job: a new step would fail, or be killed
+        echo "evens-job.sh: the step ended with exit $rc after SIGTERM; the job is ending, not restarting" >&2
+        exit "$rc"
+    fi
     attempt=$(( attempt + 1 ))
     if [ "$attempt" -gt "$RESTARTS" ]; then
         echo "evens-job.sh: the step failed $attempt times (last exit $rc); giving up" >&2
