@@ -6,9 +6,10 @@ numbers, strings and JSON, so loading it executes no code (no pickle, no
 ``torch.load``)::
 
     /ensemble            attrs: format, format_version, problem (JSON), sample_shape (JSON),
-                                x_dtype, capacity, selection (JSON, or "" before the first)
-    /ensemble/labels     val, test: the splits' labels or targets, to score members and ensembles
-    /ensemble/members/<id>   attrs: fitness, network (JSON), training (JSON), checksums (JSON)
+                                x_dtype, capacity, selection (JSON, or "" before the first),
+                                members (JSON: the ids of the members, best first), crc32
+    /ensemble/labels     val, test: the splits' labels or targets, to score members and ensembles (attr crc32)
+    /ensemble/members/<id>   attrs: fitness, network (JSON), training (JSON), checksums (JSON), crc32
         val_pred, test_pred  float32 (N, outputs): the member's predictions
         weights/<name>       its trained state dict, one dataset per tensor, under its own name
 
@@ -18,8 +19,14 @@ and bytes, checked as they are read. It catches what Fletcher-32 cannot: damage 
 metadata that makes HDF5 miss a chunk (read as zeros, with no error) or read the bytes as another
 dtype or shape (found by fuzzing the run file: scripts/tools/fuzz_run_file.py).
 
+Attributes have no Fletcher-32, so each group carries a *seal* (:func:`seal`): the attribute ``crc32``,
+a CRC-32 over its other attributes and the datasets below it (names, dtypes, shapes, bytes), checked
+before anything in it is used. Checksums catch damage, not a crafted file: the checks of what the
+parts hold (:func:`check_consistent`) still stand behind them.
+
 Member groups are written once and never change, so a checkpoint can add and
-drop them without rewriting the rest.
+drop them without rewriting the rest. A damaged member is named; a run can leave it out
+(``read_ensemble(..., dropped=[])``) where prediction refuses the file.
 """
 from __future__ import annotations
 
@@ -36,10 +43,15 @@ from .problem import Problem, problem_from_dict
 from .select import METHODS, Selection
 
 FORMAT = "evens-ensemble"
-FORMAT_VERSION = 4  # the one format this evens reads; any change to the group bumps it (4: the problem names its metric)
+FORMAT_VERSION = 5  # the one format this evens reads; any change to the group bumps it (5: seals over the attributes)
 GROUP = "ensemble"
 RUN_FILE_NAME = "checkpoint.h5"  # the run file in a run directory, which holds GROUP
 X_DTYPES = ("float32", "uint8")  # what the data reader produces, and so what networks were trained on
+SEAL = "crc32"  # the attribute that seals a group (see seal)
+HEADER_OWN = ("labels", "members")  # what the ensemble group's seal leaves to their own seals
+MEMBER_OWN = ("val_pred", "test_pred", "weights")  # what a member's seal leaves to its ``checksums`` attribute
+# What reading a damaged part of a file raises (h5py: OSError for a failed filter, RuntimeError for some headers)
+DAMAGE = (KeyError, ValueError, TypeError, AttributeError, OSError, RuntimeError)
 
 
 class EnsembleError(ValueError):
@@ -65,15 +77,16 @@ def write_ensemble(group: h5py.Group, stored: StoredEnsemble) -> None:
     Refuses a hall of fame read without its weights: writing it would lose them.
     """
     _refuse_unloaded(list(stored.hall_of_fame))
-    write_header(group, stored)
     labels = group.create_group("labels")
     checksummed(labels, "val", stored.val_y)
     checksummed(labels, "test", stored.test_y)
+    seal(labels)
     add_members(group.create_group("members"), list(stored.hall_of_fame))
+    write_header(group, stored)
 
 
 def write_header(group: h5py.Group, stored: StoredEnsemble) -> None:
-    """The group's attributes (everything but the labels and the members); those there are replaced."""
+    """The group's attributes (everything but the labels and the members), sealed; those there are replaced."""
     group.attrs.update(
         format=FORMAT,
         format_version=FORMAT_VERSION,
@@ -82,7 +95,9 @@ def write_header(group: h5py.Group, stored: StoredEnsemble) -> None:
         x_dtype=stored.x_dtype,
         capacity=stored.hall_of_fame.capacity,
         selection=json.dumps(stored.selection.to_dict()) if stored.selection else "",
+        members=json.dumps(stored.hall_of_fame.ids),
     )
+    seal(group, HEADER_OWN)
 
 
 def add_members(members: h5py.Group, added: list[Member]) -> None:
@@ -98,6 +113,7 @@ def add_members(members: h5py.Group, added: list[Member]) -> None:
         w = g.create_group("weights")
         for name, array in m.weights.items():
             checksummed(w, name, array)
+        seal(g, MEMBER_OWN)
 
 
 def member_checksums(val_pred: np.ndarray, test_pred: np.ndarray, weights: dict[str, np.ndarray]) -> list[int]:
@@ -128,52 +144,159 @@ def checksummed(group: h5py.Group, name: str, array) -> None:
     group.create_dataset(name, data=array, fletcher32=array.size > 0 and array.ndim > 0)
 
 
-def read_ensemble(group: h5py.Group, weights_of: str | list[int] = "all") -> StoredEnsemble:
+def _value_bytes(value) -> bytes:
+    """An attribute's or dataset's value as bytes that differ whenever the value, its type or its shape does."""
+    if isinstance(value, str):
+        return b"s" + value.encode("utf-8", "surrogateescape")
+    if isinstance(value, bytes):
+        return b"b" + value
+    a = np.asarray(value)
+    if a.dtype.kind == "O":  # strings of variable length, element by element
+        return b"o" + repr(a.shape).encode() + b"".join(_framed(_value_bytes(v)) for v in a.ravel().tolist())
+    return f"{a.dtype.str}{a.shape}".encode() + b"\0" + np.ascontiguousarray(a).tobytes()
+
+
+def _framed(data: bytes) -> bytes:
+    return len(data).to_bytes(8, "little") + data
+
+
+def _datasets(group: h5py.Group, own: tuple[str, ...], prefix: str = ""):
+    """(relative name, dataset) of every dataset below ``group``, in name order, except under the names ``own``."""
+    for key in sorted(group):
+        if key in own:
+            continue
+        item = group[key]
+        if isinstance(item, h5py.Group):
+            yield from _datasets(item, (), f"{prefix}{key}/")
+        else:
+            yield f"{prefix}{key}", item
+
+
+def _seal_crc(obj, own: tuple[str, ...], arrays: dict | None) -> int:
+    """CRC-32 over ``obj``'s attributes but its seal, then each dataset below it (see :func:`seal`): its
+    attributes, dtype, shape and bytes (taken from ``arrays`` where given there, already read)."""
+    crc = 0
+    parts = [("", obj)] if isinstance(obj, h5py.Dataset) else [("", None)] + list(_datasets(obj, own))
+    for name, dataset in parts:
+        holder = obj if dataset is None else dataset
+        for key in sorted(holder.attrs):
+            if not (key == SEAL and holder is obj):
+                crc = zlib.crc32(_framed(f"{name}@{key}".encode()) + _framed(_value_bytes(holder.attrs[key])), crc)
+        if dataset is not None:
+            value = (arrays or {}).get(name)
+            crc = zlib.crc32(_framed(name.encode()) + _framed(_value_bytes(dataset[()] if value is None else value)), crc)
+    return crc
+
+
+def seal(obj, own: tuple[str, ...] = (), arrays: dict | None = None) -> None:
+    """Seal a group or dataset as it is now: its attribute ``crc32`` covers its other attributes and every
+    dataset below it but those under the subgroups ``own`` (which carry their own seals or checksums).
+    ``arrays``: datasets' contents by relative name, when the caller holds them (not read back)."""
+    obj.attrs[SEAL] = _seal_crc(obj, own, arrays)
+
+
+def seal_holds(obj, own: tuple[str, ...] = (), arrays: dict | None = None) -> bool:
+    """Does ``obj`` still match its seal? (False without one.)"""
+    stored = obj.attrs.get(SEAL)
+    return stored is not None and int(stored) == _seal_crc(obj, own, arrays)
+
+
+def check_seal(obj, what: str, own: tuple[str, ...] = (), arrays: dict | None = None) -> None:
+    """``ValueError`` naming ``what`` unless ``obj`` matches its seal."""
+    if not seal_holds(obj, own, arrays):
+        raise ValueError(f"the checksum over {what} does not match (changed or damaged)")
+
+
+def read_ensemble(group: h5py.Group, weights_of: str | list[int] = "all", dropped: list[str] | None = None) -> StoredEnsemble:
     """Read an ensemble group; ``weights_of`` is "all", "none" or the member ids whose weights to load.
 
-    Raises ``ValueError``, ``KeyError`` or ``OSError`` for a group that is not one or is damaged.
+    A damaged member (its attributes, predictions or weights) is an error naming it; with ``dropped`` (a
+    list), it is left out of the hall of fame instead and a line saying why is appended there (with the
+    stored selection, if that held it). Raises ``ValueError``, ``KeyError`` or ``OSError`` for a group
+    that is not one or is damaged elsewhere.
     """
     if group.attrs.get("format") != FORMAT:
         raise ValueError(f"{group.name} is not an evens ensemble")
     version = int(group.attrs["format_version"])
     if version != FORMAT_VERSION:
-        raise ValueError(f"ensemble format {version} is not the format this evens reads ({FORMAT_VERSION})")
+        raise ValueError(f"ensemble format {version}, from another evens; this evens reads format {FORMAT_VERSION} only")
+    check_seal(group, f"the attributes of {group.name}", HEADER_OWN)
     problem = problem_from_dict(json.loads(group.attrs["problem"]))
+    labels = {split: group["labels"][split][...] for split in ("val", "test")}
+    check_seal(group["labels"], f"{group.name}/labels", arrays=labels)
     wanted = None if weights_of == "all" else set() if weights_of == "none" else set(weights_of)
-    members = []
-    for key, g in group["members"].items():
-        ident = int(key)
-        weights = None
-        if wanted is None or ident in wanted:
-            weights = {name: d[...] for name, d in g["weights"].items()}
-        val, test = g["val_pred"][...], g["test_pred"][...]
-        stored_preds, stored_weights = (int(c) for c in json.loads(g.attrs["checksums"]))
-        preds, of_weights = member_checksums(val, test, weights or {})
-        if preds != stored_preds:
-            raise ValueError(f"member {ident}: its predictions do not match their checksum")
-        if weights and of_weights != stored_weights:  # (none at all: refused later, as "no stored weights")
-            raise ValueError(f"member {ident}: its weights do not match their checksum")
-        members.append(
-            Member(id=ident, fitness=float(g.attrs["fitness"]), network=dict(json.loads(g.attrs["network"])),
-                   training=dict(json.loads(g.attrs["training"])), val_pred=val, test_pred=test, weights=weights)
-        )
+    members = _read_members(group["members"], [int(i) for i in json.loads(group.attrs["members"])], wanted, dropped,
+                            (problem.outputs, len(labels["val"]), len(labels["test"])))
     selection = group.attrs["selection"]
+    selection = Selection.from_dict(json.loads(selection)) if selection else None
+    if selection is not None and dropped and set(selection.path) - {m.id for m in members}:
+        dropped.append("the chosen ensemble held it, so it is chosen again (by `evens select`, or the run's next checkpoint)")
+        selection = None
     stored = StoredEnsemble(
         problem=problem,
         sample_shape=tuple(int(s) for s in json.loads(group.attrs["sample_shape"])),
         x_dtype=str(group.attrs["x_dtype"]),
-        val_y=group["labels"]["val"][...],
-        test_y=group["labels"]["test"][...],
+        val_y=labels["val"],
+        test_y=labels["test"],
         hall_of_fame=HallOfFame(int(group.attrs["capacity"]), members),
-        selection=Selection.from_dict(json.loads(selection)) if selection else None,
+        selection=selection,
     )
     check_consistent(stored)
     return stored
 
 
+def _read_members(group: h5py.Group, listed: list[int], wanted: set | None, dropped: list[str] | None, shape: tuple) -> list[Member]:
+    """The members ``listed`` in the header, read from ``group`` (``/ensemble/members``); each damaged one
+    (or one there but not listed) raises, or with ``dropped`` is left out and named there."""
+    members = []
+    unlisted = sorted(set(group) - {str(i) for i in listed})
+    for ident in listed + unlisted:
+        try:
+            if str(ident) in unlisted:
+                raise ValueError("it is in the file, but not among the members the ensemble lists")
+            members.append(_read_member(group, ident, wanted is None or ident in wanted, shape))
+        except DAMAGE as exc:
+            why = str(exc) if type(exc) is ValueError else f"{type(exc).__name__}: {exc}"
+            if dropped is None:
+                raise ValueError(f"member {ident}: {why}; `evens select` on the run leaves it out and chooses again") from None
+            dropped.append(f"member {ident} is damaged ({why})")
+    return members
+
+
+def _read_member(group: h5py.Group, ident: int, with_weights: bool, shape: tuple) -> Member:
+    """Member ``ident`` of ``group``, checked against its seal and checksums; ``ValueError`` saying what is damaged."""
+    if str(ident) not in group:
+        raise ValueError("it is missing from the file")
+    g = group[str(ident)]
+    val, test = g["val_pred"][...], g["test_pred"][...]
+    check_seal(g, "its attributes", MEMBER_OWN)
+    weights = None
+    if with_weights:
+        try:
+            weights = {name: d[...] for name, d in g["weights"].items()}
+        except (OSError, RuntimeError, KeyError) as exc:
+            raise ValueError(f"its weights cannot be read ({type(exc).__name__}: {exc})") from None
+    stored_preds, stored_weights = (int(c) for c in json.loads(g.attrs["checksums"]))
+    preds, of_weights = member_checksums(val, test, weights or {})
+    if preds != stored_preds:
+        raise ValueError("its predictions do not match their checksum")
+    if weights and of_weights != stored_weights:  # (none at all: refused later, as "no stored weights")
+        raise ValueError("its weights do not match their checksum")
+    outputs, n_val, n_test = shape
+    for split, pred, n in (("val", val, n_val), ("test", test, n_test)):
+        if pred.shape != (n, outputs):
+            raise ValueError(f"{split}_pred has shape {pred.shape}, expected {(n, outputs)}")
+    for name, w in (weights or {}).items():
+        if w.dtype.kind not in "biuf":
+            raise ValueError(f"weight {name!r} holds {w.dtype}, not numbers")
+    return Member(id=ident, fitness=float(g.attrs["fitness"]), network=dict(json.loads(g.attrs["network"])),
+                  training=dict(json.loads(g.attrs["training"])), val_pred=val, test_pred=test, weights=weights)
+
+
 def check_consistent(stored: StoredEnsemble) -> None:
     """Raise ``ValueError`` unless the parts of a stored ensemble fit together (a hand-edited or
-    damaged file is refused here, in one line, rather than failing somewhere later)."""
+    damaged file is refused here, in one line, rather than failing somewhere later; each member's own
+    parts are checked as it is read)."""
     if stored.x_dtype not in X_DTYPES:
         raise ValueError(f"x_dtype {stored.x_dtype!r} is not one of {', '.join(X_DTYPES)}")
     if not stored.sample_shape or min(stored.sample_shape) < 1:
@@ -186,13 +309,6 @@ def check_consistent(stored: StoredEnsemble) -> None:
             raise ValueError(f"labels/{split} are not class indices below {problem.num_classes}")
         if problem.kind == "regression" and not np.isfinite(y).all():
             raise ValueError(f"labels/{split} hold NaN or infinite targets")
-    for m in stored.hall_of_fame:
-        for split, pred, y in (("val", m.val_pred, stored.val_y), ("test", m.test_pred, stored.test_y)):
-            if pred.shape != (len(y), problem.outputs):
-                raise ValueError(f"member {m.id}: {split}_pred has shape {pred.shape}, expected {(len(y), problem.outputs)}")
-        for name, w in (m.weights or {}).items():
-            if w.dtype.kind not in "biuf":
-                raise ValueError(f"member {m.id}: weight {name!r} holds {w.dtype}, not numbers")
     sel = stored.selection
     if sel is not None:
         if sel.method not in METHODS or not 1 <= sel.picks <= len(sel.path) or not (len(sel.curve_val) == len(sel.curve_test) == len(sel.path)):

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 from checkpoint_fixture import STEPS, full_state, growing_saves, info, record_keys
-from conftest import MPI_PROGRAMS, ROOT
+from conftest import MPI_PROGRAMS, ROOT, seals_again
 
 from evolve.runfile import checkpoint, segments
 from evolve.runfile.checkpoint import segments_folder
@@ -197,6 +197,7 @@ def _relist(f, crcs):
 
     del f["segments/crc32"]
     f["segments"].create_dataset("crc32", data=np.asarray(crcs, dtype=np.uint32), fletcher32=True)
+    seals_again(f)
 
 
 MESSAGES = ["", "diverged at epoch 3", "CUDA out of memory: 1.5 GiB (Größe) \u2013 \u6f22\u5b57", "x" * 5000, "\n"]
@@ -233,7 +234,7 @@ def test_messages_of_any_length_and_script_survive_a_save_a_merge_and_a_load(tmp
     assert len(checkpoint._listed(out)[0]) == 1
 
 
-@pytest.mark.parametrize("version", [10, 12])
+@pytest.mark.parametrize("version", [checkpoint.FORMAT_VERSION - 1, checkpoint.FORMAT_VERSION + 1])
 def test_a_run_file_of_another_format_is_refused_in_one_line_naming_it(tmp_path, version):
     from evolve.errors import RunDirError
 
@@ -241,6 +242,7 @@ def test_a_run_file_of_another_format_is_refused_in_one_line_naming_it(tmp_path,
     list(growing_saves(path))
     with h5py.File(path, "r+") as f:
         f.attrs["format_version"] = version
+        seals_again(f)  # (a file made so, not damaged: see test_runfile_integrity.py for a damaged version)
     checkpoint._written.clear()
     with pytest.raises(RunDirError, match=f"a run file of format {version}; this evens reads format {checkpoint.FORMAT_VERSION} only"):
         checkpoint.load(path)
@@ -258,6 +260,7 @@ def test_a_run_file_with_another_record_layout_is_refused_by_its_version_not_as_
         schema = json.loads(f.attrs["schema"])
         schema["record"]["gpu_seconds"] = "real"
         f.attrs["schema"] = json.dumps(schema)
+        seals_again(f)
     checkpoint._written.clear()
     with pytest.raises(RunDirError, match=f"a run file of format {checkpoint.FORMAT_VERSION} with another record layout"):
         checkpoint.load(path)
@@ -266,7 +269,7 @@ def test_a_run_file_with_another_record_layout_is_refused_by_its_version_not_as_
 def test_the_format_version_moves_with_the_record_layout():
     """Adding, removing or changing a field of Record or Pending changes the run file: bump
     checkpoint.FORMAT_VERSION, then update the layout pinned here."""
-    assert checkpoint.FORMAT_VERSION == 11
+    assert checkpoint.FORMAT_VERSION == 12
     assert checkpoint.SCHEMA == {
         "record": {"status": "label", "fitness": "real", "metrics": "named", "seconds": "real", "epochs_done": "integer",
                    "message": "text", "curve": "reals", "id": "integer", "genome": "vector", "parents": "pair",
@@ -292,6 +295,7 @@ def test_a_hand_edited_run_file_is_refused_in_one_line_when_loaded_not_later(tmp
     with_messages(path, out)  # three individuals pending
     with h5py.File(out, "r+") as f:
         edit(f)
+        seals_again(f)  # an edit that passes the checksums: the checks behind them refuse it
     checkpoint._written.clear()
     with pytest.raises(RunDirError, match=f"damaged checkpoint.*{says}"):
         checkpoint.load(out)

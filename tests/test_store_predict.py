@@ -143,6 +143,7 @@ def test_hand_edited_members_are_clear_errors(tmp_path):
         load_ensemble(path, device="cpu").predict(arrays["test/x"])
     with h5py.File(path, "a") as f:
         f["ensemble/members/0"].attrs["network"] = '{"family": "mlp", "depth": 1, "width": 4, "colour": "red"}'
+        checksums_again(f["ensemble/members/0"])
     with pytest.raises(EnsembleError, match="member #0: invalid network spec"):
         load_ensemble(path, device="cpu")
 

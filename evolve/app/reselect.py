@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from ensemble.hall_of_fame import HallOfFame
 from ensemble.problem import problem_from_dict
@@ -54,8 +55,12 @@ def reselect(run_dir: str, method: str | None = None, size: int | None = None) -
         return _reselect(run_dir, path, method, size)
 
 
+def _warn(line: str) -> None:
+    print(f"evens: {line}", file=sys.stderr, flush=True)
+
+
 def _reselect(run_dir: str, path: str, method: str | None, size: int | None) -> dict:
-    state, info = checkpoint.load(path)
+    state, info = checkpoint.load(path, say=_warn)  # a damaged member is left out, by name, and the rest chosen from
     changes = [f"ensemble.{k}={v!r}" for k, v in (("method", method), ("size", size)) if v is not None]
     try:
         info.config = info.config.with_overrides(changes)

@@ -5,37 +5,42 @@ Layout::
     /                attrs: format, format_version, evens_version, config (JSON),
                      gene_names (JSON), data (JSON: shapes, problem, sizes), next_id,
                      busy_seconds, capacity_seconds, wall_seconds, sessions,
-                     strategy (JSON: the strategy's population and its own state)
+                     strategy (JSON: the strategy's population and its own state), crc32
     /rng             the master's random.Random state (uint32[625]; attrs version, gauss_next)
     /segments        name, rows, crc32 of the evaluation segments that count, in order
-                     (attr last_id); the segments themselves, one column per field of
+                     (attrs last_id, crc32); the segments themselves, one column per field of
                      :class:`~evolve.search.records.Record`, are files in checkpoint.evaluations/
                      (see :mod:`evolve.runfile.segments`)
     /pending/*       individuals sent out but not finished: one column per field of
-                     :class:`~evolve.search.records.Pending` (see :mod:`evolve.runfile.columns`)
+                     :class:`~evolve.search.records.Pending` (see :mod:`evolve.runfile.columns`); attr crc32
     /ensemble        the hall of fame with weights, the labels, and the chosen ensemble
                      (written by :mod:`ensemble.store`, which documents it)
 
 Only numbers, strings and JSON are stored: loading executes nothing, and every
-segment is checked against its CRC32. There is one format version: a file of
-another is refused. A checkpoint appends the records that finished since the last
-one as a new segment, then writes the state file to a temporary name, syncs it
+segment is checked against its CRC32. Every byte that loading trusts is under a
+checksum: ``crc32`` on ``/``, ``/segments`` and ``/pending`` seals their attributes and
+datasets (``/`` holds ``/rng``; see :func:`ensemble.store.seal`), and the ensemble group
+seals its own. There is one format version: a file of another is refused. A
+checkpoint appends the records that finished since the last one as a new segment, then writes the state file to a temporary name, syncs it
 and renames it over the old one: the rename is the commit, so a crash at any
 moment leaves the previous checkpoint, whole.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 from dataclasses import dataclass
+from typing import Callable
 
 import h5py
 import numpy as np
 
 from ensemble.problem import problem_from_dict
 from ensemble.results import kinds
-from ensemble.store import GROUP, RUN_FILE_NAME, StoredEnsemble, add_members, checksummed, read_ensemble, write_ensemble, write_header
+from ensemble.store import (GROUP, RUN_FILE_NAME, SEAL, StoredEnsemble, add_members, check_seal, checksummed, read_ensemble, seal,
+                            seal_holds, write_ensemble, write_header)
 from evolve.config.schema import Config, config_from_dict
 from evolve.engine.state import SearchState
 from evolve.errors import ConfigError, RunDirError
@@ -48,11 +53,12 @@ from .segments import Segment, append, merged, read_columns, read_segment, remov
 from .tempfiles import exclusive_temp
 
 FORMAT = "evens-checkpoint"
-FORMAT_VERSION = 11  # the one format this evens reads; every change to the run file bumps it (11: [model] and the problem's metric)
+FORMAT_VERSION = 12  # the one format this evens reads; every change to the run file bumps it (12: seals over the attributes)
 # The record layouts this format stores (each field's kind: see evolve.runfile.columns). A new field changes
 # the run file: tests/test_segments.py pins this to FORMAT_VERSION, so the version moves with it.
 SCHEMA = {"record": kinds(Record), "pending": kinds(Pending)}
 CHECKPOINT_NAME = RUN_FILE_NAME
+ROOT_OWN = ("segments", "pending", GROUP)  # what the seal of / leaves to their own seals (so it covers the attributes and /rng)
 
 
 @dataclass
@@ -97,6 +103,8 @@ def _listed(path: str) -> tuple[list[Segment], int]:
     try:
         with h5py.File(path, "r") as f:
             seg = f["segments"]
+            if not seal_holds(seg):
+                return [], -1  # damaged: the next checkpoint writes the log whole
             listed = [Segment(str(n), int(r), int(c)) for n, r, c in zip(seg["name"].asstr()[...], seg["rows"][...], seg["crc32"][...])]
             return listed, int(seg.attrs["last_id"])
     except (OSError, KeyError, ValueError, RuntimeError):
@@ -248,9 +256,12 @@ def _write_state(f: h5py.File, state: SearchState, info: RunInfo, segments: list
     checksummed(seg, "rows", np.asarray([s.rows for s in segments], dtype=np.int64))
     checksummed(seg, "crc32", np.asarray([s.crc32 for s in segments], dtype=np.uint32))
     seg.attrs["last_id"] = last_id
+    seal(seg)
     pending = f.create_group("pending")
     for name, column in table.encode(state.pending, Pending, len(info.gene_names)).items():
         checksummed(pending, name, column)
+    seal(pending)
+    seal(f, ROOT_OWN)
 
 
 def _sync_directory(directory: str) -> None:
@@ -266,32 +277,54 @@ def _sync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def load(path: str, weights: bool = True) -> tuple[SearchState, RunInfo]:
+def load(path: str, weights: bool = True, say: Callable[[str], None] | None = None) -> tuple[SearchState, RunInfo]:
     """Read a checkpoint written by :func:`save`. Raises :class:`RunDirError` if it is not one.
 
     ``weights=False`` leaves the hall of fame's weights on disk (reports and selection need
-    only the predictions).
+    only the predictions). A damaged member leaves the hall of fame, and ``say`` (default: a warning
+    on the "evens" logger) is told which and why, in one line: the run goes on with the rest.
     """
     try:
         f = h5py.File(path, "r")
     except (OSError, FileNotFoundError) as exc:
         raise RunDirError(f"{path}: not a readable checkpoint ({exc})") from None
+    dropped: list[str] = []
     with f:
         try:
-            if f.attrs.get("format") != FORMAT:
-                raise RunDirError(f"{path}: not an evens checkpoint")
-            if "format_version" not in f.attrs:
-                raise RunDirError(f"{path}: not an evens checkpoint (no format version)")
-            version = int(f.attrs["format_version"])
-            if version != FORMAT_VERSION or json.loads(f.attrs.get("schema", "null")) != SCHEMA:
-                written = f"format {version}" if version != FORMAT_VERSION else f"format {version} with another record layout"
-                raise RunDirError(f"{path}: a run file of {written}; this evens reads format {FORMAT_VERSION} only (start a new run)")
-            state, info = _read(f, weights)
+            _check_format(f, path)
+            state, info = _read(f, weights, dropped)
             merge_into(path, state, len(info.gene_names))
             _check_consistent(state, info)
-            return state, info
         except (KeyError, ValueError, TypeError, IndexError, AttributeError, OSError, RuntimeError) as exc:  # (h5py: RuntimeError for some damaged headers)
             raise RunDirError(f"{path}: damaged checkpoint ({type(exc).__name__}: {exc})") from None
+    if dropped:
+        (say or logging.getLogger("evens").warning)(_dropped_line(path, dropped, len(state.hall_of_fame)))
+    return state, info
+
+
+def _dropped_line(path: str, dropped: list[str], kept: int) -> str:
+    """One line saying which members left the hall of fame and why (``dropped``: as read_ensemble notes them)."""
+    members = [d for d in dropped if d.startswith("member ")]
+    notes = "".join(f"; {d}" for d in dropped if not d.startswith("member "))
+    return f"{path}: {'; '.join(members)}: dropped from the hall of fame, which keeps the other {kept} member{'s' * (kept != 1)}{notes}"
+
+
+def _check_format(f: h5py.File, path: str) -> None:
+    """``RunDirError`` unless ``f`` is a run file of this format; ``ValueError`` if its seal fails (checked
+    first where there is one: a damaged version is damage, not another format)."""
+    sealed = SEAL in f.attrs
+    if sealed:
+        check_seal(f, "/ (the run's attributes and /rng)", ROOT_OWN)
+    if f.attrs.get("format") != FORMAT:
+        raise RunDirError(f"{path}: not an evens checkpoint")
+    if "format_version" not in f.attrs:
+        raise RunDirError(f"{path}: not an evens checkpoint (no format version)")
+    version = int(f.attrs["format_version"])
+    if version != FORMAT_VERSION or json.loads(f.attrs.get("schema", "null")) != SCHEMA:
+        written = f"format {version}" if version != FORMAT_VERSION else f"format {version} with another record layout"
+        raise RunDirError(f"{path}: a run file of {written}; this evens reads format {FORMAT_VERSION} only (start a new run)")
+    if not sealed:
+        raise ValueError("/ has lost its checksum")
 
 
 def _check_consistent(state: SearchState, info: RunInfo) -> None:
@@ -319,13 +352,17 @@ def _config(text: str) -> Config:
         raise ValueError(f"its config: {exc}") from None
 
 
-def _read(f: h5py.File, weights: bool) -> tuple[SearchState, RunInfo]:
+def _read(f: h5py.File, weights: bool, dropped: list[str]) -> tuple[SearchState, RunInfo]:
+    """The run in ``f`` (whose format and seal :func:`_check_format` checked); damaged members are left out and
+    named in ``dropped``."""
+    check_seal(f["segments"], "/segments")
+    check_seal(f["pending"], "/pending")
     rng = random.Random()
     gauss = float(f["rng"].attrs["gauss_next"])
     rng.setstate((int(f["rng"].attrs["version"]), tuple(int(v) for v in f["rng"][...]), None if np.isnan(gauss) else gauss))
 
     pending = table.decode(read_columns(f["pending"]), Pending, len(json.loads(f.attrs["gene_names"])))
-    stored = read_ensemble(f[GROUP], "all" if weights else "none")
+    stored = read_ensemble(f[GROUP], "all" if weights else "none", dropped)
     seg = f["segments"]
     folder = segments_folder(f.filename)
     records: list[Record] = []
