@@ -1,6 +1,7 @@
 """End to end: a job that is signalled, preempted, killed, loses a rank, runs out of disk or has a worker that
 hangs or dies ends in order, says what happened, and leaves a run that resumes."""
 import fcntl
+import glob
 import os
 import re
 import signal
@@ -271,26 +272,26 @@ time.sleep(60)
 @pytest.fixture
 def slurm_job(tmp_path, small_config):
     """Submit scripts/slurm/evens-cpu.sbatch through the stub sbatch, as Slurm would, on 3 local ranks;
-    ``stand_in=True`` runs the stand-in above as the step instead of evens."""
+    ``step`` is what the step runs: evens, the stand-in above, or a program that calls MPI_Abort at once."""
     stub_dir = tmp_path / "stub"
     stub_dir.mkdir()
-    evens, stand_in = stub_dir / "evens", stub_dir / "stand-in"
     (stub_dir / "stand_in.py").write_text(STAND_IN)
-    evens.write_text(f'#!/bin/bash\nexec "{sys.executable}" -m evolve "$@"\n')
-    stand_in.write_text(f'#!/bin/bash\nexec "{sys.executable}" "{stub_dir / "stand_in.py"}" "$@"\n')
-    for path in (evens, stand_in):
-        path.chmod(0o755)
+    (stub_dir / "aborting.py").write_text("from mpi4py import MPI\nMPI.COMM_WORLD.Abort(3)\n")
+    steps = {"evens": "-m evolve", "stand-in": f'"{stub_dir / "stand_in.py"}"', "aborting": f'"{stub_dir / "aborting.py"}"'}
+    for name, program in steps.items():
+        (stub_dir / name).write_text(f'#!/bin/bash\nexec "{sys.executable}" {program} "$@"\n')
+        (stub_dir / name).chmod(0o755)
     env = dict(os.environ, PATH=f"{STUBS}{os.pathsep}{os.path.dirname(mpiexec())}{os.pathsep}{os.environ['PATH']}",
                STUB_DIR=str(stub_dir), PYTHONPATH=ROOT, SLURM_JOB_ID="4242", SLURM_JOB_NUM_NODES="1", SLURM_SUBMIT_DIR=ROOT,
                EVENS_TASKS_PER_NODE="3", EVENS_THREADS="1", EVENS_RESTART_DELAY="0", OMP_NUM_THREADS="1")
     run_dir = str(tmp_path / "run")
 
-    def start(*extra, stand_in_step=False, **more_env):
+    def start(*extra, step="evens", **more_env):
         for name in os.listdir(stub_dir):  # a new job: not yet cancelled, no step started
             if name.startswith("step.") or name == "job_state":
                 os.remove(stub_dir / name)
         args = ["sbatch", "--nodes=1", os.path.join(SLURM, "evens-cpu.sbatch"), small_config, run_dir, *tiny_search(), *extra]
-        return subprocess.Popen(args, env=dict(env, EVENS=str(stand_in if stand_in_step else evens), **more_env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        return subprocess.Popen(args, env=dict(env, EVENS=str(stub_dir / step), **more_env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
 
     def wait_for_step(proc, ranks=3, seconds=60):
@@ -332,7 +333,7 @@ def test_scancel_is_not_requeued_but_a_preemption_is(slurm_job, cancel_shows, ac
     job = slurm_job
     if accounting:
         (job.stub_dir / "sacct_state").write_text(accounting + "\n")
-    proc = job.start(stand_in_step=True, STUB_CANCELLED_SHOWS=cancel_shows)
+    proc = job.start(step="stand-in", STUB_CANCELLED_SHOWS=cancel_shows)
     job.wait_for_step(proc)
     job.scancel()
     code, err = job.finish(proc)
@@ -341,7 +342,7 @@ def test_scancel_is_not_requeued_but_a_preemption_is(slurm_job, cancel_shows, ac
 
     if accounting:
         (job.stub_dir / "sacct_state").write_text("PREEMPTED\n")
-    proc = job.start(stand_in_step=True)
+    proc = job.start(step="stand-in")
     job.wait_for_step(proc)
     (job.stub_dir / "job_state").write_text(cancel_shows.replace("CANCELLED", "PREEMPTED") + "\n")
     os.killpg(proc.pid, signal.SIGTERM)  # a preemption: SIGTERM to every process of the job
@@ -354,7 +355,7 @@ def test_a_job_being_cancelled_starts_no_new_step(slurm_job):
     """A step killed by scancel's SIGTERM (exit 143) is not restarted: the job is ending, and each new
     step would fail at once and spend a restart (EVENS_RESTARTS) until nothing is left."""
     job = slurm_job
-    proc = job.start(stand_in_step=True, STAND_IN_EXIT="143")
+    proc = job.start(step="stand-in", STAND_IN_EXIT="143")
     job.wait_for_step(proc)
     job.scancel()
     code, err = job.finish(proc)
@@ -380,3 +381,36 @@ def test_a_requeued_job_waits_for_the_old_step_to_let_the_run_go(slurm_job):
     code, err = job.finish(proc, timeout=180)
     assert code == 0 and "held by an earlier step (host=old-node" in err and "the search is complete" in err, err
     assert "another job is using this run" not in err
+
+
+def _held_files():
+    """Every file that a process we can see has open or mapped."""
+    held = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                held.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            with open(f"/proc/{pid}/maps") as fh:
+                held.update(line.split(None, 5)[-1].strip() for line in fh if "/" in line)
+        except OSError:
+            pass
+    return held
+
+
+def test_mpich_leftovers_of_an_aborted_step_are_removed(slurm_job, tmp_path):
+    """A step that ends in MPI_Abort leaves MPICH's /tmp/hydra_hwloc_xmlfile_* (mpiexec's hydra writes
+    one per node and job). After each step evens-job.sh removes those files of this user that no
+    process has open or mapped (also /dev/shm/mpich_shm_*); a file that a running job holds stays."""
+    job = slurm_job
+    held_file = f"/tmp/hydra_hwloc_xmlfile_evenstest{os.getpid()}"  # as another job of ours, running, holds its own
+    before = set(glob.glob("/tmp/hydra_hwloc_xmlfile_*"))
+    with open(held_file, "w"):
+        proc = job.start(step="aborting", EVENS_RESTARTS="0")
+        code, err = job.finish(proc)
+        try:
+            assert code == 3 and "giving up" in err, err
+            assert os.path.exists(held_file), "a file that a process holds is never removed"
+            left = set(glob.glob("/tmp/hydra_hwloc_xmlfile_*")) - before - {held_file}
+            assert not left - _held_files(), f"the aborted step's files are left: {sorted(left - _held_files())}"
+        finally:
+            os.remove(held_file)

@@ -84,6 +84,17 @@ wait_for_run_lock() {  # a requeued job may start while the old step still drain
     done
 }
 
+clean_mpich_leftovers() {  # what MPICH leaves after MPI_Abort, on this node (docs/cluster.md)
+    local file found held
+    found=$(find /tmp /dev/shm -maxdepth 1 -user "$(id -u)" \( -name 'hydra_hwloc_xmlfile_*' -o -name 'mpich_shm_*' \) 2>/dev/null)
+    [ -n "$found" ] || return 0
+    # listed before the processes are read: a file made meanwhile is not removed, one in use shows as held
+    held=$( { find /proc/[0-9]*/fd -type l -printf '%l\n' 2>/dev/null; cat /proc/[0-9]*/maps 2>/dev/null | awk '{ print $6 }'; } | sort -u)
+    for file in $found; do
+        grep -qxF -- "$file" <<< "$held" || rm -f -- "$file"
+    done
+}
+
 attempt=0
 while :; do
     if [ -f "$RUN_DIR/checkpoint.h5" ]; then
@@ -101,6 +112,7 @@ while :; do
         wait "$step_pid"; rc=$?
     done
     step_pid=0
+    [ "$rc" -eq 0 ] || clean_mpich_leftovers
     case "$rc" in
         0)
             echo "evens-job.sh: the search is complete: $RUN_DIR" >&2
