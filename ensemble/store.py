@@ -87,17 +87,18 @@ def write_ensemble(group: h5py.Group, stored: StoredEnsemble) -> None:
 
 def write_header(group: h5py.Group, stored: StoredEnsemble) -> None:
     """The group's attributes (everything but the labels and the members), sealed; those there are replaced."""
-    group.attrs.update(
-        format=FORMAT,
-        format_version=FORMAT_VERSION,
-        problem=json.dumps(stored.problem.to_dict()),
-        sample_shape=json.dumps(list(stored.sample_shape)),
-        x_dtype=stored.x_dtype,
-        capacity=stored.hall_of_fame.capacity,
-        selection=json.dumps(stored.selection.to_dict()) if stored.selection else "",
-        members=json.dumps(stored.hall_of_fame.ids),
-    )
-    seal(group, HEADER_OWN)
+    attrs = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "problem": json.dumps(stored.problem.to_dict()),
+        "sample_shape": json.dumps(list(stored.sample_shape)),
+        "x_dtype": stored.x_dtype,
+        "capacity": stored.hall_of_fame.capacity,
+        "selection": json.dumps(stored.selection.to_dict()) if stored.selection else "",
+        "members": json.dumps(stored.hall_of_fame.ids),
+    }
+    group.attrs.update(attrs)
+    seal(group, HEADER_OWN, attrs=attrs if set(group.attrs) == set(attrs) | {SEAL} else None)  # (else: read them all)
 
 
 def add_members(members: h5py.Group, added: list[Member]) -> None:
@@ -106,14 +107,15 @@ def add_members(members: h5py.Group, added: list[Member]) -> None:
     for m in added:
         g = members.create_group(str(m.id))
         val, test = np.asarray(m.val_pred, dtype=np.float32), np.asarray(m.test_pred, dtype=np.float32)
-        g.attrs.update(fitness=m.fitness, network=json.dumps(m.network), training=json.dumps(m.training),
-                      checksums=json.dumps(member_checksums(val, test, m.weights)))
+        attrs = {"fitness": float(m.fitness), "network": json.dumps(m.network), "training": json.dumps(m.training),
+                 "checksums": json.dumps(member_checksums(val, test, m.weights))}
+        g.attrs.update(attrs)
         checksummed(g, "val_pred", val)
         checksummed(g, "test_pred", test)
         w = g.create_group("weights")
         for name, array in m.weights.items():
             checksummed(w, name, array)
-        seal(g, MEMBER_OWN)
+        seal(g, MEMBER_OWN, attrs=attrs)
 
 
 def member_checksums(val_pred: np.ndarray, test_pred: np.ndarray, weights: dict[str, np.ndarray]) -> list[int]:
@@ -172,27 +174,31 @@ def _datasets(group: h5py.Group, own: tuple[str, ...], prefix: str = ""):
             yield f"{prefix}{key}", item
 
 
-def _seal_crc(obj, own: tuple[str, ...], arrays: dict | None) -> int:
-    """CRC-32 over ``obj``'s attributes but its seal, then each dataset below it (see :func:`seal`): its
-    attributes, dtype, shape and bytes (taken from ``arrays`` where given there, already read)."""
+def _seal_crc(obj, own: tuple[str, ...], arrays: dict | None, attrs: dict | None = None) -> int:
+    """CRC-32 over ``obj``'s attributes but its seal (``attrs``: their values as just written, not read
+    back), then each dataset below it (see :func:`seal`): its attributes, dtype, shape and bytes (taken
+    from ``arrays`` where given there, already read)."""
     crc = 0
+    if attrs is None:
+        attrs = {key: obj.attrs[key] for key in obj.attrs if key != SEAL}
     parts = [("", obj)] if isinstance(obj, h5py.Dataset) else [("", None)] + list(_datasets(obj, own))
     for name, dataset in parts:
-        holder = obj if dataset is None else dataset
-        for key in sorted(holder.attrs):
-            if not (key == SEAL and holder is obj):
-                crc = zlib.crc32(_framed(f"{name}@{key}".encode()) + _framed(_value_bytes(holder.attrs[key])), crc)
+        values = attrs if dataset is None or dataset is obj else dataset.attrs
+        for key in sorted(values):
+            if key != SEAL:
+                crc = zlib.crc32(_framed(f"{name}@{key}".encode()) + _framed(_value_bytes(values[key])), crc)
         if dataset is not None:
             value = (arrays or {}).get(name)
             crc = zlib.crc32(_framed(name.encode()) + _framed(_value_bytes(dataset[()] if value is None else value)), crc)
     return crc
 
 
-def seal(obj, own: tuple[str, ...] = (), arrays: dict | None = None) -> None:
+def seal(obj, own: tuple[str, ...] = (), arrays: dict | None = None, attrs: dict | None = None) -> None:
     """Seal a group or dataset as it is now: its attribute ``crc32`` covers its other attributes and every
     dataset below it but those under the subgroups ``own`` (which carry their own seals or checksums).
-    ``arrays``: datasets' contents by relative name, when the caller holds them (not read back)."""
-    obj.attrs[SEAL] = _seal_crc(obj, own, arrays)
+    ``arrays``, ``attrs``: datasets' contents by relative name, and all of ``obj``'s attributes, as the
+    caller just wrote them (not read back: reading attributes costs h5py about 50 us each)."""
+    obj.attrs[SEAL] = _seal_crc(obj, own, arrays, attrs)
 
 
 def seal_holds(obj, own: tuple[str, ...] = (), arrays: dict | None = None) -> bool:

@@ -59,7 +59,8 @@ def _ensemble_content(path: str) -> tuple:
 def _attribute_bytes(path: str) -> list[tuple[str, int]]:
     """(object/attribute, file offset) of bytes inside attribute values: each string's UTF-8 bytes as found in
     the file (a few spread over it), and numbers whose 8 bytes occur in the file exactly once."""
-    data = open(path, "rb").read()
+    with open(path, "rb") as fh:
+        data = fh.read()
     found = []
 
     def visit(name, obj):
@@ -80,9 +81,11 @@ def _attribute_bytes(path: str) -> list[tuple[str, int]]:
 def _flipped(path: str, offset: int, out: str) -> str:
     shutil.copytree(os.path.dirname(path), out)
     copy = os.path.join(out, os.path.basename(path))
-    data = bytearray(open(copy, "rb").read())
-    data[offset] ^= 0x01  # a digit stays a digit: the change most likely to pass as a value
-    open(copy, "wb").write(bytes(data))
+    with open(copy, "r+b") as fh:
+        fh.seek(offset)
+        byte = fh.read(1)[0]
+        fh.seek(offset)
+        fh.write(bytes([byte ^ 0x01]))  # a digit stays a digit: the change most likely to pass as a value
     checkpoint._written.clear()
     return copy
 

@@ -31,16 +31,16 @@ import json
 import logging
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import h5py
 import numpy as np
 
+from ensemble import store
 from ensemble.problem import problem_from_dict
 from ensemble.results import kinds
-from ensemble.store import (GROUP, RUN_FILE_NAME, SEAL, StoredEnsemble, add_members, check_seal, checksummed, read_ensemble, seal,
-                            seal_holds, write_ensemble, write_header)
+from ensemble.store import GROUP, RUN_FILE_NAME, StoredEnsemble, add_members, checksummed, read_ensemble, write_ensemble, write_header
 from evolve.config.schema import Config, config_from_dict
 from evolve.engine.state import SearchState
 from evolve.errors import ConfigError, RunDirError
@@ -103,7 +103,7 @@ def _listed(path: str) -> tuple[list[Segment], int]:
     try:
         with h5py.File(path, "r") as f:
             seg = f["segments"]
-            if not seal_holds(seg):
+            if not store.seal_holds(seg):
                 return [], -1  # damaged: the next checkpoint writes the log whole
             listed = [Segment(str(n), int(r), int(c)) for n, r, c in zip(seg["name"].asstr()[...], seg["rows"][...], seg["crc32"][...])]
             return listed, int(seg.attrs["last_id"])
@@ -232,22 +232,23 @@ def _append_records(path: str, folder: str, state: SearchState, n_genes: int) ->
 
 def _write_state(f: h5py.File, state: SearchState, info: RunInfo, segments: list[Segment], last_id: int) -> None:
     """Everything in the state file but the ensemble group."""
-    f.attrs.update(
-        format=FORMAT,
-        format_version=FORMAT_VERSION,
-        evens_version=info.version,
-        config=info.config.to_json(),
-        gene_names=json.dumps(info.gene_names),
-        data=json.dumps(info.data, sort_keys=True),
-        next_id=state.next_id,
-        busy_seconds=state.busy_seconds,
-        capacity_seconds=state.capacity_seconds,
-        wall_seconds=info.wall_seconds,
-        sessions=info.sessions,
-        strategy=json.dumps(state.strategy),
-        schema=json.dumps(SCHEMA),
-        preset=json.dumps(info.preset),
-    )
+    attrs = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "evens_version": info.version,
+        "config": info.config.to_json(),
+        "gene_names": json.dumps(info.gene_names),
+        "data": json.dumps(info.data, sort_keys=True),
+        "next_id": state.next_id,
+        "busy_seconds": state.busy_seconds,
+        "capacity_seconds": state.capacity_seconds,
+        "wall_seconds": info.wall_seconds,
+        "sessions": info.sessions,
+        "strategy": json.dumps(state.strategy),
+        "schema": json.dumps(SCHEMA),
+        "preset": json.dumps(info.preset),
+    }
+    f.attrs.update(attrs)
     version, internal, gauss = state.rng.getstate()
     checksummed(f, "rng", np.asarray(internal, dtype=np.uint32))
     f["rng"].attrs.update(version=version, gauss_next=np.nan if gauss is None else gauss)
@@ -256,12 +257,12 @@ def _write_state(f: h5py.File, state: SearchState, info: RunInfo, segments: list
     checksummed(seg, "rows", np.asarray([s.rows for s in segments], dtype=np.int64))
     checksummed(seg, "crc32", np.asarray([s.crc32 for s in segments], dtype=np.uint32))
     seg.attrs["last_id"] = last_id
-    seal(seg)
+    store.seal(seg)
     pending = f.create_group("pending")
     for name, column in table.encode(state.pending, Pending, len(info.gene_names)).items():
         checksummed(pending, name, column)
-    seal(pending)
-    seal(f, ROOT_OWN)
+    store.seal(pending)
+    store.seal(f, ROOT_OWN, attrs=attrs)
 
 
 def _sync_directory(directory: str) -> None:
@@ -312,9 +313,9 @@ def _dropped_line(path: str, dropped: list[str], kept: int) -> str:
 def _check_format(f: h5py.File, path: str) -> None:
     """``RunDirError`` unless ``f`` is a run file of this format; ``ValueError`` if its seal fails (checked
     first where there is one: a damaged version is damage, not another format)."""
-    sealed = SEAL in f.attrs
+    sealed = store.SEAL in f.attrs
     if sealed:
-        check_seal(f, "/ (the run's attributes and /rng)", ROOT_OWN)
+        store.check_seal(f, "/ (the run's attributes and /rng)", ROOT_OWN)
     if f.attrs.get("format") != FORMAT:
         raise RunDirError(f"{path}: not an evens checkpoint")
     if "format_version" not in f.attrs:
@@ -355,8 +356,8 @@ def _config(text: str) -> Config:
 def _read(f: h5py.File, weights: bool, dropped: list[str]) -> tuple[SearchState, RunInfo]:
     """The run in ``f`` (whose format and seal :func:`_check_format` checked); damaged members are left out and
     named in ``dropped``."""
-    check_seal(f["segments"], "/segments")
-    check_seal(f["pending"], "/pending")
+    store.check_seal(f["segments"], "/segments")
+    store.check_seal(f["pending"], "/pending")
     rng = random.Random()
     gauss = float(f["rng"].attrs["gauss_next"])
     rng.setstate((int(f["rng"].attrs["version"]), tuple(int(v) for v in f["rng"][...]), None if np.isnan(gauss) else gauss))
