@@ -142,6 +142,16 @@ def test_the_journal_notes_every_task_before_it_leaves_and_every_result_but_a_sk
     assert journal.events[3:] == [("flush", 2), ("done", 0)]
 
 
+def test_the_journal_counts_a_job_death_against_a_queued_task_only_once_it_starts():
+    transport = Loopback(workers=1)
+    journal = Journal(transport)
+    dispatch = Dispatcher(transport, depth=2, clock=lambda: 0.0, wall_clock=lambda: 0.0, journal=journal)
+    fill(dispatch, 0)  # 0 trains, 1 is queued behind it
+    assert journal.events == [("sent", 0, 1), ("sent", 1, 0), ("flush", 0)]
+    next(dispatch.results(0.0, None, more=lambda: False))  # 0 is back: its worker starts 1 now
+    assert journal.events[3:] == [("flush", 2), ("done", 0), ("sent", 1, 1)]
+
+
 def test_a_drain_drops_only_the_queued_tasks_and_a_transport_that_cannot_is_left_alone():
     transport = Loopback(workers=2)
     dispatch = Dispatcher(transport, depth=2, clock=lambda: 0.0, wall_clock=lambda: 0.0)
@@ -154,13 +164,13 @@ def test_a_drain_drops_only_the_queued_tasks_and_a_transport_that_cannot_is_left
         Loopback.drain = lambda self: setattr(self, "drained", self.drained + 1)
 
 
-def test_what_is_outstanding_at_a_death_counts_the_trainings_and_at_a_hang_spares_the_queued():
+def test_what_is_outstanding_at_a_death_counts_the_trainings_not_the_queued():
     clock = VirtualClock()
     dispatch = Dispatcher(Loopback(workers=2), depth=2, clock=clock, wall_clock=clock)
     for ident, attempts in enumerate((0, 1, 0, 0)):
         dispatch.send(dispatch.free_worker(10), individual(ident, attempts), task(ident))
     every = {p.id: p.attempts for p in dispatch.outstanding(lambda worker: 1)}
-    assert every == {0: 1, 1: 2, 2: 1, 3: 1}
-    hung = {p.id: p.attempts for p in dispatch.outstanding(lambda worker: 1 if worker == 1 else 0, queued=False)}
+    assert every == {0: 1, 1: 2, 2: 0, 3: 0}  # 2 and 3 are queued behind 0 and 1: never to blame
+    hung = {p.id: p.attempts for p in dispatch.outstanding(lambda worker: 1 if worker == 1 else 0)}
     assert hung == {0: 1, 1: 1, 2: 0, 3: 0}  # only worker 1's training is to blame
     assert {p.id for p in dispatch.outstanding(lambda worker: 0)} == {0, 1, 2, 3}

@@ -219,18 +219,29 @@ def test_a_checkpoint_missing_a_pending_column_is_refused_as_damaged(tmp_path):
 
 
 def test_fault_injection_parses_and_acts():
-    assert injected_faults("kill:5, raise:7,nan:9,hang:11") == {5: "kill", 7: "raise", 9: "nan", 11: "hang"}
-    assert injected_faults("") == {}
-    for bad in ("kill", "boom:3", "kill:x"):
+    assert injected_faults("kill:5, raise:7,nan:9,hang:11").by_id == {5: "kill", 7: "raise", 9: "nan", 11: "hang"}
+    assert not injected_faults("")
+    for bad in ("kill", "boom:3", "kill:x", "kill:family=", "kill:=cnn", "kill:family=cnn&"):
         with pytest.raises(ValueError):
             injected_faults(bad)
-    evaluate = with_faults(lambda task: "trained", {7: "raise", 9: "nan"})
+    evaluate = with_faults(lambda task: "trained", injected_faults("raise:7,nan:9"))
     task = lambda i: Task(i, {}, {})  # noqa: E731
     assert evaluate(task(1)) == "trained"
     with pytest.raises(RuntimeError, match="injected fault"):
         evaluate(task(7))
     ev = evaluate(task(9))
     assert ev.status == "ok" and math.isnan(ev.fitness)
+
+
+def test_a_fault_by_design_hits_every_evaluation_of_that_design_whatever_its_id():
+    faults = injected_faults("raise:family=cnn&width=8")
+    evaluate = with_faults(lambda task: "trained", faults)
+    design = lambda i, family, width: Task(i, {"family": family, "width": width}, {"epochs": 2})  # noqa: E731
+    for ident in (3, 40):
+        with pytest.raises(RuntimeError, match=f"evaluation {ident}"):
+            evaluate(design(ident, "cnn", 8))
+    assert evaluate(design(5, "cnn", 4)) == "trained" and evaluate(design(6, "mlp", 8)) == "trained"
+    assert faults.fault_of(design(1, "cnn", 8)) == "raise" and injected_faults("kill:epochs=2").fault_of(design(1, "mlp", 4)) == "kill"
 
 
 @pytest.mark.e2e

@@ -149,3 +149,30 @@ def test_async_breeds_from_the_population_as_it_stands():
 def test_async_search_is_fixed_by_its_seed():
     runs = [search(3, 120, "async", seed=s) for s in (4, 4, 5)]
     assert trace(runs[0][0]) == trace(runs[1][0]) != trace(runs[2][0])
+
+
+@pytest.mark.parametrize("mode", ["async", "generational", "nsga2"])
+def test_a_network_that_crashed_is_never_proposed_again_though_the_rng_replays_its_draw(mode):
+    """A resume restores the rng of the last checkpoint, so it draws again what it drew after it: a
+    network that crashed since (recorded as crashed by key) must not go out again, random or bred."""
+    import random
+
+    from evolve.search.records import Record
+    from evolve.search.strategy import candidate_key
+
+    params = settings(60, mode, population=4).search
+    rng_state = random.Random(5).getstate()
+    first = make_strategy(mode, SPACE, params, _rng(rng_state), [], [], {})
+    drawn = [first.ask() for _ in range(4)]  # generation 0 (or the first random ones)
+    crashed = Record(id=0, genome=drawn[0].genome, status="crashed", fitness=float("-inf"), message="in flight when 2 jobs ended")
+    again = make_strategy(mode, SPACE, params, _rng(rng_state), [crashed], [], {})
+    keys = [again.ask().key for _ in range(4)]
+    assert candidate_key(SPACE, drawn[0].genome) not in keys
+
+
+def _rng(state):
+    import random
+
+    rng = random.Random()
+    rng.setstate(state)
+    return rng

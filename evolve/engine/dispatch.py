@@ -77,8 +77,8 @@ class Dispatcher:
         if not self.idle or self.idle[0] != worker:
             raise ValueError(f"worker rank {worker} is not the next free one")
         self.idle.popleft()
-        if self.journal is not None:
-            self.journal.sent(individual, individual.attempts + 1)
+        if self.journal is not None:  # a job death counts against the task its worker trains, not those queued
+            self.journal.sent(individual, individual.attempts + (0 if self.out[worker] else 1))
         self.out[worker].append(Sent(individual, task, self.clock(), self.wall_clock()))
         self.inflight += 1
         self._outbox.append((worker, task))
@@ -113,10 +113,12 @@ class Dispatcher:
             raise RuntimeError(f"worker rank {worker} returned evaluation {result.task_id}, not {sent.individual.id}, the oldest it holds")
         self.idle.append(worker)
         self.inflight -= 1
-        if tasks:  # the worker starts its next task now
-            tasks[0].since, tasks[0].started = self.clock(), self.wall_clock()
         if self.journal is not None and result.evaluation.status != SKIPPED:
             self.journal.done(result.task_id)
+        if tasks:  # the worker starts its next task now: a job death from here on counts against it
+            tasks[0].since, tasks[0].started = self.clock(), self.wall_clock()
+            if self.journal is not None:
+                self.journal.sent(tasks[0].individual, tasks[0].individual.attempts + 1)
         return sent
 
     def running(self) -> list[tuple[int, float]]:
@@ -136,12 +138,16 @@ class Dispatcher:
         since, worker = min(trainings)
         return (worker, self.out[worker][0]) if now - since > after else None
 
-    def outstanding(self, deaths: Callable[[int], int], queued: bool = True) -> list[Pending]:
-        """Every individual out, what a resume must redo: each with ``deaths(worker)`` added to its attempts,
-        the one its worker trains and, with ``queued``, those queued behind it (at a checkpoint one may
-        start, and kill the job, before the next; at a hang the worker will never start them)."""
-        return [replace(s.individual, attempts=s.individual.attempts + (deaths(w) if queued or k == 0 else 0))
+    def outstanding(self, deaths: Callable[[int], int]) -> list[Pending]:
+        """Every individual out, what a resume must redo: the one each worker trains with ``deaths(worker)``
+        added to its attempts, those queued behind it as they were (one that starts after a checkpoint is
+        noted in the journal with its attempt, see :meth:`_returned`)."""
+        return [replace(s.individual, attempts=s.individual.attempts + (deaths(w) if k == 0 else 0))
                 for w, tasks in self.out.items() for k, s in enumerate(tasks)]
+
+    def suspects_out(self) -> int:
+        """Individuals out that were out before when a job died (their attempts are counted)."""
+        return sum(s.individual.attempts > 0 for tasks in self.out.values() for s in tasks)
 
     def queued(self) -> int:
         """Tasks waiting behind a training."""

@@ -193,7 +193,9 @@ class _Search:
         self.save_point(deaths=lambda worker: 0)
 
     def take_pending(self) -> None:
-        """What was out when the last session ended: redone first, or recorded as crashed after two job deaths."""
+        """What was out when the last session ended: redone first, or recorded as crashed after two job
+        deaths; a crash is in the checkpoint before anything goes out (the next job may die first)."""
+        crashed = False
         for p in self.state.pending:
             if p.attempts < MAX_ATTEMPTS:
                 self.redo.append(p if p.operators.endswith("+redo") else replace(p, operators=f"{p.operators}+redo"))
@@ -201,7 +203,10 @@ class _Search:
             now = self.wall_clock()
             self.say(f"warning: evaluation {p.id} was in flight when {p.attempts} jobs ended; recorded as crashed, not sent again")
             self.record(Record.of(p, failed_evaluation(CRASHED_MESSAGE, "crashed"), started=now, finished=now))
+            crashed = True
         self.state.pending = []
+        if crashed and self.checkpoint is not None:
+            self.save(deaths=lambda worker: 1)
 
     def fill_idle_workers(self) -> None:
         while True:
@@ -209,18 +214,25 @@ class _Search:
             worker = self.dispatch.free_worker(remaining) if remaining > 0 else None
             if worker is None:
                 break
-            proposed = self.propose()
+            proposed = self.propose(room=remaining - len(self.redo))
             if proposed is None:
-                break  # the strategy waits for results (a generation's barrier)
+                break  # the strategy waits for results (a generation's barrier), or a suspect for another
             individual, key = proposed
             self.dispatch.send(worker, individual, self.task(individual, key))
         self.dispatch.flush()
 
-    def propose(self) -> tuple[Pending, tuple] | None:
-        """The next individual and its key (what it decodes to: see SearchSpace.key)."""
-        if self.redo:
-            individual = self.redo.popleft()
-            return individual, self.space.key(individual.genome)
+    def propose(self, room: int) -> tuple[Pending, tuple] | None:
+        """The next individual and its key (what it decodes to: see SearchSpace.key): one to redo first, else
+        (while the budget has ``room`` beyond those) a new one from the strategy; None if none may go now.
+
+        A suspect (an individual out when a job died) goes out only while no other is out: two suspects
+        out together at another death would both be blamed, though one killed the job."""
+        for i, individual in enumerate(self.redo):
+            if individual.attempts == 0 or not self.dispatch.suspects_out():
+                del self.redo[i]
+                return individual, self.space.key(individual.genome)
+        if room <= 0:
+            return None
         proposal = self.strategy.ask()
         if proposal is None:
             return None
@@ -310,7 +322,7 @@ class _Search:
             worker, sent = hung
             now = self.clock()
             self.state.busy_seconds += sum(now - since for _, since in self.dispatch.running())
-            self.save_point(deaths=lambda w: 1 if w == worker else 0, queued=False)  # the hung individual is to blame, the others not
+            self.save_point(deaths=lambda w: 1 if w == worker else 0)  # the hung individual is to blame, the others not
             raise HungWorker(worker, sent.individual.id, now - sent.since)
 
     def checkpoint_due(self) -> bool:
@@ -323,10 +335,10 @@ class _Search:
         self.state.pending = []
         self.last_checkpoint, self.unsaved = self.clock(), False
 
-    def save_point(self, deaths: Callable[[int], int], queued: bool = True) -> None:
+    def save_point(self, deaths: Callable[[int], int]) -> None:
         """Bring ``state`` up to date for a checkpoint: its accounts, what is out (see Dispatcher.outstanding), the strategy."""
         self.state.capacity_seconds = self.capacity_before + len(self.transport.workers) * (self.clock() - self.loop_start)
-        self.state.pending = self.dispatch.outstanding(deaths, queued) + list(self.redo)
+        self.state.pending = self.dispatch.outstanding(deaths) + list(self.redo)
         self.state.strategy = self.strategy.to_state()
 
 

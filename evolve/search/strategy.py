@@ -104,6 +104,10 @@ def candidate_key(space: SearchSpace, genome) -> tuple:
     return space.key(genome)
 
 
+RANDOM_TRIES = 20  # draws for a random genome new to the search, before one seen is taken (a space of few networks)
+CRASH_FREE_TRIES = 1000  # ... and for one that is at least not a network that crashed
+
+
 class _Breeder:
     """What the strategies share: the search's rng, the space, the networks already proposed, and the
     surrogate that ranks bred children (None: blind breeding)."""
@@ -113,6 +117,7 @@ class _Breeder:
         self.space, self.params, self.rng = space, params, rng
         self.toolbox = make_toolbox(params)
         self.seen = {candidate_key(space, g) for g in known}
+        self.crashed: set[tuple] = set()  # networks that crashed (see note_outcome): never proposed again
         self.surrogate = surrogate
         self.value = value  # None: selection by fitness
 
@@ -126,12 +131,25 @@ class _Breeder:
         self.seen.add(key)
         return Proposal(genome=genome, parents=parents, operators=operators, key=key)
 
+    def note_outcome(self, record: Record) -> None:
+        """A crashed network (out when jobs died, see evolve.engine.loop.MAX_ATTEMPTS) is never proposed
+        again, whatever the rng draws: a resume replays the draws made since the last checkpoint."""
+        if record.status == "crashed":
+            self.crashed.add(candidate_key(self.space, record.genome))
+
     def random(self) -> Proposal:
-        genome = random_genome(self.rng, len(self.space))
-        return self._proposal(genome, (-1, -1), "random", candidate_key(self.space, genome))
+        """A random genome, preferably one that decodes to a network not proposed before, and never one
+        that crashed (unless :data:`CRASH_FREE_TRIES` draws find none other)."""
+        for tries in range(CRASH_FREE_TRIES):
+            genome = random_genome(self.rng, len(self.space))
+            key = candidate_key(self.space, genome)
+            if key not in self.seen or (tries >= RANDOM_TRIES and key not in self.crashed):
+                break
+        return self._proposal(genome, (-1, -1), "random", key)
 
     def child(self, population: list[Individual]) -> Proposal:
-        """A child of the population, preferably one that decodes to a network not proposed before."""
+        """A child of the population, preferably one that decodes to a network not proposed before; a
+        random genome instead of a network that crashed."""
         decoded = {}
 
         def is_new(genome) -> bool:
@@ -139,6 +157,8 @@ class _Breeder:
             return decoded["last"] not in self.seen
 
         genome, parents, operators = breed_child(population, self.toolbox, self.rng, self.params.crossover_prob, is_new=is_new)
+        if decoded["last"] in self.crashed:
+            return self.random()
         return self._proposal(genome, parents, operators, decoded["last"])
 
     def ranked_children(self, population: list[Individual], n: int) -> list[Proposal]:
@@ -206,6 +226,7 @@ class SteadyState(_Breeder):
         return proposal
 
     def tell(self, record: Record) -> None:
+        self.note_outcome(record)
         if record.status == "ok" and self.value is not None:
             admit_by_value(self.population, _individual(record), self.params.population, self.value)
         elif record.status == "ok":
@@ -241,6 +262,7 @@ class Generational(_Breeder):
         return self.queue.pop(0)
 
     def tell(self, record: Record) -> None:
+        self.note_outcome(record)
         self.outstanding -= 1
         if self._eligible(record):
             self.told.append(self._member(record))
@@ -356,16 +378,19 @@ def make_strategy(mode: str, space: SearchSpace, params: GAParams, rng: random.R
         raise ValueError(f"the run's strategy is {state.get('mode')!r}, not {mode!r}")
     if params.breeding not in BREEDING:
         raise ValueError(f"unknown breeding {params.breeding!r} (known: {', '.join(BREEDING)})")
+    if mode not in MODES:
+        raise ValueError(f"unknown search mode {mode!r} (known: {', '.join(MODES)})")
     by_id = {r.id: r for r in records}
     known = [r.genome for r in records] + [p.genome for p in pending]
     if mode == "nsga2":
         if params.breeding != "blind" or value is not None:
             raise ValueError("model breeding and ensemble selection work with the async and generational modes, not nsga2")
-        return NSGA2(space, params, rng, by_id, known, state, objective)
-    # A resume fits the surrogate again from the records, as it stood at the last fit (see Surrogate.from_state).
-    surrogate = Surrogate.from_state(rng, records, state.get("surrogate")) if params.breeding == "model" else None
-    if mode == "async":
-        return SteadyState(space, params, rng, by_id, known, state, surrogate, value)
-    if mode == "generational":
-        return Generational(space, params, rng, by_id, known, state, surrogate, value)
-    raise ValueError(f"unknown search mode {mode!r} (known: {', '.join(MODES)})")
+        strategy = NSGA2(space, params, rng, by_id, known, state, objective)
+    else:
+        # A resume fits the surrogate again from the records, as it stood at the last fit (see Surrogate.from_state).
+        surrogate = Surrogate.from_state(rng, records, state.get("surrogate")) if params.breeding == "model" else None
+        kind = SteadyState if mode == "async" else Generational
+        strategy = kind(space, params, rng, by_id, known, state, surrogate, value)
+    for record in records:
+        strategy.note_outcome(record)
+    return strategy

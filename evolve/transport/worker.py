@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from ensemble.hall_of_fame import clears
@@ -24,29 +25,59 @@ class WorkerChannel(Protocol):
 # Fault injection, for tests only: EVENS_TEST_FAULTS="kill:5,raise:7,nan:9,hang:11" makes evaluation 5
 # kill its worker process (SIGKILL, as the out-of-memory killer does), 7 raise, 9 come back as an "ok"
 # result whose fitness is NaN, and 11 stop its worker (SIGSTOP: a process that never answers again).
+# A fault may name a design instead of an id: "kill:family=cnn&width=8" kills every evaluation whose
+# network or training settings have those values (compared as text), whatever its id, as a network
+# that kills its worker does each time it is trained.
 FAULTS_VARIABLE = "EVENS_TEST_FAULTS"
 FAULT_KINDS = ("kill", "raise", "nan", "hang")
 
 
-def injected_faults(spec: str | None = None) -> dict[int, str]:
-    """Evaluation id -> fault, from ``spec`` (default: the environment variable)."""
+@dataclass(frozen=True)
+class Faults:
+    """Faults by evaluation id, and by design (settings that must all match)."""
+
+    by_id: dict[int, str] = field(default_factory=dict)
+    by_design: tuple[tuple[dict[str, str], str], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.by_id or self.by_design)
+
+    def fault_of(self, task: Task) -> str | None:
+        if task.id in self.by_id:
+            return self.by_id[task.id]
+        if self.by_design:
+            settings = {**task.network, **task.training}
+            for design, kind in self.by_design:
+                if all(str(settings.get(name)) == value for name, value in design.items()):
+                    return kind
+        return None
+
+
+def injected_faults(spec: str | None = None) -> Faults:
+    """The faults ``spec`` names (default: the environment variable)."""
     spec = os.environ.get(FAULTS_VARIABLE, "") if spec is None else spec
-    faults = {}
+    by_id, by_design = {}, []
     for item in filter(None, (part.strip() for part in spec.split(","))):
-        kind, _, ident = item.partition(":")
-        if kind not in FAULT_KINDS or not ident.strip().isdigit():
-            raise ValueError(f"{FAULTS_VARIABLE}: {item!r} is not KIND:ID with KIND one of {', '.join(FAULT_KINDS)}")
-        faults[int(ident)] = kind
-    return faults
+        kind, _, target = item.partition(":")
+        target = target.strip()
+        pairs = [part.partition("=") for part in target.split("&")]
+        if kind in FAULT_KINDS and target.isdigit():
+            by_id[int(target)] = kind
+        elif kind in FAULT_KINDS and target and all(name and sep and value for name, sep, value in pairs):
+            by_design.append(({name.strip(): value.strip() for name, _, value in pairs}, kind))
+        else:
+            raise ValueError(f"{FAULTS_VARIABLE}: {item!r} is not KIND:ID or KIND:NAME=VALUE[&NAME=VALUE...] "
+                             f"with KIND one of {', '.join(FAULT_KINDS)}")
+    return Faults(by_id, tuple(by_design))
 
 
-def with_faults(evaluate: Callable[[Task], Evaluation], faults: dict[int, str]) -> Callable[[Task], Evaluation]:
-    """``evaluate``, except that the evaluations named in ``faults`` fail as told."""
+def with_faults(evaluate: Callable[[Task], Evaluation], faults: Faults) -> Callable[[Task], Evaluation]:
+    """``evaluate``, except that the evaluations ``faults`` names fail as told."""
     if not faults:
         return evaluate
 
     def faulty(task: Task) -> Evaluation:
-        fault = faults.get(task.id)
+        fault = faults.fault_of(task)
         if fault == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         elif fault == "hang":
