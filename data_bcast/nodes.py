@@ -26,7 +26,8 @@ class SharedDataset:
     """The arrays of a dataset on this rank, plus where they live.
 
     ``arrays`` maps ``"train/x"``, ``"train/y"``, ``"val/x"``, ... to numpy views into ``memory``,
-    whose descriptor a training process may be handed (:meth:`views_spec` says where each array is).
+    whose descriptor a training process may be handed (:meth:`views_spec` says where each array is,
+    :func:`~data_bcast.memory.views_of` makes the views again there).
     In shard mode ``"train/..."`` hold this node's shard (``shard`` says which rows of the split
     they are), while ``plan`` still describes the whole split.
     """
@@ -129,8 +130,3 @@ def open_buffer(layout: Layout, node: MPI.Comm, shared: bool) -> tuple[NodeMemor
         prefault(buffer, node)
     return memory, populator
 
-
-def views_of(buffer: np.ndarray, spec: dict[str, dict]) -> dict[str, np.ndarray]:
-    """The arrays :meth:`SharedDataset.views_spec` describes, as views into ``buffer`` (a mapping of the same memory)."""
-    return {name: buffer[s["offset"]: s["offset"] + int(np.prod(s["shape"], dtype=np.int64)) * np.dtype(s["dtype"]).itemsize]
-            .view(np.dtype(s["dtype"])).reshape(s["shape"]) for name, s in spec.items()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import sys
 import time
 
 import torch
@@ -24,11 +25,12 @@ from ensemble.train import DeviceData
 from evolve.config.schema import Config, config_from_dict
 from evolve.errors import EvensError, debug_traceback
 from evolve.search.presets import DataFacts
+from evolve.transport.isolation import TrainerError, TrainerProcess
 from evolve.transport.mpi_transport import MPIWorkerChannel, world
 from evolve.transport.worker import serve, trainer_for
 
 from .cli import STOP_SIGNALS, StopFlag
-from .local import take_device, usable_cores
+from .local import take_device, trainer_threads, usable_cores
 from .log import LOG, setup_logging
 from .prepare import Prepared, check_same_data, prepare
 from .session import EXIT_RESUMABLE, MASTER, run_master, say
@@ -62,6 +64,23 @@ def setup_trainer(config: Config, data: SharedDataset, problem: Problem, local_i
     """Pick this rank's device and threads and put the data there (a GPU copy, or the shared host copy)."""
     device = take_device(config.train.device, local_index, ranks_here, config.train.threads, config.train.workers_per_gpu)
     return DeviceData.from_arrays(data.arrays, problem, device, config.train.precision, config.train.loss, config.train.class_weights)
+
+
+def start_trainer_process(config: Config, data: SharedDataset, problem: Problem, local_index: int, ranks_here: int) -> TrainerProcess:
+    """This rank's training process (``train.isolation = "process"``), set up as :func:`setup_trainer` sets
+    up the rank itself; raises TrainerError with its reason."""
+    t = config.train
+    setup = {
+        "sys_path": list(sys.path),
+        "data": {"size": data.memory.size, "views": data.views_spec()},
+        "problem": problem.to_dict(),
+        "device": {"prefer": t.device, "local_index": local_index, "workers_per_gpu": t.workers_per_gpu,
+                   "threads": trainer_threads(ranks_here, t.threads)},
+        "train": {"precision": t.precision, "loss": t.loss, "class_weights": t.class_weights},
+    }
+    trainer = TrainerProcess(setup, data.memory.fd)
+    trainer.start()
+    return trainer
 
 
 def run(config_path: str | None, overrides: list[str], out: str | None = None, resume: str | None = None, quiet: bool = False,
@@ -122,7 +141,7 @@ def _run_prepared(comm, config_dict: dict, prepared: Prepared | None, started: f
 
 def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | None, started: float, quiet: bool, stop: StopFlag) -> int:
     is_master = comm.rank == MASTER
-    error, space, trainer_data = None, None, None
+    error, space, trainer_data, trainer = None, None, None, None
     # Workers on the master's node count from 0 after it, so they take GPUs 0, 1, ...
     local_index = data.node_rank - (1 if data.root_here else 0)
     ranks_here = data.node_size - (1 if data.root_here and comm.size > 1 else 0)
@@ -134,18 +153,20 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
             space = config.space.for_data(data.plan.sample_shape, data.plan.kind)
             if prepared.info is not None:
                 check_same_data(prepared.info, data, problem)
-        if not is_master or comm.size == 1:
+        if not is_master and config.train.isolation == "process":
+            trainer = start_trainer_process(config, data, problem, max(local_index, 0), ranks_here)
+        elif not is_master or comm.size == 1:
             trainer_data = setup_trainer(config, data, problem, max(local_index, 0), ranks_here)
         elif is_master:
             torch.set_num_threads(1)
-    except (EvensError, DataError) as exc:
+    except (EvensError, DataError, TrainerError) as exc:
         debug_traceback()
         error = str(exc)
     except Exception as exc:  # a device that fails to start, say
+        debug_traceback()
         error = f"{type(exc).__name__}: {exc}"
-    binding = None
-    if trainer_data is not None:
-        binding = dict(describe_device(trainer_data.device), rank=comm.rank, host=socket.gethostname(), cores=usable_cores())
+    device = trainer.device if trainer is not None else describe_device(trainer_data.device) if trainer_data is not None else None
+    binding = None if device is None else dict(device, rank=comm.rank, host=socket.gethostname(), cores=usable_cores())
     gathered = comm.gather((error and located(error), binding), root=MASTER)
     device_lines: list[str] = []
     if is_master:
@@ -156,6 +177,8 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
             prepared.devices = found
     error = comm.bcast(error if is_master else None, root=MASTER)
     if error:
+        if trainer is not None:
+            trainer.close()
         return _fail(is_master, error)
     if is_master:
         for line in device_lines:
@@ -165,7 +188,13 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
         return run_master(comm, config, data, problem, prepared, space, trainer_data, started, quiet, stop)
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)  # the master decides when to stop
-    serve(MPIWorkerChannel(comm, MASTER), trainer_for(trainer_data))
+    if trainer is None:
+        serve(MPIWorkerChannel(comm, MASTER), trainer_for(trainer_data))
+        return 0
+    try:
+        serve(MPIWorkerChannel(comm, MASTER), trainer.evaluate)
+    finally:
+        trainer.close()
     return 0
 
 

@@ -9,10 +9,10 @@ import os
 
 import torch
 
-from data_bcast.broadcast import usable_cores
+from data_bcast.host import usable_cores
 from ensemble.device import choose_device, cpu_threads
 
-__all__ = ["slurm_cpus_per_task", "take_device", "usable_cores"]  # usable_cores: data_bcast.broadcast's, the one reading of affinity
+__all__ = ["slurm_cpus_per_task", "take_device", "trainer_threads", "usable_cores"]  # usable_cores: data_bcast.host's, the one reading of affinity
 
 
 def slurm_cpus_per_task() -> int:
@@ -20,7 +20,12 @@ def slurm_cpus_per_task() -> int:
     return int(value) if value.isdigit() else 0
 
 
+def trainer_threads(ranks_here: int, threads: int = 0) -> int:
+    """The torch threads of a rank's training, so that the node's ranks do not oversubscribe its cores."""
+    return cpu_threads(usable_cores(), ranks_here, threads, slurm_cpus_per_task())
+
+
 def take_device(prefer: str, local_index: int, ranks_here: int, threads: int = 0, workers_per_gpu: int = 0) -> torch.device:
-    """Set this rank's torch threads so the node's ranks do not oversubscribe its cores, and pick its device."""
-    torch.set_num_threads(cpu_threads(usable_cores(), ranks_here, threads, slurm_cpus_per_task()))
+    """Set this rank's torch threads (:func:`trainer_threads`) and pick its device."""
+    torch.set_num_threads(trainer_threads(ranks_here, threads))
     return choose_device(local_index, prefer, workers_per_gpu)

@@ -48,8 +48,7 @@ named = [n for n in named if int(n.split("-")[2]) in (leaders or [])]
 child = subprocess.run(
     [sys.executable, "-c",
      "import json, sys, zlib\n"
-     "from data_bcast.memory import mapped\n"
-     "from data_bcast.nodes import views_of\n"
+     "from data_bcast.memory import mapped, views_of\n"
      "fd, size, spec = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])\n"
      "arrays = views_of(mapped(fd, size).buffer, spec)\n"
      "print(json.dumps({n: zlib.crc32(a.tobytes()) for n, a in sorted(arrays.items())}))",

@@ -1,0 +1,136 @@
+"""The training process: where a worker rank's networks are built and trained, apart from the rank.
+
+A worker rank starts one (``python -m evolve.transport.trainer_process``) and hands it, besides two
+pipes, the descriptor of its node's copy of the data (:mod:`data_bcast.memory`), which it maps
+(copy-on-write: it cannot change the node's copy): the data is never copied per process. The rank stays an MPI process that never runs model
+code; this process never calls MPI (it never imports mpi4py, and starts with the MPI launcher's
+variables taken out of its environment, see :func:`evolve.transport.isolation.trainer_environment`).
+If it dies (a signal, an exit, the out-of-memory killer), the rank records the evaluation as
+``crashed`` and starts another (:class:`evolve.transport.isolation.TrainerProcess`).
+
+Messages on the pipes are frames of a kind byte, a length and that many bytes (:func:`write_message`):
+
+* rank -> trainer: ``S`` the set-up (JSON: the data's descriptor, size and views, the problem, the
+  device and training settings, the rank's ``sys.path``), then ``T`` a task (JSON: ``Task.plain()``)
+  at a time; ``Q`` or the pipe's end stops it.
+* trainer -> rank: ``R`` ready (JSON: the device it trains on, as ``describe_device`` says, or the
+  error that stopped it), then for each task ``E`` its result (:func:`evolve.transport.wire.pack_result`)
+  and, if the result offers its predictions and weights, ``P`` their buffer (``pack_arrays``).
+
+Nothing is pickled either way. Stop signals (SIGTERM, SIGINT, SIGUSR1: Slurm signals every process
+of a step, and Ctrl-C the whole process group) are ignored here: the rank decides, and a drain lets
+the training finish. The process dies with its rank (``PR_SET_PDEATHSIG``).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import struct
+import sys
+
+_FRAME = struct.Struct("<cQ")
+PR_SET_PDEATHSIG = 1
+
+
+def write_message(fd: int, kind: bytes, payload: bytes | memoryview = b"") -> None:
+    """One frame: ``kind`` (one byte), the payload's length, the payload."""
+    view = memoryview(_FRAME.pack(kind, len(payload)) + bytes(payload)) if len(payload) < 1 << 16 else None
+    if view is None:  # a large payload (weights) is not copied into a new bytes object
+        _write_all(fd, memoryview(_FRAME.pack(kind, len(payload))))
+        view = memoryview(payload).cast("B")
+    _write_all(fd, view)
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_message(fd: int) -> tuple[bytes, bytearray] | None:
+    """The next frame as (kind, payload); None if the pipe ended (cleanly or in the middle of a frame)."""
+    head = _read_exactly(fd, _FRAME.size)
+    if head is None:
+        return None
+    kind, length = _FRAME.unpack(head)
+    payload = _read_exactly(fd, length)
+    return None if payload is None else (kind, payload)
+
+
+def _read_exactly(fd: int, n: int) -> bytearray | None:
+    buffer = bytearray(n)
+    view, got = memoryview(buffer), 0
+    while got < n:
+        chunk = os.readv(fd, [view[got:]])
+        if chunk == 0:
+            return None
+        got += chunk
+    return buffer
+
+
+def die_with_parent(parent: int) -> None:
+    """Be killed when the rank that started this process dies (Linux); end now if it already has."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux: the rank's end closes the pipes instead
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _set_up(setup: dict):
+    """The data on this process's device, from the set-up message; (evaluate, the device's description)."""
+    sys.path[:] = setup["sys_path"]
+    from data_bcast.memory import mapped, views_of
+    import torch
+
+    from ensemble.device import choose_device, describe_device
+    from ensemble.problem import problem_from_dict
+    from ensemble.train import DeviceData
+    from evolve.transport.worker import trainer_for
+
+    memory = mapped(setup["data"]["fd"], setup["data"]["size"])
+    arrays = views_of(memory.buffer, setup["data"]["views"])
+    d, t = setup["device"], setup["train"]
+    torch.set_num_threads(d["threads"])  # (the rank read its share of the node's cores: evolve.app.local)
+    device = choose_device(d["local_index"], d["prefer"], d["workers_per_gpu"])
+    data = DeviceData.from_arrays(arrays, problem_from_dict(setup["problem"]), device, t["precision"], t["loss"], t["class_weights"])
+    return trainer_for(data), describe_device(device)
+
+
+def serve_tasks(read_fd: int, write_fd: int) -> int:
+    """Set up from the first message, then train each task as it comes; returns the exit status."""
+    from data_bcast.layout import array_specs, pack_arrays
+    from evolve.transport.protocol import Task, evaluate_safely
+    from evolve.transport.wire import pack_result
+
+    message = read_message(read_fd)
+    if message is None or message[0] != b"S":
+        return 1
+    try:
+        evaluate, device = _set_up(json.loads(message[1]))
+    except Exception as exc:  # the rank reports it as its start-up error, in one line
+        write_message(write_fd, b"R", json.dumps({"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}).encode())
+        return 1
+    write_message(write_fd, b"R", json.dumps({"device": device}).encode())
+    while (message := read_message(read_fd)) is not None and message[0] == b"T":
+        task = Task(**json.loads(message[1]))
+        ev = evaluate_safely(evaluate, task)
+        arrays = ev.payload()
+        write_message(write_fd, b"E", pack_result(task.id, ev, array_specs(arrays) if arrays else None))
+        if arrays:
+            write_message(write_fd, b"P", memoryview(pack_arrays(arrays)[1]))
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    read_fd, write_fd, parent = (int(a) for a in argv[:3])
+    die_with_parent(parent)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_IGN)  # the rank decides when to stop
+    return serve_tasks(read_fd, write_fd)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

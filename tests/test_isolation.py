@@ -1,0 +1,133 @@
+"""Trainings isolated from their rank (issue 24, section 1): a training process that dies, or passes its
+time limit, is an evaluation with its cause, and the next task gets a fresh process."""
+import os
+import time
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from data_bcast.layout import pack_arrays, packed_layout
+from data_bcast.memory import NodeMemory
+from ensemble.problem import problem_for
+from ensemble.specs import BUILDER, GENES
+from evolve.transport.isolation import KILL_GRACE, TrainerError, TrainerProcess, trainer_environment
+from evolve.transport.protocol import Task
+
+MODELS = os.path.join(ROOT, "tests", "models")
+
+
+@pytest.fixture(scope="module")
+def trainer():
+    rng = np.random.default_rng(0)
+    y = {s: rng.integers(0, 3, n).astype(np.int64) for s, n in (("train", 60), ("val", 20), ("test", 20))}
+    arrays = {}
+    for s in ("train", "val", "test"):
+        arrays[f"{s}/x"] = (rng.normal(size=(len(y[s]), 1, 4, 4)) + y[s][:, None, None, None]).astype(np.float32)
+        arrays[f"{s}/y"] = y[s]
+    specs, buffer = pack_arrays(arrays)
+    memory = NodeMemory.private(buffer.size)
+    memory.buffer[:] = buffer
+    layout = packed_layout(specs)
+    views = {s.name: {"offset": off, "dtype": s.dtype, "shape": list(s.shape)} for s, off in zip(layout.specs, layout.offsets)}
+    setup = {"sys_path": [MODELS, *__import__("sys").path], "data": {"size": memory.size, "views": views},
+             "problem": problem_for("classification", y["train"], 3).to_dict(),
+             "device": {"prefer": "cpu", "local_index": 0, "threads": 1, "workers_per_gpu": 0},
+             "train": {"precision": "fp32", "loss": "auto", "class_weights": "none"}}
+    process = TrainerProcess(setup, memory.fd)
+    assert process.start()["device"] == "cpu"
+    yield process
+    process.close()
+    memory.close()
+
+
+def task(ident: int, fault: str, time_limit: float = 0.0, seed: int = 7) -> Task:
+    network = {BUILDER: "faulty_nets:build", GENES: {"fault": fault}}
+    training = {"learning_rate": 0.01, "batch_size": 16, "epochs": 2}
+    return Task(ident, network, training, seed=seed, watch={"time_limit": time_limit})
+
+
+@pytest.mark.parametrize("fault, cause", [("sigkill", "killed by SIGKILL"), ("segfault", "killed by SIGSEGV"), ("exit", "exit status 3")])
+def test_a_training_that_kills_its_process_is_crashed_with_its_cause_and_the_next_gets_a_fresh_one(trainer, fault, cause):
+    before = trainer.starts
+    good = trainer.evaluate(task(1, "none"))
+    assert good.status == "ok" and good.epochs_done == 2
+    # its predictions and weights come back whole, over the pipe
+    assert good.val_pred.shape == (20, 3) and good.test_pred.shape == (20, 3) and np.isfinite(good.val_pred).all()
+    assert sorted(good.weights) == ["inner.1.bias", "inner.1.weight"] and good.weights["inner.1.weight"].shape == (3, 16)
+    ev = trainer.evaluate(task(2, fault))
+    assert ev.status == "crashed" and f"its training process died: {cause}" in ev.message, ev.message
+    assert trainer.starts == before + 1
+    again = trainer.evaluate(task(3, "none"))
+    assert again.status == "ok" and again.fitness == good.fitness  # the same network, the same seed: the same result
+
+
+def test_a_training_stuck_inside_forward_is_killed_at_its_time_limit(trainer):
+    started = time.monotonic()
+    ev = trainer.evaluate(task(4, "sleep", time_limit=4.0))  # (the polite check between batches never comes)
+    took = time.monotonic() - started
+    assert ev.status == "timeout" and "past its time limit of 4 s" in ev.message, ev.message
+    assert 4.0 + KILL_GRACE - 0.5 <= took < 4.0 + KILL_GRACE + 10
+    assert trainer.evaluate(task(5, "none")).status == "ok"
+
+
+def test_a_training_process_that_cannot_set_up_says_why_in_one_line(tmp_path):
+    memory = NodeMemory.private(16)
+    setup = {"sys_path": [], "data": {"size": 16, "views": {}}, "problem": {"kind": "nonsense"},
+             "device": {}, "train": {}}
+    with pytest.raises(TrainerError) as info:
+        TrainerProcess(setup, memory.fd).start()
+    assert "\n" not in str(info.value) and str(info.value)
+    memory.close()
+
+
+def test_the_training_process_gets_no_mpi_launcher_variables():
+    env = trainer_environment({"PMI_RANK": "1", "PMIX_NAMESPACE": "x", "HYDRA_CONTROL_FD": "7", "OMPI_COMM_WORLD_RANK": "1",
+                               "PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0", "SLURM_LOCALID": "0"})
+    assert env == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0", "SLURM_LOCALID": "0"}
+
+
+@pytest.mark.e2e
+def test_networks_that_kill_segfault_exit_or_hang_are_recorded_and_the_job_finishes_its_budget(tmp_path):
+    """At np=3 with train.isolation = "process": a user's network that SIGKILLs its process, segfaults,
+    calls os._exit(3) or sleeps inside forward past the time limit is recorded with its cause, and the
+    search finishes its budget in one job (no job death, no resume)."""
+    from conftest import evens_cmd, launch, write_blobs
+
+    from evolve.runfile import checkpoint
+
+    data = write_blobs(tmp_path / "data.h5", sample_shape=(1, 4, 4), n=(60, 20, 20), classes=3)
+    cfg = tmp_path / "faulty.toml"
+    cfg.write_text(f"""[data]
+path = "{data}"
+[model]
+builder = "faulty_nets:build"
+path = "{MODELS}"
+[search]
+evaluations = 14
+population = 4
+seed = 1
+eval_timeout_seconds = 3.0
+[train]
+threads = 1
+isolation = "process"
+[space]
+fault = ["none", "sigkill", "segfault", "exit", "sleep"]
+epochs = {{low = 1, high = 2}}
+""")
+    out = str(tmp_path / "run")
+    done = launch(3, evens_cmd() + ["run", str(cfg), "--out", out], timeout=240, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state, info = checkpoint.load(os.path.join(out, "checkpoint.h5"))
+    space = info.space()
+    assert len(state.records) == 14 and state.pending == [] and info.sessions == 1
+    causes = {"sigkill": ("crashed", "killed by SIGKILL"), "segfault": ("crashed", "killed by SIGSEGV"),
+              "exit": ("crashed", "exit status 3"), "sleep": ("timeout", "past its time limit of 3 s"), "none": ("ok", "")}
+    seen = set()
+    for r in state.records:
+        network, _ = space.settings(space.key(r.genome))
+        fault = network[GENES]["fault"]
+        status, words = causes[fault]
+        assert r.status == status and words in r.message, (fault, r.status, r.message)
+        seen.add(fault)
+    assert seen == set(causes), seen  # (the seed was chosen so that every fault comes up)
