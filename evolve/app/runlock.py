@@ -1,7 +1,8 @@
 """One job per run directory: a lock held while a job writes the run.
 
 The lock is ``RUN_DIR/.evens-lock``, opened without following symlinks and locked with ``flock``
-for as long as the job runs. The kernel drops an flock when its process dies, kill -9 and crashes
+for as long as the job runs. Only a regular file with one link is used: a hard link to another file
+(which the lock would empty) or a FIFO or device planted under its name is refused in one line. The kernel drops an flock when its process dies, kill -9 and crashes
 included, so a dead job never blocks the next one. The file also names its holder (host, process,
 start time, Slurm job) for the message a second job gets, and its modification time is a heartbeat:
 the job touches it at every checkpoint.
@@ -17,6 +18,7 @@ import errno
 import fcntl
 import os
 import socket
+import stat
 import time
 
 from evolve.errors import RunDirError
@@ -61,6 +63,17 @@ def _alive(holder: dict[str, str], mtime: float, now: float, stale_seconds: floa
     return now - mtime < stale_seconds
 
 
+def _check_own_file(path: str, st: os.stat_result) -> None:
+    """Refuse what evens never creates as a lock: another file's hard link, a FIFO, a device."""
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("FIFO" if stat.S_ISFIFO(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode)
+                else "device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "special file")
+        raise RunDirError(f"{path}: is a {kind}, not the run's lock file; remove it and try again")
+    if st.st_nlink != 1:
+        raise RunDirError(f"{path}: has {st.st_nlink} hard links, so it is another file's name too; refusing to write "
+                          "to it as the run's lock (remove it and try again)")
+
+
 class RunLock:
     """This job's hold on a run directory; :meth:`release` (or process exit) lets it go."""
 
@@ -75,12 +88,13 @@ class RunLock:
         """Take ``run_dir``'s lock, or raise :class:`RunDirError` naming the job that holds it."""
         path = os.path.join(run_dir, LOCK_NAME)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY, 0o644)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise RunDirError(f"{path}: is a symbolic link; refusing to use it as the run's lock") from None
             raise RunDirError(f"{run_dir}: cannot create the run's lock ({exc.strerror or exc})") from None
         try:
+            _check_own_file(path, os.fstat(fd))  # before anything is read or written through it
             holder = _parse(os.pread(fd, 4096, 0).decode("utf-8", "replace"))
             flocked = True
             try:
