@@ -142,7 +142,19 @@ def open_hdf5(path: str, what: str = "data file") -> h5py.File:
     try:
         return h5py.File(path, "r")
     except OSError as exc:
+        if _is_npz(path):
+            raise DataError(f"{path}: is a NumPy .npz archive, not an HDF5 {what}; convert it first: "
+                            f"evens convert {path} {os.path.splitext(path)[0]}.h5") from None
         raise DataError(f"{path}: not a readable HDF5 file ({first_line(exc)})") from None
+
+
+def _is_npz(path: str) -> bool:
+    """A zip archive (what ``numpy.savez`` writes) or a file named .npz: the usual mistake for an HDF5 file."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) in (b"PK\x03\x04", b"PK\x05\x06") or path.lower().endswith(".npz")
+    except OSError:
+        return False
 
 
 def _check_local(f: h5py.File, path: str, name: str, allow_external: bool) -> None:

@@ -142,13 +142,19 @@ def rebuild(member: Member, problem: Problem, sample_shape: tuple[int, ...], dev
         raise EnsembleError(f"member #{member.id}: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise EnsembleError(f"member #{member.id}: invalid network spec {member.network} ({exc})") from None
-    except (MemoryError, RuntimeError) as exc:
-        raise EnsembleError(f"member #{member.id}: its network cannot be built here ({str(exc).splitlines()[0]})") from None
+    except (MemoryError, RuntimeError) as exc:  # a crafted spec's absurd size too: a MemoryError, often without a message
+        raise EnsembleError(f"member #{member.id}: its network cannot be built here ({_why(exc)})") from None
     try:
         model.load_state_dict({name: torch.from_numpy(np.asarray(w)) for name, w in member.weights.items()}, strict=True)
     except (RuntimeError, TypeError) as exc:
-        raise EnsembleError(f"member #{member.id}: stored weights do not fit its network ({str(exc).splitlines()[0]})") from None
+        raise EnsembleError(f"member #{member.id}: stored weights do not fit its network ({_why(exc)})") from None
     return model.to(device).eval()
+
+
+def _why(exc: BaseException) -> str:
+    """An exception on one line: its type, and the first line of its message if it has one."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def read_stored(path: str, weights_of="all") -> StoredEnsemble:

@@ -12,7 +12,7 @@ the workers.
 * :class:`Regression`: float targets of shape (N,) or (N, T); networks learn the
   targets standardised with the training split's mean and scale, and predict in
   the original units; metrics ``rmse`` and ``r2`` (uniform average over outputs,
-  as scikit-learn's ``r2_score``).
+  as scikit-learn's ``r2_score``; NaN, undefined, where a constant target is not fitted exactly).
 
 The search optimises a problem's ``metric`` (``search.metric``): by default accuracy, or
 RMSE for a regression; one of :data:`METRICS`; or a user's function named
@@ -197,8 +197,9 @@ class Regression(_Metric):
         y = np.asarray(y, dtype=np.float64).reshape(-1, self.outputs)
         sse = np.sum((pred - y) ** 2, axis=0)
         sst = np.sum((y - y.mean(axis=0)) ** 2, axis=0)
-        # A constant target: r2 is 1 for a perfect fit and 0 otherwise (scikit-learn's force_finite).
-        r2 = np.where(sst > 0, 1.0 - sse / np.where(sst > 0, sst, 1.0), np.where(sse == 0, 1.0, 0.0))
+        # A constant target leaves R² undefined (a division by zero): NaN, unless the fit is perfect (1). Not
+        # scikit-learn's force_finite 0, which reads as "no better than the mean" on a target with no variance.
+        r2 = np.where(sst > 0, 1.0 - sse / np.where(sst > 0, sst, 1.0), np.where(sse == 0, 1.0, np.nan))
         scores = {"rmse": float(np.sqrt(sse.sum() / y.size)), "r2": float(r2.mean())}
         if self.metric in ("rmse", "r2"):
             return scores

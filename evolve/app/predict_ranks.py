@@ -13,11 +13,17 @@ rank runs its members on its own device, and one ``Allreduce`` of the weighted
 sums (probabilities and entropies, or means; then disagreement or spread)
 completes the ensemble's answer; rank 0 writes it. Every error is found on rank 0
 or agreed on by all ranks, so each rank exits with status 2 and one line.
+
+The output is written to a hidden temporary file, renamed into place when complete. SIGTERM or
+SIGHUP (Slurm's cancel or time limit, a closed terminal) is agreed on like an error at the next
+batch: every rank ends with status 128 + the signal, and rank 0 removes the unfinished file. A
+second one ends the process at once. SIGINT is Python's KeyboardInterrupt, which removes it too.
 """
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from dataclasses import dataclass
 
@@ -25,7 +31,7 @@ import h5py
 import numpy as np
 
 from data_bcast.broadcast import first_error, located
-from data_bcast.h5file import DataError, open_hdf5
+from data_bcast.h5file import DataError, first_line, open_hdf5
 from ensemble.builders import BuilderError, add_model_path
 from ensemble.combine import ensemble_prediction
 from ensemble.hall_of_fame import Member
@@ -43,6 +49,7 @@ from .local import take_device
 ROOT = 0
 TAG_MEMBERS, TAG_WEIGHTS = 21, 22
 MAX_BATCH_BYTES = 256 << 20  # a batch broadcast to every rank stays below this
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 class PredictError(EvensError):
@@ -137,10 +144,50 @@ def share_members(comm, job: Job, stored: StoredEnsemble | None, chosen) -> list
     return members
 
 
+class EndingSignals:
+    """SIGTERM and SIGHUP while predicting, noted here and agreed on by the ranks (see the module's
+    docstring); a rank that ended on its own at once could leave rank 0 inside a collective, where no
+    handler runs, and its temporary file behind."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self._previous = {sig: signal.signal(sig, self._note) for sig in ENDING_SIGNALS}
+
+    def _note(self, signum, frame) -> None:
+        if self.signum:  # the second: at once
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+        self.signum = signum
+
+    def error(self) -> str | None:
+        return _ended_by(self.signum) if self.signum else None
+
+    @staticmethod
+    def status(error: str) -> int:
+        """The exit status of an agreed ``error``: 128 + the signal that ended the job, else 2."""
+        return next((128 + sig for sig in ENDING_SIGNALS if error.startswith(_ended_by(sig))), 2)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+
+
+def _ended_by(signum: int) -> str:
+    return f"ended by {signal.Signals(signum).name}; the unfinished output was removed"
+
+
 def run_predict(run_dir: str, input_path: str, out: str, split: str | None = None, batch_size: int = EVAL_BATCH,
                 device: str = "auto", force: bool = False, model_path: str | None = None) -> tuple[int, str]:
     """Collective over the world. Returns (exit status, the line to print on rank 0)."""
     comm = world()
+    ending = EndingSignals()
+    try:
+        return _plan_and_predict(comm, ending, run_dir, input_path, out, split, batch_size, device, force, model_path)
+    finally:
+        ending.restore()
+
+
+def _plan_and_predict(comm, ending, run_dir, input_path, out, split, batch_size, device, force, model_path) -> tuple[int, str]:
     job = stored = chosen = x_name = y_name = writer = None
     error = None
     if model_path is not None:  # every rank imports the members' builders from it
@@ -155,17 +202,19 @@ def run_predict(run_dir: str, input_path: str, out: str, split: str | None = Non
         except (EvensError, EnsembleError, DataError) as exc:
             debug_traceback()
             error = str(exc)
-    error = first_error(comm, error, ROOT)
+    error = first_error(comm, error or ending.error(), ROOT)
     if error:
-        return 2, f"error: {error}"
+        if writer is not None:
+            writer.discard()
+        return ending.status(error), f"error: {error}"
     try:
-        return _predict(comm, job, stored, chosen, x_name, y_name, writer, run_dir, input_path, out, device)
+        return _predict(comm, ending, job, stored, chosen, x_name, y_name, writer, run_dir, input_path, out, device)
     finally:
         if writer is not None:
             writer.discard()  # a no-op once the file is in place
 
 
-def _predict(comm, job, stored, chosen, x_name, y_name, writer, run_dir, input_path, out, device) -> tuple[int, str]:
+def _predict(comm, ending, job, stored, chosen, x_name, y_name, writer, run_dir, input_path, out, device) -> tuple[int, str]:
     job = comm.bcast(job, root=ROOT)
     mine = share_members(comm, job, stored, chosen)
     problem = problem_from_dict(job.problem)
@@ -176,15 +225,15 @@ def _predict(comm, job, stored, chosen, x_name, y_name, writer, run_dir, input_p
         ensemble = build_ensemble(problem, job.sample_shape, job.x_dtype, mine, take_device(device, local, here), say=say)
     except (EnsembleError, ValueError, RuntimeError) as exc:
         debug_traceback()
-        error = str(exc).splitlines()[0]
-    error = first_error(comm, error, ROOT)
+        error = f"{run_file(run_dir)}: {first_line(exc)}"  # a member's spec or weights, as the run file holds them
+    error = first_error(comm, error or ending.error(), ROOT)
     if error:
-        return 2, f"error: {error}"
+        return ending.status(error), f"error: {error}"
     source = h5py.File(input_path, "r") if comm.rank == ROOT else None
     try:
-        error = stream(comm, job, ensemble, source, x_name, writer, where=f"{input_path}: {x_name}")
+        error = stream(comm, job, ensemble, source, x_name, writer, where=f"{input_path}: {x_name}", ending=ending)
         if error:
-            return 2, f"error: {error}"
+            return ending.status(error), f"error: {error}"
         if writer is None:
             return 0, ""
         scores, why_not = writer.score(problem, source[y_name]) if y_name is not None else (None, "")
@@ -202,11 +251,12 @@ def _predict(comm, job, stored, chosen, x_name, y_name, writer, run_dir, input_p
     return 0, line
 
 
-def stream(comm, job: Job, ensemble, source: h5py.File | None, x_name: str, writer: Writer | None, where: str) -> str | None:
+def stream(comm, job: Job, ensemble, source: h5py.File | None, x_name: str, writer: Writer | None, where: str,
+           ending: EndingSignals) -> str | None:
     """Collective: the input, batch by batch, through every rank's members; returns the error, if any.
 
     Rank 0 reads a batch and checks it (NaN, infinities) and every rank learns the verdict before
-    the batch itself is broadcast, so a bad row ends every rank at the same batch.
+    the batch itself is broadcast, so a bad row ends every rank at the same batch; so does a signal.
     """
     allreduce = sum_over_ranks(comm) if comm.size > 1 else None
     for start in range(0, job.rows, job.batch):
@@ -228,8 +278,8 @@ def stream(comm, job: Job, ensemble, source: h5py.File | None, x_name: str, writ
             preds, error = ensemble.member_predictions(xb), None
         except (EnsembleError, RuntimeError, MemoryError, ValueError) as exc:  # damaged weights, out of memory
             debug_traceback()
-            preds, error = None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        error = first_error(comm, error, ROOT)
+            preds, error = None, first_line(exc)
+        error = first_error(comm, error or ending.error(), ROOT)
         if error:
             return error
         answer = ensemble.combine_batch(preds, rows, allreduce)
@@ -256,7 +306,7 @@ class Writer:
         except OSError as exc:
             if self.tmp and os.path.exists(self.tmp):
                 os.remove(self.tmp)
-            raise PredictError(f"{out}: cannot write in {folder} ({exc.strerror or str(exc).splitlines()[0]})") from None
+            raise PredictError(f"{out}: cannot write in {folder} ({exc.strerror or first_line(exc)})") from None
 
     def write(self, start: int, answer: dict[str, np.ndarray]) -> None:
         for name, values in answer.items():

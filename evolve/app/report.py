@@ -38,7 +38,7 @@ def ensemble_scores(state: SearchState, info: RunInfo, problem: Problem) -> dict
         preds = [m.val_pred if split == "val" else m.test_pred for m in members]
         combined = combine(problem, preds, sel.weights, len(y))
         # a user's metric is the selection curve's (reading a run imports none of the user's code)
-        result.update({f"{split}_{k}": v for k, v in problem.scores(ensemble_prediction(problem, combined), y, user=False).items()})
+        result.update(undefined_as_none({f"{split}_{k}": v for k, v in problem.scores(ensemble_prediction(problem, combined), y, user=False).items()}))
         result.setdefault(f"{split}_{problem.metric_key}", (sel.curve_val if split == "val" else sel.curve_test)[sel.picks - 1])
         if split == "test":
             result["test_uncertainty"] = mean_uncertainty(problem, combined)
@@ -103,7 +103,17 @@ def record_facts(r: Record) -> dict:
     for name, kind in kinds(Record).items():
         if kind == "named":
             facts.update(getattr(r, name))
-    return facts
+    return undefined_as_none(facts)
+
+
+def undefined_as_none(scores: dict) -> dict:
+    """R² of constant targets is undefined: NaN from ensemble.problem, and no value at all in a record read
+    back from the run file (its columns store NaN as "none"). Both become None: null in JSON, n/a in text."""
+    out = {k: None if k.endswith("_r2") and isinstance(v, float) and math.isnan(v) else v for k, v in scores.items()}
+    for split in ("val", "test"):
+        if f"{split}_rmse" in out:  # a regression's scores: R² is always beside the RMSE
+            out.setdefault(f"{split}_r2", None)
+    return out
 
 
 def pareto_front(state: SearchState, objective: str, space) -> list[dict]:
@@ -173,11 +183,15 @@ def _scores_text(s: dict, metric: str, searched: dict | None = None) -> str:
     if metric == "accuracy":
         text = f"val {s['val_accuracy']:.4f}  test {s['test_accuracy']:.4f}"
     else:
-        text = f"val rmse {s['val_rmse']:.4g} r2 {s['val_r2']:.3f}  test rmse {s['test_rmse']:.4g} r2 {s['test_r2']:.3f}"
+        text = f"val rmse {s['val_rmse']:.4g} r2 {_r2(s['val_r2'])}  test rmse {s['test_rmse']:.4g} r2 {_r2(s['test_r2'])}"
     key = (searched or {}).get("key", metric)
     if key not in (metric, "r2") and f"val_{key}" in s and f"test_{key}" in s:
         text += f"  ({key}: val {s[f'val_{key}']:.4g}  test {s[f'test_{key}']:.4g})"
     return text
+
+
+def _r2(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 def format_curve(e: dict) -> list[str]:
