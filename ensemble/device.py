@@ -5,7 +5,10 @@ rank, the ranks on the node and the cores it may use.
 """
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -29,6 +32,8 @@ def choose_device(local_index: int, prefer: str = "auto", workers_per_gpu: int =
     one rank per GPU (``srun --gpus-per-task=1``, where each task sees one GPU, or node-local ranks
     0..G-1 seeing them all) every worker gets a GPU of its own.
     """
+    import torch  # (here, not at the top: a worker rank whose trainings run in a process of their own imports no torch)
+
     if prefer not in DEVICES:
         raise ValueError(f"unknown device {prefer!r} (known: {', '.join(DEVICES)})")
     if prefer == "cpu":
@@ -45,6 +50,8 @@ def choose_device(local_index: int, prefer: str = "auto", workers_per_gpu: int =
 
 def describe_device(device: torch.device) -> dict:
     """What a worker trains on, for the start-up log: the device, its name and (GPUs) its UUID."""
+    import torch
+
     if device.type != "cuda":
         return {"device": "cpu", "name": "cpu", "uuid": "", "threads": torch.get_num_threads()}
     props = torch.cuda.get_device_properties(device)

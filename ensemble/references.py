@@ -7,6 +7,7 @@ extend): never from a path stored in a run file.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import re
 import sys
@@ -51,6 +52,24 @@ def import_by_name(reference: str, what: str = "model builder") -> Callable:
     if not callable(found):
         raise UserCodeError(f"{what} {reference}: {function!r} is a {type(found).__name__}, not a function")
     return found
+
+
+def find_by_name(reference: str, what: str = "model builder") -> None:
+    """Check, without running it, that the module of ``reference`` can be imported here (a rank whose
+    trainings run in a process of their own, which imports it); UserCodeError in one line as
+    :func:`import_by_name`'s. (Finding a submodule imports its parent packages.)"""
+    if not is_reference(reference):
+        raise UserCodeError(f"{what} {reference!r}: expected 'module:function', e.g. 'mynets.volumes:build'")
+    module_name = reference.split(":")[0]
+    try:
+        found = importlib.util.find_spec(module_name)
+    except ModuleNotFoundError as exc:
+        found, module_name = None, exc.name or module_name
+    except Exception as exc:  # noqa: BLE001 -- a parent package raised while importing
+        raise UserCodeError(f"{what} {reference}: importing {module_name} raised {type(exc).__name__}: {first_line(exc)}") from None
+    if found is None:
+        raise UserCodeError(f"{what} {reference}: no module named {module_name!r} (install it, or give its folder as "
+                            "model.path or --model-path)")
 
 
 def first_line(exc: BaseException) -> str:

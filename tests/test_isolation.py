@@ -115,9 +115,22 @@ isolation = "process"
 fault = ["none", "sigkill", "segfault", "exit", "sleep"]
 epochs = {{low = 1, high = 2}}
 """)
+    # Each process notes at its exit whether it imported torch: the worker ranks must not (they run no model code)
+    spy, noted = tmp_path / "spy", tmp_path / "imports.txt"
+    spy.mkdir()
+    (spy / "sitecustomize.py").write_text(
+        "import atexit, os, sys\n"
+        "def _note():\n"
+        "    with open(os.environ['EVENS_IMPORT_SPY'], 'a') as f:\n"
+        "        f.write(f\"{int('torch' in sys.modules)} {' '.join(sys.argv[:2])}\\n\")\n"
+        "atexit.register(_note)\n")
+    env = {"EVENS_IMPORT_SPY": str(noted), "PYTHONPATH": os.pathsep.join((str(spy), ROOT, os.path.join(ROOT, "tests")))}
     out = str(tmp_path / "run")
-    done = launch(3, evens_cmd() + ["run", str(cfg), "--out", out], timeout=240, cwd=ROOT)
+    done = launch(3, evens_cmd() + ["run", str(cfg), "--out", out], timeout=240, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
+    lines = noted.read_text().splitlines()
+    ranks = [line for line in lines if "trainer_process" not in line]
+    assert len(ranks) == 3 and sorted(line[0] for line in ranks) == ["0", "0", "1"], lines  # the master imports torch; the workers not
     state, info = checkpoint.load(os.path.join(out, "checkpoint.h5"))
     space = info.space()
     assert len(state.records) == 14 and state.pending == [] and info.sessions == 1

@@ -12,16 +12,13 @@ import signal
 import socket
 import sys
 import time
-
-import torch
+from typing import TYPE_CHECKING
 
 from data_bcast.agreement import first_error
 from data_bcast.broadcast import SharedDataset, broadcast_dataset, located
 from data_bcast.h5file import DataError
 from data_bcast.reader import read_array
-from ensemble.device import check_bindings, describe_device
 from ensemble.problem import Problem, problem_for
-from ensemble.train import DeviceData
 from evolve.config.schema import Config, config_from_dict
 from evolve.errors import EvensError, debug_traceback
 from evolve.search.presets import DataFacts
@@ -30,11 +27,14 @@ from evolve.transport.mpi_transport import MPIWorkerChannel, world
 from evolve.transport.worker import serve, trainer_for
 
 from .cli import STOP_SIGNALS, StopFlag
-from .local import take_device, trainer_threads, usable_cores
+from .local import trainer_threads, usable_cores
 from .log import LOG, setup_logging
 from .prepare import Prepared, check_same_data, prepare
 from .session import EXIT_RESUMABLE, MASTER, run_master, say
 from .user_code import user_code_problem
+
+if TYPE_CHECKING:
+    from ensemble.train import DeviceData
 
 
 def data_problem(comm, data: SharedDataset, metric: str = "auto") -> Problem:
@@ -62,8 +62,21 @@ def data_description(data: SharedDataset) -> DataFacts:
 
 def setup_trainer(config: Config, data: SharedDataset, problem: Problem, local_index: int, ranks_here: int) -> DeviceData:
     """Pick this rank's device and threads and put the data there (a GPU copy, or the shared host copy)."""
+    from ensemble.train import DeviceData  # (here: a rank that only serves a training process imports no torch)
+
+    from .local import take_device
+
     device = take_device(config.train.device, local_index, ranks_here, config.train.threads, config.train.workers_per_gpu)
     return DeviceData.from_arrays(data.arrays, problem, device, config.train.precision, config.train.loss, config.train.class_weights)
+
+
+def described(trainer_data: DeviceData | None) -> dict | None:
+    """The device this rank trains on (``describe_device``), or None if it trains nothing."""
+    if trainer_data is None:
+        return None
+    from ensemble.device import describe_device
+
+    return describe_device(trainer_data.device)
 
 
 def start_trainer_process(config: Config, data: SharedDataset, problem: Problem, local_index: int, ranks_here: int) -> TrainerProcess:
@@ -121,7 +134,7 @@ def run_search(config_path: str | None, overrides: list[str], out: str | None = 
 def _run_prepared(comm, config_dict: dict, prepared: Prepared | None, started: float, quiet: bool, stop: StopFlag) -> int:
     is_master = comm.rank == MASTER
     config = config_from_dict(config_dict)
-    error = first_error(comm, user_code_problem(config, check=is_master), MASTER)  # before any data moves
+    error = first_error(comm, user_code_problem(config, check=is_master, run=is_master or config.train.isolation != "process"), MASTER)  # before any data moves
     if error:
         return _fail(is_master, error)
     if comm.bcast(stop() if is_master else None, root=MASTER):  # the master's signals decide, as in the search
@@ -158,6 +171,8 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
         elif not is_master or comm.size == 1:
             trainer_data = setup_trainer(config, data, problem, max(local_index, 0), ranks_here)
         elif is_master:
+            import torch
+
             torch.set_num_threads(1)
     except (EvensError, DataError, TrainerError) as exc:
         debug_traceback()
@@ -165,7 +180,7 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
     except Exception as exc:  # a device that fails to start, say
         debug_traceback()
         error = f"{type(exc).__name__}: {exc}"
-    device = trainer.device if trainer is not None else describe_device(trainer_data.device) if trainer_data is not None else None
+    device = trainer.device if trainer is not None else described(trainer_data)
     binding = None if device is None else dict(device, rank=comm.rank, host=socket.gethostname(), cores=usable_cores())
     gathered = comm.gather((error and located(error), binding), root=MASTER)
     device_lines: list[str] = []
@@ -173,6 +188,8 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
         error = next((e for e, _ in gathered if e), None)  # the first rank's, saying where
         if error is None:  # the bindings are checked together; a bad one's message names its ranks and host
             found = [b for _, b in gathered if b is not None]
+            from ensemble.device import check_bindings
+
             error, device_lines = check_bindings(found, config.train.workers_per_gpu, {b["host"]: b["cores"] for b in found})
             prepared.devices = found
     error = comm.bcast(error if is_master else None, root=MASTER)

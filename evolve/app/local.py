@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 
-import torch
+from typing import TYPE_CHECKING
 
 from data_bcast.host import usable_cores
 from ensemble.device import choose_device, cpu_threads
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["slurm_cpus_per_task", "take_device", "trainer_threads", "usable_cores"]  # usable_cores: data_bcast.host's, the one reading of affinity
 
@@ -27,5 +30,7 @@ def trainer_threads(ranks_here: int, threads: int = 0) -> int:
 
 def take_device(prefer: str, local_index: int, ranks_here: int, threads: int = 0, workers_per_gpu: int = 0) -> torch.device:
     """Set this rank's torch threads (:func:`trainer_threads`) and pick its device."""
+    import torch
+
     torch.set_num_threads(trainer_threads(ranks_here, threads))
     return choose_device(local_index, prefer, workers_per_gpu)

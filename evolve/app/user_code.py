@@ -15,14 +15,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
 from data_bcast.h5file import DataError, DataPlan, inspect_file
-from ensemble.builders import add_model_path, check_network, import_builder
 from ensemble.problem import check_metric, user_metric
-from ensemble.references import UserCodeError, first_line, import_by_name, is_reference
-from ensemble.train import check_loss
+from ensemble.references import UserCodeError, add_model_path, find_by_name, first_line, import_by_name, is_reference
 from evolve.config.schema import Config
+
+# torch, and ensemble's modules that import it, are imported where a check needs them: a worker rank
+# whose trainings run in a process of their own, with no user code to check, imports no torch.
 
 
 def outputs_of(kind: str, num_classes: int, target_shape: tuple[int, ...]) -> int:
@@ -30,11 +30,20 @@ def outputs_of(kind: str, num_classes: int, target_shape: tuple[int, ...]) -> in
     return num_classes if kind == "classification" else int(math.prod(target_shape)) if target_shape else 1
 
 
-def load_user_code(config: Config) -> None:
-    """Make ``model.path`` importable and import the builder and the metric the config names (any rank)."""
+def load_user_code(config: Config, run: bool = True) -> None:
+    """Make ``model.path`` importable and import the builder, the metric and the loss the config names (any
+    rank); with ``run`` False only find their modules, running none of their code (a worker rank whose
+    trainings run in a process of their own: that process imports them)."""
     if config.model.path:
         add_model_path(config.model.path)
+    if not run:
+        for reference, what in ((config.model.builder, "model builder"), (config.search.metric, "metric"), (config.train.loss, "loss")):
+            if is_reference(reference):
+                find_by_name(reference, what)
+        return
     if config.model.builder:
+        from ensemble.builders import import_builder
+
         import_builder(config.model.builder)
     if is_reference(config.search.metric):
         user_metric(config.search.metric)
@@ -45,6 +54,8 @@ def load_user_code(config: Config) -> None:
 def check_builder(config: Config, plan: DataPlan) -> None:
     """The builder's network for the middle genome takes a sample of the data and gives one output per
     class (or target); UserCodeError in one line."""
+    from ensemble.builders import check_network
+
     space = config.space
     network, _ = space.settings(space.key([0.5] * len(space)))
     check_network(network, plan.sample_shape, outputs_of(plan.kind, plan.num_classes, tuple(plan.target_shape)))
@@ -81,6 +92,10 @@ def check_loss_for(config: Config, plan: DataPlan) -> None:
     """The loss suits the data's problem; a user's gives a finite scalar tensor for made-up outputs and
     targets of the data's shapes (labels; standardised targets). UserCodeError in one line."""
     loss = config.train.loss
+    import torch
+
+    from ensemble.train import check_loss
+
     try:
         check_loss(plan.kind, loss)
     except ValueError as exc:
@@ -98,11 +113,11 @@ def check_loss_for(config: Config, plan: DataPlan) -> None:
         raise UserCodeError(f"loss {loss} returned {value!r}; a loss returns a finite scalar tensor")
 
 
-def user_code_problem(config: Config, check: bool) -> str | None:
+def user_code_problem(config: Config, check: bool, run: bool = True) -> str | None:
     """What is wrong with the user code the config names on this rank (``check``: the master's checks
-    against the data too), or None."""
+    against the data too; ``run`` False: its modules found, not imported), or None."""
     try:
-        load_user_code(config)
+        load_user_code(config, run)
         if check and (config.model.builder or config.search.metric != "auto" or config.train.loss != "auto"):
             options = config.data
             plan = inspect_file(options.path, options.val_fraction, options.test_fraction, options.split_seed, options.allow_external)

@@ -5,13 +5,15 @@ import math
 import os
 import signal
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from ensemble.hall_of_fame import clears
 from ensemble.results import Evaluation
-from ensemble.train import DeviceData, Watch, train_and_evaluate
 
 from .protocol import Result, Task, evaluate_safely
+
+if TYPE_CHECKING:
+    from ensemble.train import DeviceData
 
 
 class WorkerChannel(Protocol):
@@ -94,6 +96,7 @@ def with_faults(evaluate: Callable[[Task], Evaluation], faults: Faults) -> Calla
 def trainer_for(data: DeviceData) -> Callable[[Task], Evaluation]:
     """The evaluation function of a worker whose data is ``data`` (with the test faults of
     :data:`FAULTS_VARIABLE`, if it is set)."""
+    from ensemble.train import Watch, train_and_evaluate  # (here: a rank that only serves a training process imports no torch)
 
     def evaluate(task: Task) -> Evaluation:
         network, training = task.specs()
