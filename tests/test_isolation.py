@@ -30,7 +30,7 @@ def trainer():
     memory.buffer[:] = buffer
     layout = packed_layout(specs)
     views = {s.name: {"offset": off, "dtype": s.dtype, "shape": list(s.shape)} for s, off in zip(layout.specs, layout.offsets)}
-    setup = {"sys_path": [MODELS, *__import__("sys").path], "data": {"size": memory.size, "views": views},
+    setup = {"sys_path": [MODELS], "data": {"size": memory.size, "views": views},
              "problem": problem_for("classification", y["train"], 3).to_dict(),
              "device": {"prefer": "cpu", "local_index": 0, "threads": 1, "workers_per_gpu": 0},
              "train": {"precision": "fp32", "loss": "auto", "class_weights": "none"}}

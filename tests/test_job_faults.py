@@ -122,7 +122,7 @@ def test_a_signal_drains_the_running_trainings_and_ends_cleanly(tmp_path, small_
     """SIGTERM to the job: nothing new goes out, the trainings out are recorded, the checkpoint holds
     them all (nothing to redo), the workers are stopped without MPI_Abort (no /dev/shm file left), exit 75."""
     out = str(tmp_path / "run")
-    proc = start_job(["run", small_config, "--out", out, "--set", "search.evaluations=400", "--set", "search.term_drain_seconds=60", *SMALL])
+    proc = start_job(["run", small_config, "--out", out, "--set", "search.evaluations=400", "--set", "train.isolation=none", "--set", "search.term_drain_seconds=60", *SMALL])
     _wait_for(lambda: checkpoint_evaluations(out) >= 3, proc)
     shm = _mpich_shm_files(proc.pid)
     assert shm, "the job maps MPICH's shared memory"
@@ -157,7 +157,7 @@ def test_a_second_signal_ends_the_drain_at_once(tmp_path, small_config):
     signal (the drain may wait 600 s), and ends within 15 s of the second (a second or two here)."""
     out = str(tmp_path / "run")
     env = dict(os.environ, EVENS_TEST_FAULTS="hang:4", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    proc = subprocess.Popen([mpiexec(), "-n", "3", *evens_cmd(), "run", small_config, "--out", out, "--set", "search.evaluations=400",
+    proc = subprocess.Popen([mpiexec(), "-n", "3", *evens_cmd(), "run", small_config, "--out", out, "--set", "search.evaluations=400", "--set", "train.isolation=none",
                              "--set", "search.term_drain_seconds=600", *SMALL], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     _wait_for(lambda: checkpoint_evaluations(out) >= 8, proc)  # evaluation 4 is out for good
@@ -185,7 +185,7 @@ def test_after_sigterm_the_drain_fits_in_slurms_kill_wait(tmp_path, small_config
     3 s here); a drain of drain_seconds would run until the 60 s timeout."""
     out = str(tmp_path / "run")
     env = dict(os.environ, EVENS_TEST_FAULTS="hang:4", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    proc = subprocess.Popen([mpiexec(), "-n", "3", *evens_cmd(), "run", small_config, "--out", out, "--set", "search.evaluations=400",
+    proc = subprocess.Popen([mpiexec(), "-n", "3", *evens_cmd(), "run", small_config, "--out", out, "--set", "search.evaluations=400", "--set", "train.isolation=none",
                              "--set", "search.drain_seconds=600", "--set", "search.term_drain_seconds=2", *SMALL], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     _wait_for(lambda: checkpoint_evaluations(out) >= 8, proc)  # evaluation 4 is out for good
@@ -211,7 +211,7 @@ def test_a_network_that_kills_its_worker_is_recorded_as_crashed_and_the_run_fini
     recorded as crashed and never sent a third time."""
     out = str(tmp_path / "run")
     env = {"EVENS_TEST_FAULTS": "kill:5"}
-    first = launch(3, evens_cmd() + ["run", small_config, "--out", out, "--set", "search.evaluations=12", *SMALL],
+    first = launch(3, evens_cmd() + ["run", small_config, "--out", out, "--set", "search.evaluations=12", "--set", "train.isolation=none", *SMALL],
                    timeout=180, cwd=ROOT, env=env)
     assert first.returncode != 0, first.stderr  # the job died with its worker
     codes = []
@@ -240,7 +240,7 @@ def test_a_worker_that_stops_answering_is_named_and_the_job_ends(tmp_path, small
     run until the 120 s timeout."""
     out = str(tmp_path / "run")
     env = {"EVENS_TEST_FAULTS": "hang:3"}
-    limits = ["--set", "search.eval_timeout_seconds=2", "--set", "search.hang_seconds=3"]
+    limits = ["--set", "search.eval_timeout_seconds=2", "--set", "search.hang_seconds=3", "--set", "train.isolation=none"]
     start = time.monotonic()
     first = launch(3, evens_cmd() + ["run", small_config, "--out", out, "--set", "search.evaluations=10", *limits, *SMALL],
                    timeout=120, cwd=ROOT, env=env)

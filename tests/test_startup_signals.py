@@ -53,7 +53,8 @@ def test_a_signal_during_start_up_ends_the_job_resumable(tmp_path, small_config,
     out = str(tmp_path / "run")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
     proc = subprocess.Popen([mpiexec(), "-n", str(RANKS), *evens_cmd(), "run", small_config, "--out", out, *SMALL,
-                             "--set", "search.evaluations=2", "--set", f"model.path={models}", "--set", "train.loss=slow_start:loss"],
+                             "--set", "search.evaluations=2", "--set", f"model.path={models}", "--set", "train.loss=slow_start:loss",
+                             "--set", "train.isolation=none"],  # (so that every rank imports the loss's module)
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         wait_for_imports(proc, models)

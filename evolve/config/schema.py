@@ -96,7 +96,7 @@ class TrainConfig:
     workers_per_gpu: int = 0  # 0: a node's workers share its GPUs round robin; k: k per GPU, more on one GPU is an error
     loss: str = "auto"  # the training loss: "auto" (cross_entropy; regression: mse), cross_entropy or focal; mse, mae or huber; or "module:function" (docs/custom-models.md)
     class_weights: str = "none"  # "balanced": a classifier's loss weighs each class by its inverse frequency in the training split
-    isolation: str = "none"  # "process": a worker rank trains in a process of its own, so a training that dies (a signal, the OOM killer) or passes its time limit is recorded and the job goes on; "none": in the rank itself
+    isolation: str = "process"  # "process": a worker rank trains in a process of its own, so a training that dies (a signal, the OOM killer) or passes its time limit (plus 5 s) is recorded and the job goes on; "none": in the rank itself (a training that dies ends the job)
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,9 @@ def die_with_parent(parent: int) -> None:
 
 def _set_up(setup: dict):
     """The data on this process's device, from the set-up message; (evaluate, the device's description)."""
-    sys.path[:] = setup["sys_path"]
+    for folder in reversed(setup["sys_path"]):  # the rank's module search path (model.path added), before its own
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
     from data_bcast.memory import mapped, views_of
     import torch
 

@@ -63,7 +63,7 @@ def latency(n: int) -> dict:
     memory.buffer[:] = buffer
     layout = packed_layout(specs)
     views = {s.name: {"offset": off, "dtype": s.dtype, "shape": list(s.shape)} for s, off in zip(layout.specs, layout.offsets)}
-    setup = {"sys_path": list(sys.path), "data": {"size": memory.size, "views": views}, "problem": problem.to_dict(),
+    setup = {"sys_path": [], "data": {"size": memory.size, "views": views}, "problem": problem.to_dict(),
              "device": {"prefer": "cpu", "local_index": 0, "threads": 1, "workers_per_gpu": 0},
              "train": {"precision": "fp32", "loss": "auto", "class_weights": "none"}}
     process = TrainerProcess(setup, memory.fd)
