@@ -25,13 +25,12 @@ SHM_DIR = "/dev/shm"
 class NodeMemory:
     """``size`` bytes behind descriptor ``fd``, mapped shared; ``buffer`` is a flat uint8 view of them."""
 
-    def __init__(self, fd: int, size: int, shared: bool = True):
+    def __init__(self, fd: int, size: int, writable: bool = True):
         self.fd, self.size = fd, size
-        # MAP_PRIVATE (a training process's view): writes would stay its own, copy-on-write, so it can never
-        # change the node's copy, and torch takes its arrays without copying (it warns about read-only ones).
-        flags = mmap.MAP_SHARED if shared else mmap.MAP_PRIVATE
+        # A training process maps it read-only: it can never change the node's copy, and a read-only
+        # shared mapping is not "data" to RLIMIT_DATA (train.max_host_memory_gb), as a private one would be.
         # mmap refuses a length of 0: an empty dataset (never broadcast, but tested) gets an empty buffer
-        self._map = mmap.mmap(fd, size, flags, mmap.PROT_READ | mmap.PROT_WRITE) if size else None
+        self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)) if size else None
         self.buffer = np.frombuffer(self._map, dtype=np.uint8, count=size) if size else np.empty(0, dtype=np.uint8)
 
     @classmethod
@@ -88,8 +87,8 @@ def shared_node_memory(size: int, node) -> NodeMemory:
 
 
 def mapped(fd: int, size: int) -> NodeMemory:
-    """A process handed ``fd`` (a training process) maps the same pages; what it writes stays its own."""
-    return NodeMemory(fd, size, shared=False)
+    """A process handed ``fd`` (a training process) maps the same pages, read-only."""
+    return NodeMemory(fd, size, writable=False)
 
 
 def views_of(buffer: np.ndarray, spec: dict[str, dict]) -> dict[str, np.ndarray]:

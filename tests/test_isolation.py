@@ -71,6 +71,20 @@ def test_a_training_stuck_inside_forward_is_killed_at_its_time_limit(trainer):
     assert trainer.evaluate(task(5, "none")).status == "ok"
 
 
+@pytest.mark.parametrize("fault, words", [("huge", "memory: "), ("grow", "memory: its training process held")])
+def test_a_training_past_its_memory_limit_is_crashed_with_memory_and_the_next_goes_on(trainer, fault, words):
+    """train.max_host_memory_gb = 1: a request past it fails at once (RLIMIT_DATA), memory held past it
+    is seen by the rank's watchdog (RssAnon) and the process killed, before the node's OOM killer."""
+    limited = TrainerProcess({**trainer.setup, "max_host_memory_gb": 1.0}, trainer.data_fd)
+    try:
+        limited.start()
+        ev = limited.evaluate(task(20, fault))
+        assert ev.status == "crashed" and ev.message.startswith(words), ev.message
+        assert limited.evaluate(task(21, "none")).status == "ok"
+    finally:
+        limited.close()
+
+
 def test_a_training_process_that_cannot_set_up_says_why_in_one_line(tmp_path):
     memory = NodeMemory.private(16)
     setup = {"sys_path": [], "data": {"size": 16, "views": {}}, "problem": {"kind": "nonsense"},
@@ -90,8 +104,9 @@ def test_the_training_process_gets_no_mpi_launcher_variables():
 @pytest.mark.e2e
 def test_networks_that_kill_segfault_exit_or_hang_are_recorded_and_the_job_finishes_its_budget(tmp_path):
     """At np=3 with train.isolation = "process": a user's network that SIGKILLs its process, segfaults,
-    calls os._exit(3) or sleeps inside forward past the time limit is recorded with its cause, and the
-    search finishes its budget in one job (no job death, no resume)."""
+    calls os._exit(3), sleeps inside forward past the time limit, or holds memory past
+    train.max_host_memory_gb is recorded with its cause, and the search finishes its budget in one job
+    (no job death, no resume)."""
     from conftest import evens_cmd, launch, write_blobs
 
     from evolve.runfile import checkpoint
@@ -104,15 +119,16 @@ path = "{data}"
 builder = "faulty_nets:build"
 path = "{MODELS}"
 [search]
-evaluations = 14
-population = 4
+evaluations = 18
+population = 6
 seed = 1
 eval_timeout_seconds = 3.0
 [train]
 threads = 1
 isolation = "process"
+max_host_memory_gb = 1.0
 [space]
-fault = ["none", "sigkill", "segfault", "exit", "sleep"]
+fault = ["none", "sigkill", "segfault", "exit", "sleep", "grow"]
 epochs = {{low = 1, high = 2}}
 """)
     # Each process notes at its exit whether it imported torch: the worker ranks must not (they run no model code)
@@ -133,9 +149,10 @@ epochs = {{low = 1, high = 2}}
     assert len(ranks) == 3 and sorted(line[0] for line in ranks) == ["0", "0", "1"], lines  # the master imports torch; the workers not
     state, info = checkpoint.load(os.path.join(out, "checkpoint.h5"))
     space = info.space()
-    assert len(state.records) == 14 and state.pending == [] and info.sessions == 1
+    assert len(state.records) == 18 and state.pending == [] and info.sessions == 1
     causes = {"sigkill": ("crashed", "killed by SIGKILL"), "segfault": ("crashed", "killed by SIGSEGV"),
-              "exit": ("crashed", "exit status 3"), "sleep": ("timeout", "past its time limit of 3 s"), "none": ("ok", "")}
+              "exit": ("crashed", "exit status 3"), "sleep": ("timeout", "past its time limit of 3 s"), "none": ("ok", ""),
+              "grow": ("crashed", "memory: ")}
     seen = set()
     for r in state.records:
         network, _ = space.settings(space.key(r.genome))

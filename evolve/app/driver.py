@@ -90,6 +90,7 @@ def start_trainer_process(config: Config, data: SharedDataset, problem: Problem,
         "device": {"prefer": t.device, "local_index": local_index, "workers_per_gpu": t.workers_per_gpu,
                    "threads": trainer_threads(ranks_here, t.threads)},
         "train": {"precision": t.precision, "loss": t.loss, "class_weights": t.class_weights},
+        "max_host_memory_gb": t.max_host_memory_gb,
     }
     trainer = TrainerProcess(setup, data.memory.fd)
     trainer.start()

@@ -96,6 +96,7 @@ class TrainConfig:
     workers_per_gpu: int = 0  # 0: a node's workers share its GPUs round robin; k: k per GPU, more on one GPU is an error
     loss: str = "auto"  # the training loss: "auto" (cross_entropy; regression: mse), cross_entropy or focal; mse, mae or huber; or "module:function" (docs/custom-models.md)
     class_weights: str = "none"  # "balanced": a classifier's loss weighs each class by its inverse frequency in the training split
+    max_host_memory_gb: float = 0.0  # with isolation "process": a training whose process holds more (anonymous resident memory, or data it asks for past this) is stopped and recorded "crashed" with "memory", before the node's OOM killer wakes; 0: no limit
     isolation: str = "process"  # "process": a worker rank trains in a process of its own, so a training that dies (a signal, the OOM killer) or passes its time limit (plus 5 s) is recorded and the job goes on; "none": in the rank itself (a training that dies ends the job)
 
 
@@ -183,6 +184,7 @@ _BOUNDS = {
     "ensemble.bags": (0, 64),
     "ensemble.min_members": (1, 1024),
     "train.threads": (0, None),
+    "train.max_host_memory_gb": (0.0, None),
     "train.workers_per_gpu": (0, None),
 }
 _CHOICES = {"data.mode": LOAD_MODES, "train.device": ("auto", "cpu", "cuda"), "train.precision": ("fp32", "tf32", "bf16"), "train.class_weights": ("none", "balanced"), "train.isolation": ("process", "none"), "ensemble.method": ("greedy", "top_k"), "ensemble.criterion": ("auto", "accuracy", "loss", "metric"), "search.mode": ("async", "generational", "nsga2"), "search.breeding": ("blind", "model"), "search.selection": ("fitness", "ensemble"),

@@ -34,11 +34,25 @@ from .protocol import Task
 from .trainer_process import read_message, write_message
 from .wire import WireError, unpack_result
 
+WATCH_SECONDS = 0.25  # with a memory limit, how often the rank looks at its training process's memory
 KILL_GRACE = 5.0  # seconds past a training's time limit before its process is killed
 START_SECONDS = 600.0  # for a training process to start and set up (importing torch, initialising CUDA)
 # The launcher's variables: a process that has them may take itself for an MPI rank (mpi4py, or a
 # library the user's model imports, would initialise MPI and join the job).
 MPI_VARIABLES = ("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_", "MPICH_", "I_MPI_", "SLURM_PMI")
+
+
+def anonymous_resident_bytes(pid: int) -> int:
+    """RssAnon of ``pid`` (/proc/PID/status) in bytes: its own resident memory, without the file and
+    shared-memory pages it maps (the node's data); 0 where unknown."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 class TrainerError(RuntimeError):
@@ -63,6 +77,8 @@ class TrainerProcess:
         self.device: dict = {}
         self.last_line = ""  # its last line on stderr: said when it dies
         self.starts = 0
+        self.memory_limit = int(float(setup.get("max_host_memory_gb", 0.0)) * (1 << 30))  # bytes; 0: none
+        self.over_memory = ""  # why the watchdog killed the process, if it did
 
     # --- starting -------------------------------------------------------------------------------
 
@@ -70,6 +86,7 @@ class TrainerProcess:
         """Start the process and wait until it is set up; the device it trains on (``describe_device``).
         Raises :class:`TrainerError` with its reason if it cannot. A process started before is ended first."""
         self._end()
+        self.over_memory = ""
         from_rank, to_child = os.pipe()
         from_child, to_rank = os.pipe()
         fds = (from_rank, to_rank, self.data_fd)
@@ -118,7 +135,9 @@ class TrainerProcess:
         message = self._wait(deadline)
         if message is None:
             seconds = time.monotonic() - started
-            if deadline is not None and time.monotonic() >= deadline and self.proc.poll() is None:  # alive, past the deadline
+            if self.over_memory:
+                ev = failed_evaluation(self.over_memory, "crashed", seconds)
+            elif deadline is not None and time.monotonic() >= deadline and self.proc.poll() is None:  # alive, past the deadline
                 self._end()
                 ev = failed_evaluation(f"killed after {seconds:.0f} s: past its time limit of {limit:g} s", "timeout", seconds)
             else:
@@ -150,11 +169,24 @@ class TrainerProcess:
         """The process's next message; None if it died, or ``deadline`` (time.monotonic) passed."""
         while True:
             wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-            ready, _, _ = select.select([self.from_child], [], [], wait)
+            ready, _, _ = select.select([self.from_child], [], [], min(wait, WATCH_SECONDS) if self.memory_limit else wait)
             if ready:
                 return read_message(self.from_child)  # (None: it died while it wrote)
-            if self.proc.poll() is not None or (deadline is not None and time.monotonic() >= deadline):
+            if self.proc.poll() is not None or (deadline is not None and time.monotonic() >= deadline) or self._over_memory():
                 return None
+
+    def _over_memory(self) -> bool:
+        """The watchdog of ``train.max_host_memory_gb``: kill the process if its anonymous resident memory
+        (its own, not the node's data it maps) is past the limit."""
+        if not self.memory_limit:
+            return False
+        resident = anonymous_resident_bytes(self.proc.pid)
+        if resident <= self.memory_limit:
+            return False
+        self._end()
+        self.over_memory = (f"memory: its training process held {resident / (1 << 30):.2f} GB, past "
+                            f"train.max_host_memory_gb = {self.memory_limit / (1 << 30):g}")
+        return True
 
     # --- ending ---------------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 A worker rank starts one (``python -m evolve.transport.trainer_process``) and hands it, besides two
 pipes, the descriptor of its node's copy of the data (:mod:`data_bcast.memory`), which it maps
-(copy-on-write: it cannot change the node's copy): the data is never copied per process. The rank stays an MPI process that never runs model
+read-only: the data is never copied per process. The rank stays an MPI process that never runs model
 code; this process never calls MPI (it never imports mpi4py, and starts with the MPI launcher's
 variables taken out of its environment, see :func:`evolve.transport.isolation.trainer_environment`).
 If it dies (a signal, an exit, the out-of-memory killer), the rank records the evaluation as
@@ -84,7 +84,13 @@ def _set_up(setup: dict):
     for folder in reversed(setup["sys_path"]):  # the rank's module search path (model.path added), before its own
         if folder not in sys.path:
             sys.path.insert(0, folder)
+    import warnings
+
     from data_bcast.memory import mapped, views_of
+
+    # The data is mapped read-only and training never writes to it: torch's warning about taking a
+    # read-only array without a copy says nothing here.
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
     import torch
 
     from ensemble.device import choose_device, describe_device
@@ -98,7 +104,55 @@ def _set_up(setup: dict):
     torch.set_num_threads(d["threads"])  # (the rank read its share of the node's cores: evolve.app.local)
     device = choose_device(d["local_index"], d["prefer"], d["workers_per_gpu"])
     data = DeviceData.from_arrays(arrays, problem_from_dict(setup["problem"]), device, t["precision"], t["loss"], t["class_weights"])
-    return trainer_for(data), describe_device(device)
+    limit_memory(setup.get("max_host_memory_gb", 0.0))
+    return memory_errors_crash(trainer_for(data)), describe_device(device)
+
+
+def limit_memory(gigabytes: float) -> None:
+    """``train.max_host_memory_gb``: from now on this process may ask for at most that much more data
+    memory (RLIMIT_DATA, which counts what is reserved, not what is resident: the rank watches the
+    resident part, see evolve.transport.isolation). A request past it fails at once, as MemoryError."""
+    if gigabytes > 0:
+        import resource
+
+        used = vm_data_bytes()
+        limit = used + int(gigabytes * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+
+def vm_data_bytes(pid: str = "self") -> int:
+    """The data segment's size (VmData, /proc/PID/status) of a process, in bytes; 0 where unknown."""
+    return _status_kb(pid, "VmData") << 10
+
+
+def _status_kb(pid: str, field: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def memory_errors_crash(evaluate):
+    """``evaluate``, with a training that runs out of memory (host, or CUDA) ending as ``crashed`` with
+    "memory" and what it asked for, rather than as a network's ``error``."""
+    from ensemble.results import failed_evaluation
+
+    def guarded(task):
+        try:
+            return evaluate(task)
+        except MemoryError as exc:
+            return failed_evaluation(f"memory: {type(exc).__name__} {str(exc)[:200]}".strip(), "crashed")
+        except RuntimeError as exc:  # torch's allocators: "can't allocate memory", CUDA's OutOfMemoryError
+            text = str(exc)
+            if "out of memory" in text.lower() or "can't allocate memory" in text:
+                return failed_evaluation(f"memory: {text.splitlines()[0][:300]}", "crashed")
+            raise
+
+    return guarded
 
 
 def serve_tasks(read_fd: int, write_fd: int) -> int:

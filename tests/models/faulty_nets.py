@@ -1,6 +1,7 @@
 """A user's network that misbehaves on purpose while it trains, by its ``fault`` gene (tests/test_isolation.py):
 kills its own process (SIGKILL, as the out-of-memory killer does), segfaults, calls ``os._exit(3)``,
-or sleeps inside ``forward`` far past any time limit. In eval mode (evens' dry forward pass before the
+sleeps inside ``forward`` far past any time limit, asks for 400 GB at once (``huge``), or holds ever more
+memory (``grow``). In eval mode (evens' dry forward pass before the
 search) it behaves."""
 import ctypes
 import math
@@ -8,6 +9,7 @@ import os
 import signal
 import time
 
+import torch
 from torch import nn
 
 
@@ -26,6 +28,14 @@ class Faulty(nn.Module):
                 os._exit(3)
             elif self.fault == "sleep":
                 time.sleep(3600)
+            elif self.fault == "huge":  # asks for 400 GB at once
+                torch.empty(100 * (1 << 30), dtype=torch.float32)
+            elif self.fault == "grow":  # holds ever more memory, 64 MB at a time, up to 8 GB
+                held = []
+                for _ in range(128):
+                    held.append(bytearray(64 << 20))
+                    held[-1][:: 4096] = b"x" * len(held[-1][:: 4096])
+                    time.sleep(0.2)
         return self.inner(x)
 
 
