@@ -31,7 +31,7 @@ from data_bcast.layout import unpack_arrays
 from ensemble.results import Evaluation, failed_evaluation
 
 from .protocol import Task
-from .trainer_process import read_message, write_message
+from .trainer_process import read_message, status_kb, write_message
 from .wire import WireError, unpack_result
 
 WATCH_SECONDS = 0.25  # with a memory limit, how often the rank looks at its training process's memory
@@ -43,16 +43,9 @@ MPI_VARIABLES = ("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_", "MPICH_", "I_MPI_"
 
 
 def anonymous_resident_bytes(pid: int) -> int:
-    """RssAnon of ``pid`` (/proc/PID/status) in bytes: its own resident memory, without the file and
-    shared-memory pages it maps (the node's data); 0 where unknown."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) << 10
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    """RssAnon of ``pid`` in bytes: its own resident memory, without the file and shared-memory pages it
+    maps (the node's data); 0 where unknown."""
+    return status_kb(pid, "RssAnon") << 10
 
 
 class TrainerError(RuntimeError):

@@ -122,10 +122,11 @@ def limit_memory(gigabytes: float) -> None:
 
 def vm_data_bytes(pid: str = "self") -> int:
     """The data segment's size (VmData, /proc/PID/status) of a process, in bytes; 0 where unknown."""
-    return _status_kb(pid, "VmData") << 10
+    return status_kb(pid, "VmData") << 10
 
 
-def _status_kb(pid: str, field: str) -> int:
+def status_kb(pid: int | str, field: str) -> int:
+    """A field in kB of /proc/PID/status (VmData, RssAnon, ...); 0 where unknown."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
