@@ -1,6 +1,9 @@
 """Data-aware default search spaces (evolve.search.presets): chosen from the data's shape, scaled by its size,
 overridden gene by gene; a config with its own [space] table keeps the classic space."""
+import os
+
 import pytest
+from conftest import ROOT
 
 from evolve.config.schema import config_from_dict, load_config
 from evolve.errors import ConfigError
@@ -69,3 +72,15 @@ def test_a_resolved_config_is_concrete_and_survives_its_round_trip():
     again = config_from_dict(resolved.to_dict())
     assert again == resolved and again.space is not None and "preset" not in resolved.to_dict()["space"]
     assert resolved.space.for_data((12,), "regression").gene("label_smoothing").domain.options == (0.0,)
+
+
+@pytest.mark.parametrize("example, shape, preset", [("signals.toml", (2, 128), "signal"), ("shapes.toml", (1, 16, 16), "image")])
+def test_the_preset_examples_have_only_data_and_search_and_get_the_preset_their_data_fits(example, shape, preset):
+    import tomllib
+
+    path = os.path.join(ROOT, "examples", example)
+    with open(path, "rb") as f:
+        assert set(tomllib.load(f)) == {"data", "search"}
+    config = load_config(path)
+    resolved, chosen = config.resolved(DataFacts(shape, "classification", 1000))
+    assert chosen["chosen"] == preset and chosen["asked"] == "auto" and resolved.space is not None
