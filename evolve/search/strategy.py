@@ -255,6 +255,19 @@ class Generational(_Breeder):
         if not state:  # a new search: generation 0 is random
             self.queue = [self.random() for _ in range(params.population)]
 
+    def adopt(self, pending: list[Pending]) -> None:
+        """Count as out the pending individuals that this state does not: those a job that died sent after the
+        checkpoint the state comes from (the in-flight log adds them, see evolve.runfile.inflight). They went out
+        after all it counts, so they hold the highest ids. One that came from the queue leaves it; one bred for a
+        generation this state has not reached joins the one in progress. None is sent twice, and the barrier
+        waits for them all."""
+        for individual in sorted(pending, key=lambda p: p.id)[self.outstanding:]:
+            key = candidate_key(self.space, individual.genome)
+            sent = next((i for i, p in enumerate(self.queue) if p.key == key), None)
+            if sent is not None:
+                del self.queue[sent]
+            self.outstanding += 1
+
     def ask(self) -> Proposal | None:
         if not self.queue:
             return None  # the barrier: the generation's children are all out
@@ -391,6 +404,8 @@ def make_strategy(mode: str, space: SearchSpace, params: GAParams, rng: random.R
         surrogate = Surrogate.from_state(rng, records, state.get("surrogate")) if params.breeding == "model" else None
         kind = SteadyState if mode == "async" else Generational
         strategy = kind(space, params, rng, by_id, known, state, surrogate, value)
+    if isinstance(strategy, Generational):
+        strategy.adopt(pending)
     for record in records:
         strategy.note_outcome(record)
     return strategy
