@@ -255,11 +255,13 @@ def run_all(tasks: list[tuple[str, str, str, int]], settings: Settings, jobs: in
     if rows_file and results:
         print(f"# {rows_file}: {sum(len(s) for c in results.values() for s in c.values())} searches done before, {len(tasks)} to run", flush=True)
 
+    commit = harness.git_commit()  # (a long pass continued later may mix commits: each row says which ran it)
+
     def done(task, row) -> None:
         dataset, _, c, seed = task
         results.setdefault(dataset, {}).setdefault(c, {})[seed] = row
         if rows_file:
-            line = {"dataset": dataset, "contender": c, "seed": seed, "settings": dataclasses.asdict(settings), "row": row}
+            line = {"dataset": dataset, "contender": c, "seed": seed, "settings": dataclasses.asdict(settings), "commit": commit, "row": row}
             with open(rows_file, "a") as f:
                 f.write(json.dumps(quality_stats.finite(line)) + "\n")
         print(f"{dataset} seed {seed} {c:13s} best val {row['best_val']:.4f} test {row['best_test']:.4f}  "
