@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 def broadcast_dataset(comm, path: str | None = None, options: LoadOptions = LoadOptions(), *, root: int = 0,
-                      root_trains: bool = True) -> SharedDataset:
+                      root_trains: bool = True, handable: bool = False) -> SharedDataset:
     """Collective: the root streams ``path`` to every rank; every rank returns the arrays its node holds.
 
     Non-root ranks never open the file (their ``path`` is ignored). The root reads chunk k+1
@@ -56,7 +56,8 @@ def broadcast_dataset(comm, path: str | None = None, options: LoadOptions = Load
     ``options`` (a :class:`LoadOptions`, or anything with its fields) says how.
     ``mode="shard"`` gives each node a disjoint part of the training split (round robin over its
     rows; together they cover it), and val and test whole; ``root_trains=False`` says that the
-    root does not train, so a node holding only the root gets no part. A part of fewer than 2 rows
+    root does not train, so a node holding only the root gets no part. ``handable`` makes a private
+    copy (``shared_memory=False``) one that a training process can be handed, as the shared one is. A part of fewer than 2 rows
     is a :class:`DataError` on every rank before anything is sent.
 
     The root's reading threads matter where arrays can be read as the file's own bytes (stored
@@ -75,7 +76,7 @@ def broadcast_dataset(comm, path: str | None = None, options: LoadOptions = Load
     layout = plan_layout(shard_specs(plan.specs, shard.rows, SPLIT) if shard else plan.specs)
     memory, error = None, None
     try:
-        memory, populator = open_buffer(layout, node, shared)
+        memory, populator = open_buffer(layout, node, shared, handable)
     except OSError as exc:  # (every rank of a node raises together)
         error = str(exc)
     error = first_error(comm, error, root)  # no node may start to stream while another has no memory

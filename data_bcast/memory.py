@@ -34,6 +34,14 @@ class NodeMemory:
         self.buffer = np.frombuffer(self._map, dtype=np.uint8, count=size) if size else np.empty(0, dtype=np.uint8)
 
     @classmethod
+    def anonymous(cls, size: int) -> NodeMemory:
+        """A copy of this process's own that cannot be handed on (no descriptor: ``fd`` is -1)."""
+        memory = cls.__new__(cls)
+        memory.fd, memory.size, memory._map = -1, size, None
+        memory.buffer = np.empty(size, dtype=np.uint8)
+        return memory
+
+    @classmethod
     def private(cls, size: int) -> NodeMemory:
         """An anonymous copy of this process's own (still a descriptor it can hand on)."""
         fd = os.memfd_create("evens-data", os.MFD_CLOEXEC)

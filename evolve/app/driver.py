@@ -142,7 +142,8 @@ def _run_prepared(comm, config_dict: dict, prepared: Prepared | None, started: f
         return _stopped_starting(is_master, stop, prepared)
     try:
         # config.data has data_bcast's LoadOptions' fields; the master trains only when alone
-        data = broadcast_dataset(comm, config.data.path if is_master else None, config.data, root=MASTER, root_trains=comm.size == 1)
+        data = broadcast_dataset(comm, config.data.path if is_master else None, config.data, root=MASTER, root_trains=comm.size == 1,
+                                 handable=config.train.isolation == "process")
     except DataError as exc:
         debug_traceback()
         return _fail(is_master, str(exc))

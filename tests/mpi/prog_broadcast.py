@@ -32,7 +32,7 @@ if comm.rank != 0:  # record (and refuse) any attempt by a worker to open an HDF
     h5py.File = spy
 
 options = LoadOptions(chunk_mb=chunk / (1 << 20), shared_memory=(mode == "shared"))
-data = broadcast_dataset(comm, path if comm.rank == 0 else "/nonexistent/workers-must-not-read.h5", options)
+data = broadcast_dataset(comm, path if comm.rank == 0 else "/nonexistent/workers-must-not-read.h5", options, handable=True)
 checksums = {name: zlib.crc32(a.tobytes()) for name, a in sorted(data.arrays.items())}
 
 # One host copy per node: a write by the node leader is seen by every rank of the node.
