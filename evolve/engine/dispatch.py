@@ -57,6 +57,7 @@ class Dispatcher:
         self.idle = deque(w for _ in range(depth) for w in transport.workers)
         self.out: dict[int, deque[Sent]] = {w: deque() for w in transport.workers}
         self.inflight = 0  # tasks out, training or queued
+        self.suspects = 0  # of them, individuals that were out when a job died (attempts counted)
         self._outbox: list[tuple[int, Task]] = []  # noted in the journal, not yet sent
         self._poll = getattr(transport, "poll", None)  # optional: a result already waiting, or None, never waiting
         self._next_hang_check = clock()
@@ -81,6 +82,7 @@ class Dispatcher:
             self.journal.sent(individual, individual.attempts + (0 if self.out[worker] else 1))
         self.out[worker].append(Sent(individual, task, self.clock(), self.wall_clock()))
         self.inflight += 1
+        self.suspects += individual.attempts > 0
         self._outbox.append((worker, task))
 
     def flush(self) -> None:
@@ -113,6 +115,7 @@ class Dispatcher:
             raise RuntimeError(f"worker rank {worker} returned evaluation {result.task_id}, not {sent.individual.id}, the oldest it holds")
         self.idle.append(worker)
         self.inflight -= 1
+        self.suspects -= sent.individual.attempts > 0
         if self.journal is not None and result.evaluation.status != SKIPPED:
             self.journal.done(result.task_id)
         if tasks:  # the worker starts its next task now: a job death from here on counts against it
@@ -144,10 +147,6 @@ class Dispatcher:
         noted in the journal with its attempt, see :meth:`_returned`)."""
         return [replace(s.individual, attempts=s.individual.attempts + (deaths(w) if k == 0 else 0))
                 for w, tasks in self.out.items() for k, s in enumerate(tasks)]
-
-    def suspects_out(self) -> int:
-        """Individuals out that were out before when a job died (their attempts are counted)."""
-        return sum(s.individual.attempts > 0 for tasks in self.out.values() for s in tasks)
 
     def queued(self) -> int:
         """Tasks waiting behind a training."""

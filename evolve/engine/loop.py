@@ -228,7 +228,7 @@ class _Search:
         A suspect (an individual out when a job died) goes out only while no other is out: two suspects
         out together at another death would both be blamed, though one killed the job."""
         for i, individual in enumerate(self.redo):
-            if individual.attempts == 0 or not self.dispatch.suspects_out():
+            if individual.attempts == 0 or not self.dispatch.suspects:
                 del self.redo[i]
                 return individual, self.space.key(individual.genome)
         if room <= 0:
