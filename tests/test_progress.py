@@ -32,7 +32,7 @@ def test_batch_output_gets_a_status_line_every_n_seconds_and_at_the_end():
     assert lines[0].startswith("evens: status 3/12 (25 %) | best val accuracy ") and "| 3 workers | 6.0/min | ETA 1m30s" in lines[0]
     assert lines[-1].startswith("evens: status 12/12 (100 %)") and lines[-1].endswith("ETA 0s")
     ensemble = state.selection.curve_val[state.selection.picks - 1]
-    assert f"ensemble {ensemble:.4g}" in lines[-1]
+    assert f"ensemble {ensemble:.4f}" in lines[-1]  # four decimals, as the summary prints it
 
 
 def test_quiet_prints_nothing_and_verbose_logs_every_evaluation():

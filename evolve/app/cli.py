@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -190,6 +191,11 @@ def collective(command) -> int:
         return command()
     except BaseException as exc:  # KeyboardInterrupt too: a rank that leaves must take the job with it
         comm = world()
+        if isinstance(exc, BrokenPipeError) and closed_pipes():  # the output's reader went away (`| head`): quietly
+            code = pipe_closed(exc)
+            if comm.size > 1:
+                abort(comm, code)
+            return code
         interrupted = isinstance(exc, KeyboardInterrupt)
         if interrupted:
             message = f"evens: interrupted on rank {comm.rank} on {socket.gethostname()}\n"
@@ -222,7 +228,44 @@ def _predict(args) -> int:
     return code
 
 
+# The status of a process that SIGPIPE ended, as a shell reports `yes | head`'s `yes`: a reader that went away
+# (`evens report RUN | head`) ends the command as it ends the Unix tools, quietly, and a script can still tell.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+
+
+def closed_pipes() -> list[int]:
+    """Standard output and error where they are pipes whose reader has gone (poll marks such a pipe's writing end
+    POLLERR): a BrokenPipeError from anywhere else (a trainer's pipe) is a bug, with its traceback."""
+    poll = select.poll()
+    for fd in (1, 2):
+        poll.register(fd, 0)  # POLLERR is always reported
+    return [fd for fd, events in poll.poll(0) if events & select.POLLERR]
+
+
+def pipe_closed(exc: BrokenPipeError) -> int:
+    """After a write to a closed standard output (or error): it goes to /dev/null, so that the interpreter's last
+    flush at exit does not raise again with a traceback of its own; returns :data:`EXIT_BROKEN_PIPE`."""
+    closed = closed_pipes()
+    if not closed:
+        raise exc
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for fd in closed:
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The entry point of every command; a closed standard output ends any of them quietly (see :func:`pipe_closed`)."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # inside the try: the output held in the buffer meets the closed pipe here
+        return code
+    except BrokenPipeError as exc:
+        return pipe_closed(exc)
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     errors.DEBUG = args.debug
     if args.command == "run":

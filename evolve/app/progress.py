@@ -21,6 +21,7 @@ from evolve.engine.state import SearchState
 from evolve.search.records import Record
 
 from .log import LOG
+from .report import score_text  # one precision with the summary and `evens report` ("-" before the first ensemble)
 
 
 def _duration(seconds: float) -> str:
@@ -30,10 +31,6 @@ def _duration(seconds: float) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
-
-
-def _number(x: float) -> str:
-    return f"{x:.4g}" if math.isfinite(x) else "-"  # the ensemble is chosen at the first checkpoint
 
 
 class Progress:
@@ -76,7 +73,7 @@ class Progress:
     def line(self, f: dict) -> str:
         name = self.metric
         parts = [f"status {f['done']}/{self.total} ({100 * f['done'] / max(1, self.total):.0f} %)",
-                 f"best val {name} {_number(f['best'])}", f"ensemble {_number(f['ensemble'])}"]
+                 f"best val {name} {score_text(f['best'], name)}", f"ensemble {score_text(f['ensemble'], name)}"]
         if self.workers:
             parts.append(f"{self.workers} workers")
         parts += [f"{f['per_minute']:.1f}/min", f"ETA {_duration(f['eta'])}"]
@@ -93,7 +90,8 @@ class Progress:
         if self._bar is not None:
             f = self.facts(state)
             self._bar.update(1)
-            self._bar.set_postfix({"best": _number(f["best"]), "ens": _number(f["ensemble"]), "per_min": f"{f['per_minute']:.1f}",
+            self._bar.set_postfix({"best": score_text(f["best"], self.metric), "ens": score_text(f["ensemble"], self.metric),
+                                   "per_min": f"{f['per_minute']:.1f}",
                                    "workers": self.workers}, refresh=False)
         elif now - self._last >= self.every or len(state.records) >= self.total:
             self._last = now

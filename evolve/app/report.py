@@ -20,6 +20,23 @@ from evolve.search.space import TRAINING_GENES
 from .rundir import checkpoint_path
 
 
+# Scores between 0 and 1 print with four decimals (1 reads 1.0000, as 0.9944 does beside it); errors (rmse, loss, a
+# user's metric) with four significant digits. The summary, `evens report`, `evens status` and the live line share these.
+FRACTION_METRICS = frozenset({"accuracy", "balanced_accuracy", "macro_f1", "r2"})
+
+
+def score_text(value: float | None, metric: str = "accuracy") -> str:
+    """A score as every output prints it: ``score_text(1.0)`` is ``'1.0000'``, ``score_text(12.345, "rmse")`` ``'12.35'``."""
+    if value is None or not math.isfinite(value):
+        return "n/a" if value is None else "-"
+    return f"{value:.4f}" if metric in FRACTION_METRICS else f"{value:.4g}"
+
+
+def counted(n: int, noun: str) -> str:
+    """``counted(1, "pick")`` is ``'1 pick'``, ``counted(3, "pick")`` ``'3 picks'``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def ensemble_scores(state: SearchState, info: RunInfo, problem: Problem) -> dict | None:
     """The stored ensemble's members, weights, metrics on val and test, mean test uncertainty and curve."""
     sel = state.selection
@@ -172,7 +189,7 @@ def format_pareto(front: list[dict], metric: str) -> list[str]:
     lines = [f"pareto front ({len(front)} networks: {head} against {'parameters' if key == 'params' else 'inference latency'}):",
              f"  {'id':>7}  {head:>12}  {cost:>10}  network"]
     for m in front:
-        value = f"{m['fitness']:.4f}" if metric == "accuracy" else f"{-m['fitness']:.4g}"
+        value = score_text(m["fitness"]) if metric == "accuracy" else score_text(-m["fitness"], metric)
         c = f"{m[key]:,.0f}" if key == "params" else f"{m[key]:.4g}"
         lines.append(f"  {'#' + str(m['id']):>7}  {value:>12}  {c:>10}  {m['network']}")
     return lines
@@ -181,17 +198,14 @@ def format_pareto(front: list[dict], metric: str) -> list[str]:
 def _scores_text(s: dict, metric: str, searched: dict | None = None) -> str:
     """Val and test scores: the headline, and the search's own metric beside it where that is another."""
     if metric == "accuracy":
-        text = f"val {s['val_accuracy']:.4f}  test {s['test_accuracy']:.4f}"
+        text = f"val {score_text(s['val_accuracy'])}  test {score_text(s['test_accuracy'])}"
     else:
-        text = f"val rmse {s['val_rmse']:.4g} r2 {_r2(s['val_r2'])}  test rmse {s['test_rmse']:.4g} r2 {_r2(s['test_r2'])}"
+        text = (f"val rmse {score_text(s['val_rmse'], 'rmse')} r2 {score_text(s['val_r2'], 'r2')}  "
+                f"test rmse {score_text(s['test_rmse'], 'rmse')} r2 {score_text(s['test_r2'], 'r2')}")
     key = (searched or {}).get("key", metric)
     if key not in (metric, "r2") and f"val_{key}" in s and f"test_{key}" in s:
-        text += f"  ({key}: val {s[f'val_{key}']:.4g}  test {s[f'test_{key}']:.4g})"
+        text += f"  ({key}: val {score_text(s[f'val_{key}'], key)}  test {score_text(s[f'test_{key}'], key)})"
     return text
-
-
-def _r2(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
 
 
 def format_curve(e: dict) -> list[str]:
@@ -200,11 +214,11 @@ def format_curve(e: dict) -> list[str]:
     n = len(c["path"])
     stride = math.ceil(n / CURVE_LINES)  # bagged selection pools up to bags x size picks: every stride-th is shown
     shown = sorted({0, n - 1, e["picks"] - 1, *range(stride - 1, n, stride)})
-    every = "each pick" if stride == 1 else f"every {stride} picks"
+    every = "each pick" if stride == 1 else f"every {counted(stride, 'pick')}"
     lines = [f"ensemble curve ({e['method']}, {c['metric']} after {every}; * = the ensemble kept):"]
     for i in shown:
         mark = "*" if i + 1 == e["picks"] else " "
-        lines.append(f"  {mark}{i + 1:>3}  +#{c['path'][i]:<6} val {c['val'][i]:.4f}  test {c['test'][i]:.4f}")
+        lines.append(f"  {mark}{i + 1:>3}  +#{c['path'][i]:<6} val {score_text(c['val'][i], c['metric'])}  test {score_text(c['test'][i], c['metric'])}")
     return lines
 
 
@@ -229,7 +243,7 @@ def format_summary(s: dict) -> str:
     ]
     if s.get("early_stopping"):
         e = s["early_stopping"]
-        lines.append(f"early stopping: {e['stopped']} networks stopped below the median, saving {e['epochs_saved']} epochs "
+        lines.append(f"early stopping: {counted(e['stopped'], 'network')} stopped below the median, saving {counted(e['epochs_saved'], 'epoch')} "
                      f"({e['epochs_trained']} trained in all)")
     metric = s["metric"]
     if s["best"]:
@@ -247,7 +261,7 @@ def format_summary(s: dict) -> str:
             else f"test spread: member std {u['std']:.4g}"
         )
         lines.append(
-            f"ensemble ({e['method']}, {e['picks']} picks of {len(e['members'])} networks: {members}): "
+            f"ensemble ({e['method']}, {counted(e['picks'], 'pick')} of {counted(len(e['members']), 'network')}: {members}): "
             f"{_scores_text(e, metric, s.get('search_metric'))}  ({spread})"
         )
         lines.extend(format_curve(e))
@@ -291,7 +305,8 @@ def format_top(top: list[dict], metric: str) -> list[str]:
              f"  {'id':>6}  {'val ' + key:>12}  {'test ' + key:>13}  {'params':>9}  {'train s':>8}  network"]
     for t in top:
         params = f"{t['params']:,.0f}" if "params" in t else "?"
-        lines.append(f"  {('*' if t['in_ensemble'] else ' ') + '#' + str(t['id']):>6}  {t['val_' + key]:>12.4g}  {t['test_' + key]:>13.4g}  "
+        lines.append(f"  {('*' if t['in_ensemble'] else ' ') + '#' + str(t['id']):>6}  {score_text(t['val_' + key], key):>12}  "
+                     f"{score_text(t['test_' + key], key):>13}  "
                      f"{params:>9}  {t['seconds']:>8.1f}  {t['network']}")
     return lines
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 
 from data_bcast.h5file import DataError, inspect_file
@@ -23,6 +24,18 @@ def _with_space(config):
     return config.resolved(DataFacts(tuple(plan.sample_shape), plan.kind, int(plan.spec("train/y").shape[0])))[0]
 
 
+# Below a tenth of the workers, nearly every child is bred from the same few parents (10 at 27,648 workers).
+POPULATION_PER_WORKERS = 0.1
+
+
+def population_warnings(population: int, workers: int) -> list[str]:
+    """What a population far below the workers means for the search, in one line (none for a sensible one)."""
+    if population >= POPULATION_PER_WORKERS * workers:
+        return []
+    return [f"population {population:,} for {workers:,} workers: most children are bred from a tiny population, so the search "
+            f"explores little beyond it; raise search.population (to {math.ceil(POPULATION_PER_WORKERS * workers):,} or more, a tenth of the workers)"]
+
+
 BANNER = "SIMULATION: no network is trained; the real search loop on simulated workers and a virtual clock"
 
 
@@ -36,8 +49,9 @@ def simulate_command(args) -> str:
     measured = args.master_us is None
     master_seconds = master_cost(config) if measured else args.master_us * 1e-6
     p = simulate(config, args.workers, args.task_seconds, args.sigma, master_seconds, args.evaluations)
+    warnings = population_warnings(config.search.population, args.workers)
     if args.json:
-        return json.dumps({"simulation": True, "master_us": master_seconds * 1e6, **asdict(p)})
+        return json.dumps({"simulation": True, "master_us": master_seconds * 1e6, **asdict(p), "warnings": warnings})
     where = "measured here, without MPI messages" if measured else "given"
     return "\n".join([
         BANNER,
@@ -45,4 +59,5 @@ def simulate_command(args) -> str:
         f"median {args.task_seconds:g} s, sigma {args.sigma:g}; master {master_seconds * 1e6:.0f} us per result ({where})",
         f"projected worker utilization {100 * p.utilization:.2f} %; {p.evaluations_per_hour:,.0f} evaluations per hour; "
         f"master load {100 * p.master_load:.1f} % ({p.evaluations:,} evaluations over {p.makespan_seconds:,.0f} simulated seconds)",
+        *(f"warning: {w}" for w in warnings),
     ])

@@ -22,7 +22,7 @@ from data_bcast.h5file import DataError
 from evolve.errors import EvensError, RunDirError
 from evolve.runfile import checkpoint
 
-from .report import summarize
+from .report import counted, score_text, summarize
 from .rundir import checkpoint_path
 from .runlock import LOCK_NAME
 
@@ -99,6 +99,12 @@ def _duration(seconds: float) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
+def _scores(s: dict, metric: str) -> str:
+    if metric == "accuracy":
+        return f"val {score_text(s['val_accuracy'])}  test {score_text(s['test_accuracy'])}"
+    return f"val rmse {score_text(s['val_rmse'], 'rmse')}  test rmse {score_text(s['test_rmse'], 'rmse')}"
+
+
 def format_status(s: dict) -> str:
     metric = s["metric"]
     if s["job"]:
@@ -119,14 +125,10 @@ def format_status(s: dict) -> str:
                  f" over {s['sessions']} session(s)")
     best = s["best"]
     if best:
-        score = f"val {best['val_accuracy']:.4f}  test {best['test_accuracy']:.4f}" if metric == "accuracy" else \
-            f"val rmse {best['val_rmse']:.4g}  test rmse {best['test_rmse']:.4g}"
-        lines.append(f"best network: #{best['id']} {score}")
+        lines.append(f"best network: #{best['id']} {_scores(best, metric)}")
     e = s["ensemble"]
     if e:
-        score = f"val {e['val_accuracy']:.4f}  test {e['test_accuracy']:.4f}" if metric == "accuracy" else \
-            f"val rmse {e['val_rmse']:.4g}  test rmse {e['test_rmse']:.4g}"
-        lines.append(f"ensemble: {len(set(e['members']))} networks ({e['method']}), {score}")
+        lines.append(f"ensemble: {counted(len(set(e['members'])), 'network')} ({e['method']}), {_scores(e, metric)}")
     failures = ", ".join(f"{n} {k}" for k, n in sorted(s["failures"].items()))
     lines.append(f"not ok: {failures}" if failures else "not ok: none")
     return "\n".join(lines)
