@@ -138,7 +138,7 @@ def test_a_run_killed_and_resumed_on_other_worker_counts_finishes_its_budget_and
     at_first_kill = _kill_after(first, out, 6)
     assert 6 <= len(at_first_kill.records) < BUDGET and at_first_kill.pending
     second = _start(3, ["run", "--resume", out])
-    at_second_kill = _kill_after(second, out, len(at_first_kill.records) + 8)
+    at_second_kill = _kill_after(second, out, len(at_first_kill.records) + 4)  # (early: tiny trainings finish fast)
     assert len(at_second_kill.records) < BUDGET
     last = launch(5, evens_cmd() + ["run", "--resume", out], timeout=180, cwd=ROOT)
     assert last.returncode == 0, last.stderr
