@@ -93,7 +93,7 @@ def broadcast_dataset(comm, path: str | None = None, options: LoadOptions = Load
     arrays = array_views(layout, buffer)
     stats = _first_stats(plan, shard)
     comms = (node, leaders) if carriers is leaders else (node, leaders, carriers)
-    result = SharedDataset(plan, arrays, node.rank, node.size, root_here, stats, shard, memory, comms)
+    result = SharedDataset(plan, arrays, node.rank, node.size, root_here, stats, shard, memory, comms, layout=layout)
     message_bytes = min(max(1, int(options.chunk_mb * (1 << 20))), message_limit())
 
     t0 = time.perf_counter()

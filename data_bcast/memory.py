@@ -98,13 +98,3 @@ def mapped(fd: int, size: int) -> NodeMemory:
     """A process handed ``fd`` (a training process) maps the same pages, read-only."""
     return NodeMemory(fd, size, writable=False)
 
-
-def views_of(buffer: np.ndarray, spec: dict[str, dict]) -> dict[str, np.ndarray]:
-    """The arrays ``SharedDataset.views_spec`` describes (name -> offset, dtype, shape), as views into
-    ``buffer``: a mapping of the same memory in another process."""
-    views = {}
-    for name, s in spec.items():
-        dtype, shape = np.dtype(s["dtype"]), tuple(s["shape"])
-        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        views[name] = buffer[s["offset"]: s["offset"] + size].view(dtype).reshape(shape)
-    return views

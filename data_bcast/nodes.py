@@ -26,8 +26,8 @@ class SharedDataset:
     """The arrays of a dataset on this rank, plus where they live.
 
     ``arrays`` maps ``"train/x"``, ``"train/y"``, ``"val/x"``, ... to numpy views into ``memory``,
-    whose descriptor a training process may be handed (:meth:`views_spec` says where each array is,
-    :func:`~data_bcast.memory.views_of` makes the views again there).
+    whose descriptor a training process may be handed; ``layout`` places them there (:meth:`specs`
+    says it in plain values, from which ``data_bcast.layout.unpack_arrays`` makes the same views).
     In shard mode ``"train/..."`` hold this node's shard (``shard`` says which rows of the split
     they are), while ``plan`` still describes the whole split.
     """
@@ -41,13 +41,12 @@ class SharedDataset:
     shard: Shard | None = None  # None: the whole training split (mode "replicate")
     memory: NodeMemory | None = None
     _comms: tuple = ()
+    layout: Layout | None = None  # where each array lies in ``memory``
 
-    def views_spec(self) -> dict[str, dict]:
-        """Where each array lies in ``memory``: name -> offset, dtype and shape (plain values, so that
-        a process handed ``memory.fd`` makes the same views: :func:`views_of`)."""
-        base = self.memory.buffer.__array_interface__["data"][0] if self.memory is not None else 0
-        return {name: {"offset": a.__array_interface__["data"][0] - base, "dtype": a.dtype.str, "shape": list(a.shape)}
-                for name, a in self.arrays.items()}
+    def specs(self) -> list[tuple[str, tuple[int, ...], str]]:
+        """The arrays' names, shapes and dtypes in ``layout``'s order: plain values that a process handed
+        ``memory.fd`` turns into the same views with ``unpack_arrays(specs, buffer)`` (the same layout)."""
+        return [spec.as_tuple() for spec in self.layout.specs]
 
     def close(self) -> None:
         self.arrays = {}

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from data_bcast.layout import pack_arrays, packed_layout
+from data_bcast.layout import pack_arrays
 from data_bcast.memory import NodeMemory
 from ensemble.problem import problem_for
 from ensemble.specs import BUILDER, GENES
@@ -28,9 +28,7 @@ def trainer():
     specs, buffer = pack_arrays(arrays)
     memory = NodeMemory.private(buffer.size)
     memory.buffer[:] = buffer
-    layout = packed_layout(specs)
-    views = {s.name: {"offset": off, "dtype": s.dtype, "shape": list(s.shape)} for s, off in zip(layout.specs, layout.offsets)}
-    setup = {"sys_path": [MODELS], "data": {"size": memory.size, "views": views},
+    setup = {"sys_path": [MODELS], "data": {"size": memory.size, "specs": specs},
              "problem": problem_for("classification", y["train"], 3).to_dict(),
              "device": {"prefer": "cpu", "local_index": 0, "threads": 1, "workers_per_gpu": 0},
              "train": {"precision": "fp32", "loss": "auto", "class_weights": "none"}}
@@ -87,7 +85,7 @@ def test_a_training_past_its_memory_limit_is_crashed_with_memory_and_the_next_go
 
 def test_a_training_process_that_cannot_set_up_says_why_in_one_line(tmp_path):
     memory = NodeMemory.private(16)
-    setup = {"sys_path": [], "data": {"size": 16, "views": {}}, "problem": {"kind": "nonsense"},
+    setup = {"sys_path": [], "data": {"size": 16, "specs": []}, "problem": {"kind": "nonsense"},
              "device": {}, "train": {}}
     with pytest.raises(TrainerError) as info:
         TrainerProcess(setup, memory.fd).start()

@@ -85,7 +85,7 @@ def start_trainer_process(config: Config, data: SharedDataset, problem: Problem,
     t = config.train
     setup = {
         "sys_path": list(sys.path),
-        "data": {"size": data.memory.size, "views": data.views_spec()},
+        "data": {"size": data.memory.size, "specs": data.specs()},
         "problem": problem.to_dict(),
         "device": {"prefer": t.device, "local_index": local_index, "workers_per_gpu": t.workers_per_gpu,
                    "threads": trainer_threads(ranks_here, t.threads)},
@@ -148,7 +148,7 @@ def _run_prepared(comm, config_dict: dict, prepared: Prepared | None, started: f
         debug_traceback()
         return _fail(is_master, str(exc))
     code = _run_roles(comm, config, data, prepared, started, quiet, stop)
-    # Freeing the shared window is collective: only on a normal return. After an exception the
+    # Freeing the communicators is collective: only on a normal return. After an exception the
     # CLI aborts the job instead, and a collective here would wait for ranks that never come.
     data.close()
     return code

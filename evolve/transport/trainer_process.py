@@ -10,7 +10,7 @@ If it dies (a signal, an exit, the out-of-memory killer), the rank records the e
 
 Messages on the pipes are frames of a kind byte, a length and that many bytes (:func:`write_message`):
 
-* rank -> trainer: ``S`` the set-up (JSON: the data's descriptor, size and views, the problem, the
+* rank -> trainer: ``S`` the set-up (JSON: the data's descriptor, size and array specs, the problem, the
   device and training settings, the rank's ``sys.path``), then ``T`` a task (JSON: ``Task.plain()``)
   at a time; ``Q`` or the pipe's end stops it.
 * trainer -> rank: ``R`` ready (JSON: the device it trains on, as ``describe_device`` says, or the
@@ -86,7 +86,8 @@ def _set_up(setup: dict):
             sys.path.insert(0, folder)
     import warnings
 
-    from data_bcast.memory import mapped, views_of
+    from data_bcast.layout import unpack_arrays
+    from data_bcast.memory import mapped
 
     # The data is mapped read-only and training never writes to it: torch's warning about taking a
     # read-only array without a copy says nothing here.
@@ -99,7 +100,7 @@ def _set_up(setup: dict):
     from evolve.transport.worker import trainer_for
 
     memory = mapped(setup["data"]["fd"], setup["data"]["size"])
-    arrays = views_of(memory.buffer, setup["data"]["views"])
+    arrays = unpack_arrays(setup["data"]["specs"], memory.buffer)  # (the layout the broadcast gave them)
     d, t = setup["device"], setup["train"]
     torch.set_num_threads(d["threads"])  # (the rank read its share of the node's cores: evolve.app.local)
     device = choose_device(d["local_index"], d["prefer"], d["workers_per_gpu"])
@@ -115,14 +116,8 @@ def limit_memory(gigabytes: float) -> None:
     if gigabytes > 0:
         import resource
 
-        used = vm_data_bytes()
-        limit = used + int(gigabytes * (1 << 30))
+        limit = (status_kb("self", "VmData") << 10) + int(gigabytes * (1 << 30))
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-
-
-def vm_data_bytes(pid: str = "self") -> int:
-    """The data segment's size (VmData, /proc/PID/status) of a process, in bytes; 0 where unknown."""
-    return status_kb(pid, "VmData") << 10
 
 
 def status_kb(pid: int | str, field: str) -> int:

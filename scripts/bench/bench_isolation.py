@@ -28,7 +28,7 @@ import harness
 import numpy as np
 import torch
 
-from data_bcast.layout import pack_arrays, packed_layout
+from data_bcast.layout import pack_arrays
 from data_bcast.memory import NodeMemory
 from ensemble.problem import problem_for
 from ensemble.train import DeviceData
@@ -61,9 +61,7 @@ def latency(n: int) -> dict:
     specs, buffer = pack_arrays(arrays)
     memory = NodeMemory.private(buffer.size)
     memory.buffer[:] = buffer
-    layout = packed_layout(specs)
-    views = {s.name: {"offset": off, "dtype": s.dtype, "shape": list(s.shape)} for s, off in zip(layout.specs, layout.offsets)}
-    setup = {"sys_path": [], "data": {"size": memory.size, "views": views}, "problem": problem.to_dict(),
+    setup = {"sys_path": [], "data": {"size": memory.size, "specs": specs}, "problem": problem.to_dict(),
              "device": {"prefer": "cpu", "local_index": 0, "threads": 1, "workers_per_gpu": 0},
              "train": {"precision": "fp32", "loss": "auto", "class_weights": "none"}}
     process = TrainerProcess(setup, memory.fd)

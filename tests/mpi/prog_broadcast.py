@@ -48,11 +48,12 @@ named = [n for n in named if int(n.split("-")[2]) in (leaders or [])]
 child = subprocess.run(
     [sys.executable, "-c",
      "import json, sys, zlib\n"
-     "from data_bcast.memory import mapped, views_of\n"
+     "from data_bcast.layout import unpack_arrays\n"
+     "from data_bcast.memory import mapped\n"
      "fd, size, spec = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])\n"
-     "arrays = views_of(mapped(fd, size).buffer, spec)\n"
+     "arrays = unpack_arrays(spec, mapped(fd, size).buffer)\n"
      "print(json.dumps({n: zlib.crc32(a.tobytes()) for n, a in sorted(arrays.items())}))",
-     str(data.memory.fd), str(data.memory.size), json.dumps(data.views_spec())],
+     str(data.memory.fd), str(data.memory.size), json.dumps(data.specs())],
     pass_fds=(data.memory.fd,), capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items() if not k.startswith(("PMI", "PMIX", "HYDRA", "MPI"))})
 handed = json.loads(child.stdout) if child.returncode == 0 else child.stderr
 facts = comm.gather({"rank": comm.rank, "checksums": checksums, "opened": opened, "sees": sees_leader_write, "node_rank": data.node_rank,
