@@ -33,17 +33,25 @@ def add_model_path(directory: str) -> None:
         sys.path.insert(0, directory)
 
 
-def import_by_name(reference: str, what: str = "model builder") -> Callable:
-    """The function ``reference`` (``module:function``) names; UserCodeError in one line naming ``what`` it is."""
+def _module_name(reference: str, what: str) -> str:
+    """The module part of ``reference``; UserCodeError unless it is ``module:function``."""
     if not is_reference(reference):
         raise UserCodeError(f"{what} {reference!r}: expected 'module:function', e.g. 'mynets.volumes:build'")
-    module_name, function = reference.split(":")
+    return reference.split(":")[0]
+
+
+def _no_module(reference: str, what: str, missing: str) -> UserCodeError:
+    return UserCodeError(f"{what} {reference}: no module named {missing!r} (install it, or give its folder as "
+                         "model.path or --model-path)")
+
+
+def import_by_name(reference: str, what: str = "model builder") -> Callable:
+    """The function ``reference`` (``module:function``) names; UserCodeError in one line naming ``what`` it is."""
+    module_name, function = _module_name(reference, what), reference.split(":")[1]
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        missing = exc.name or module_name
-        raise UserCodeError(f"{what} {reference}: no module named {missing!r} (install it, or give its folder as "
-                            "model.path or --model-path)") from None
+        raise _no_module(reference, what, exc.name or module_name) from None
     except Exception as exc:  # noqa: BLE001 -- the user's module raised while importing; say what, in one line
         raise UserCodeError(f"{what} {reference}: importing {module_name} raised {type(exc).__name__}: {first_line(exc)}") from None
     found = getattr(module, function, None)
@@ -58,18 +66,15 @@ def find_by_name(reference: str, what: str = "model builder") -> None:
     """Check, without running it, that the module of ``reference`` can be imported here (a rank whose
     trainings run in a process of their own, which imports it); UserCodeError in one line as
     :func:`import_by_name`'s. (Finding a submodule imports its parent packages.)"""
-    if not is_reference(reference):
-        raise UserCodeError(f"{what} {reference!r}: expected 'module:function', e.g. 'mynets.volumes:build'")
-    module_name = reference.split(":")[0]
+    module_name = _module_name(reference, what)
     try:
         found = importlib.util.find_spec(module_name)
     except ModuleNotFoundError as exc:
-        found, module_name = None, exc.name or module_name
+        raise _no_module(reference, what, exc.name or module_name) from None
     except Exception as exc:  # noqa: BLE001 -- a parent package raised while importing
         raise UserCodeError(f"{what} {reference}: importing {module_name} raised {type(exc).__name__}: {first_line(exc)}") from None
     if found is None:
-        raise UserCodeError(f"{what} {reference}: no module named {module_name!r} (install it, or give its folder as "
-                            "model.path or --model-path)")
+        raise _no_module(reference, what, module_name)
 
 
 def first_line(exc: BaseException) -> str:

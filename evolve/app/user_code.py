@@ -1,8 +1,9 @@
 """A user's code named in the config (the ``[model]`` builder, a ``search.metric`` or ``train.loss``
 function), and the choice of metric and loss, checked on every rank before any data moves.
 
-Every rank adds ``model.path`` to its module search path and imports what the config names, so a
-module that one node cannot import stops the job at once, not one evaluation at a time. The master
+Every rank adds ``model.path`` to its module search path and imports what the config names (a
+worker rank whose trainings run in a process of their own only finds its modules), so a module that
+one node cannot import stops the job at once, not one evaluation at a time. The master
 also builds the network of the genome in the middle of every gene's range for a sample of the
 data's shape and passes one zero sample through it (:func:`ensemble.builders.check_network`): a
 builder that raises, returns no module, or gives the wrong output shape is one line naming it. It
