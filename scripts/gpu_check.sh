@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The CUDA paths end to end, on a machine with a GPU (CI has none, so these run by hand):
 #   1. tests/test_cuda.py: device choice, data on the GPU, fp32/tf32/bf16 training, GPU predict;
-#   2. the demo search on the GPU (1 master + 3 workers sharing it), once per precision, timed;
+#   2. the demo search on the GPU (1 master + 3 workers sharing it), once per precision, timed, each
+#      training in its own process (train.isolation = "process", the default); then fp32 again with the
+#      trainings in the worker ranks (isolation "none") and with train.max_host_memory_gb = 4 (CUDA's
+#      host memory must fit under the cap);
 #   3. `evens predict` of the last run's ensemble on the GPU, checked against the CPU's answer.
 # Usage: scripts/gpu_check.sh [PYTHON] (default: .venv/bin/python if present, else python3).
 # mpiexec must be on PATH. Logs and runs go to ${OUT:-gpu-check}/.
@@ -18,15 +21,21 @@ echo "== 1. tests/test_cuda.py"
 
 echo "== 2. the demo search on the GPU, by precision"
 [ -f data/digits.h5 ] || "$PY" -m evolve make-digits data/digits.h5
-for precision in fp32 tf32 bf16; do
+for name in fp32 tf32 bf16 fp32-isolation-none fp32-memory-cap; do
+    precision=${name%%-*}
+    extra=()
+    [ "$name" = fp32-isolation-none ] && extra=(--set train.isolation=none)
+    [ "$name" = fp32-memory-cap ] && extra=(--set train.max_host_memory_gb=4)
     start=$(date +%s%N)
-    mpiexec -n 4 "$PY" -m evolve run examples/digits.toml --quiet --out "$DEST/run-$precision" \
-        --set train.device=cuda --set train.precision="$precision" > "$DEST/run-$precision.log" 2>&1
+    mpiexec -n 4 "$PY" -m evolve run examples/digits.toml --out "$DEST/run-$name" \
+        --set train.device=cuda --set train.precision="$precision" "${extra[@]}" > "$DEST/run-$name.log" 2>&1
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
-    "$PY" - "$DEST/run-$precision/summary.json" "$precision" "$ms" <<'EOF' || tail -5 "$DEST/run-$precision.log"
+    grep -m 2 -i "cuda\|gpu" "$DEST/run-$name.log" | sed 's/^/  /' || true
+    "$PY" - "$DEST/run-$name/summary.json" "$name" "$ms" <<'EOF' || tail -5 "$DEST/run-$name.log"
 import json, sys
 s, precision, ms = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3])
 e = s["ensemble"]
+assert s["status_counts"].get("crashed", 0) == 0 and s["status_counts"].get("error", 0) == 0, s["status_counts"]
 print(f"{precision}: {ms / 1000:.1f} s launch to exit, search {s['wall_seconds']:.1f} s, {s['evaluations']} evaluations, "
       f"statuses {s['status_counts']}, utilization {s['worker_utilization']:.2f}, best val {s['best']['val_accuracy']:.4f}, "
       f"ensemble test {e['test_accuracy']:.4f}")

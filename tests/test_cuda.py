@@ -110,3 +110,51 @@ def test_two_workers_on_the_one_gpu_are_refused_when_one_per_gpu_was_asked(tmp_p
         assert proc.returncode == 2 and len(errors) == 1, proc.stderr
         assert "ranks 1, 2 are all bound to GPU GPU-" in errors[0] and "train.workers_per_gpu is 1" in errors[0]
         assert not (tmp_path / "run").exists()  # refused before any training, nothing left behind
+
+
+@pytest.fixture()
+def gpu_trainer_setup():
+    """A training process's set-up that trains on the GPU (train.isolation = "process"), as a worker rank
+    hands it: the node's data by descriptor, the device by the rank's node-local index."""
+    from test_isolation import MODELS
+
+    from data_bcast.layout import pack_arrays
+    from data_bcast.memory import NodeMemory
+    from ensemble.problem import problem_for
+
+    arrays = arrays_for((1, 8, 8))
+    specs, buffer = pack_arrays(arrays)
+    memory = NodeMemory.private(buffer.size)
+    memory.buffer[:] = buffer
+    setup = {"sys_path": [MODELS], "data": {"size": memory.size, "specs": specs},
+             "problem": problem_for("classification", arrays["train/y"], 3).to_dict(),
+             "device": {"prefer": "cuda", "local_index": 0, "threads": 1, "workers_per_gpu": 0},
+             "train": {"precision": "fp32", "loss": "auto", "class_weights": "none"}}
+    yield setup, memory.fd
+    memory.close()
+
+
+@pytest.mark.parametrize("memory_cap", [0.0, 2.0])
+def test_a_training_process_on_the_gpu_survives_a_cuda_oom_and_a_kill(gpu_trainer_setup, memory_cap):
+    """Isolation on the GPU: a training that asks the GPU for 400 GB is `crashed` with "memory:", one
+    that kills its own process (holding a CUDA context) is `crashed` with its cause, and a fresh process
+    trains the next on the GPU; with train.max_host_memory_gb the CUDA libraries fit under the cap."""
+    from test_isolation import task
+
+    from evolve.transport.isolation import TrainerProcess
+
+    setup, fd = gpu_trainer_setup
+    process = TrainerProcess({**setup, "max_host_memory_gb": memory_cap}, fd)
+    try:
+        assert process.start()["device"].startswith("cuda"), process.device
+        good = process.evaluate(task(1, "none"))
+        assert good.status == "ok", good.message
+        oom = process.evaluate(task(2, "cuda_huge"))
+        assert oom.status == "crashed" and oom.message.startswith("memory: "), oom.message
+        assert process.evaluate(task(3, "none")).fitness == good.fitness
+        killed = process.evaluate(task(4, "sigkill"))
+        assert killed.status == "crashed" and "killed by SIGKILL" in killed.message, killed.message
+        again = process.evaluate(task(5, "none"))
+        assert again.status == "ok" and again.fitness == good.fitness
+    finally:
+        process.close()

@@ -1,7 +1,7 @@
 """A user's network that misbehaves on purpose while it trains, by its ``fault`` gene (tests/test_isolation.py):
 kills its own process (SIGKILL, as the out-of-memory killer does), segfaults, calls ``os._exit(3)``,
-sleeps inside ``forward`` far past any time limit, asks for 400 GB at once (``huge``), or holds ever more
-memory (``grow``). In eval mode (evens' dry forward pass before the
+sleeps inside ``forward`` far past any time limit, asks for 400 GB at once (``huge``; ``cuda_huge`` on
+its GPU), or holds ever more memory (``grow``). In eval mode (evens' dry forward pass before the
 search) it behaves."""
 import ctypes
 import math
@@ -30,6 +30,8 @@ class Faulty(nn.Module):
                 time.sleep(3600)
             elif self.fault == "huge":  # asks for 400 GB at once
                 torch.empty(100 * (1 << 30), dtype=torch.float32)
+            elif self.fault == "cuda_huge":  # 400 GB on the GPU: more than any GPU has
+                torch.empty(100 * (1 << 30), dtype=torch.float32, device=x.device)
             elif self.fault == "grow":  # holds ever more memory, 64 MB at a time, up to 8 GB
                 held = []
                 for _ in range(128):
