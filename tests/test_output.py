@@ -58,9 +58,10 @@ def test_the_live_status_line_prints_scores_with_four_decimals():
 
 def test_status_prints_one_network_in_the_singular_and_scores_with_four_decimals():
     s = one_pick_summary()
-    facts = {"run_dir": "r", "job": None, "checkpoint_age_seconds": 3.0, "evaluations": 12, "budget": 12, "per_minute_recent": 1.0,
-             "per_minute_overall": 1.0, "eta_seconds": 0.0, "best": s["best"], "ensemble": s["ensemble"], "metric": "accuracy",
-             "failures": {}, "busy_workers": 0, "workers": 2, "worker_utilization": 0.5, "sessions": 1}
+    facts = {"run_dir": "r", "job": None, "state": "finished", "checkpoint_age_seconds": 3.0, "evaluations": 12, "budget": 12,
+             "per_minute_recent": None, "recent_seconds": None, "per_minute_overall": 1.0, "eta_seconds": None, "best": s["best"],
+             "ensemble": s["ensemble"], "metric": "accuracy", "failures": {}, "workers": 2, "workers_training": 0, "tasks_queued": 0,
+             "longest_training": None, "worker_utilization": 0.5, "sessions": 1}
     text = format_status(facts)
     assert "best network: #" in text and "val 1.0000  test 1.0000" in text
     assert "ensemble: 1 network (" in text

@@ -76,16 +76,6 @@ def test_status_of_a_finished_run_and_of_one_a_job_holds(run_dir):
     assert os.path.exists(os.path.join(folder, LOCK_NAME))
 
 
-def test_status_rate_and_eta_come_from_finish_times(run_dir):
-    folder, state = run_dir
-    last = max(r.finished for r in state.records)
-    s = status(folder, now=last + 1)
-    assert s["per_minute_recent"] == pytest.approx(20 / 10)  # all 20 inside the last ten minutes
-    assert s["eta_seconds"] == 0.0
-    with pytest.raises(RunDirError, match="no such run directory"):
-        status(folder + "-absent")
-
-
 def test_csv_has_a_column_for_every_gene_whatever_family_the_first_network_is():
     """The gene columns come from the search space, not from the first record: an MLP first still
     leaves the CNN genes their columns, empty where a gene did not shape the network."""

@@ -2,13 +2,18 @@
 
 Safe while a job writes the run: it only reads. The checkpoint is replaced atomically, so a read
 sees the old one or the new one whole (and is tried again if the job swapped its segment files
-in between). It says:
+in between). Everything but the job's lock comes from the last checkpoint, and says so:
 
-- whether a job holds the run, and where;
-- evaluations done, and the rate over the last ten minutes and overall;
+- whether a job holds the run (its host, process, Slurm job and start), or whether the run
+  finished or stopped short of its budget;
+- evaluations done, and while a job holds the run the rate over the last ten minutes of its
+  session up to the checkpoint (or the session's age, if shorter) and the time left at that rate;
+  overall, evaluations per minute of searching over all sessions;
+- what the workers were doing: how many were training and how many tasks were queued behind
+  them, and the longest training (the run file holds the dispatcher's view, see
+  :meth:`evolve.engine.dispatch.Dispatcher.view`);
 - the best network, the ensemble and failures by kind;
-- how many workers were busy at the last checkpoint;
-- how long ago that checkpoint was written.
+- how long ago the checkpoint was written.
 
 It never takes the run's lock, so it cannot stop a job from starting.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import datetime
 
 from data_bcast.h5file import DataError
 from evolve.errors import EvensError, RunDirError
@@ -50,6 +56,14 @@ def _load(path: str, tries: int = 20):
     raise AssertionError("unreachable")
 
 
+def _since(stamp: str | None) -> float | None:
+    """A lock's ``started=`` stamp as wall-clock seconds; None if absent or unreadable."""
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S%z").timestamp() if stamp else None
+    except ValueError:
+        return None
+
+
 def status(run_dir: str, now: float | None = None) -> dict:
     """The facts ``evens status --json`` prints."""
     path = checkpoint_path(run_dir)
@@ -57,39 +71,57 @@ def status(run_dir: str, now: float | None = None) -> dict:
     now = time.time() if now is None else now
     summary = summarize(state, info, run_dir)
     holder = _holder(run_dir)
-    age = now - os.stat(path).st_mtime
-    finished = sorted(r.finished for r in state.records)
-    recent = [t for t in finished if t >= now - RECENT_SECONDS]
-    first = min((r.started for r in state.records), default=now)
-    overall = len(finished) / ((finished[-1] - first) / 60) if len(finished) > 1 and finished[-1] > first else 0.0
-    rate_recent = len(recent) / (RECENT_SECONDS / 60)
-    left = max(0, summary["budget"] - summary["evaluations"])
-    rate = rate_recent or overall
-    workers = 0
-    try:
-        with open(os.path.join(run_dir, "devices.json")) as f:
-            workers = len(json.load(f).get("workers", []))
-    except (OSError, ValueError):
-        pass
-    failures = {k: n for k, n in summary["status_counts"].items() if k != "ok"}
-    return {
+    view = state.dispatch
+    saved_at = float(view.get("saved_at") or os.stat(path).st_mtime)
+    done, budget = summary["evaluations"], summary["budget"]
+    left = max(0, budget - done)
+    searched = info.wall_seconds
+    facts = {
         "run_dir": run_dir,
         "job": ({k: holder[k] for k in ("host", "pid", "started", "slurm_job") if k in holder} if holder else None),
-        "checkpoint_age_seconds": age,
-        "evaluations": summary["evaluations"],
-        "budget": summary["budget"],
-        "per_minute_recent": rate_recent,
-        "per_minute_overall": overall,
-        "eta_seconds": (left / rate * 60) if rate > 0 and left else (0.0 if not left else None),
+        "state": "running" if holder else "finished" if not left else "stopped",
+        "checkpoint_age_seconds": max(0.0, now - saved_at),
+        "evaluations": done,
+        "budget": budget,
+        "per_minute_overall": done / (searched / 60) if searched > 0 else None,
+        "per_minute_recent": None,  # while a job holds the run: over recent_seconds before the checkpoint
+        "recent_seconds": None,
+        "eta_seconds": None,
         "best": summary["best"],
         "ensemble": summary["ensemble"],
         "metric": summary["metric"],
-        "failures": failures,
-        "busy_workers": summary["pending"],
-        "workers": workers,
+        "failures": {k: n for k, n in summary["status_counts"].items() if k != "ok"},
+        "workers": len(view["workers"]) if "workers" in view else _devices(run_dir),
+        "workers_training": len(view["training"]) if "training" in view else None,
+        "tasks_queued": len(view["queued"]) if "queued" in view else None,
+        "longest_training": None,
         "worker_utilization": summary["worker_utilization"],
         "sessions": summary["sessions"],
     }
+    if view.get("training"):
+        rank, ident, started = min(view["training"], key=lambda t: t[2])
+        facts["longest_training"] = {"id": ident, "rank": rank, "seconds": max(0.0, saved_at - started)}
+    job_started = _since(holder.get("started"))
+    if holder and (job_started is None or job_started <= saved_at):  # (else this job has not checkpointed yet)
+        since = max(saved_at - RECENT_SECONDS, float(view.get("session_started", job_started or 0.0)))
+        window = saved_at - since
+        if window > 0:
+            rate = sum(since < r.finished <= saved_at for r in state.records) / (window / 60)
+            facts["per_minute_recent"], facts["recent_seconds"] = rate, window
+            if not left:
+                facts["eta_seconds"] = 0.0
+            elif rate > 0:
+                facts["eta_seconds"] = max(0.0, left / rate * 60 - (now - saved_at))
+    return facts
+
+
+def _devices(run_dir: str) -> int | None:
+    """How many workers the last session had, from its devices.json (a run file without the dispatcher's view)."""
+    try:
+        with open(os.path.join(run_dir, "devices.json")) as f:
+            return len(json.load(f).get("workers", [])) or None
+    except (OSError, ValueError):
+        return None
 
 
 def _duration(seconds: float) -> str:
@@ -105,24 +137,52 @@ def _scores(s: dict, metric: str) -> str:
     return f"val rmse {score_text(s['val_rmse'], 'rmse')}  test rmse {score_text(s['test_rmse'], 'rmse')}"
 
 
+def _evaluations_line(s: dict) -> str:
+    done, budget = s["evaluations"], s["budget"]
+    line = f"evaluations: {done} of {budget} ({100 * done / budget:.0f} %)" if budget else f"evaluations: {done}"
+    if s["state"] == "finished":
+        line += "; finished"
+    elif s["state"] == "stopped":
+        line += "; stopped short of its budget (evens run --resume RUN_DIR goes on)"
+    elif s["per_minute_recent"] is None:
+        line += "; this job has not written a checkpoint yet"
+    else:
+        line += f"; {s['per_minute_recent']:.1f} per minute over the last {_duration(s['recent_seconds'])}"
+        if s["eta_seconds"] is not None and done < budget:
+            line += f", about {_duration(s['eta_seconds'])} to go at that rate"
+        elif done < budget:
+            line += ", so no estimate of the time to go"
+    if s["per_minute_overall"] is not None:
+        line += f"; {s['per_minute_overall']:.1f} per minute of searching overall"
+    return line
+
+
+def _workers_line(s: dict) -> str:
+    of = f" of {s['workers']}" if s["workers"] else ""
+    if s["workers_training"] is None:
+        doing = f"{s['workers']} worker(s)" if s["workers"] else "workers unknown"
+    elif s["state"] == "running":
+        doing = f"{s['workers_training']}{of} training, {s['tasks_queued']} task(s) queued behind them"
+        longest = s["longest_training"]
+        if longest:
+            doing += f"; the longest, #{longest['id']} on rank {longest['rank']}, for {_duration(longest['seconds'])}"
+    elif s["workers_training"]:
+        doing = f"{s['workers_training']} training(s) were out when the last job ended (they are redone on resume)"
+    else:
+        doing = "none training"
+    return f"workers (at the last checkpoint): {doing}; utilization {100 * s['worker_utilization']:.1f} % over {s['sessions']} session(s)"
+
+
 def format_status(s: dict) -> str:
     metric = s["metric"]
     if s["job"]:
         job = s["job"]
         where = f"host {job.get('host', '?')}, process {job.get('pid', '?')}" + (f", Slurm job {job['slurm_job']}" if "slurm_job" in job else "")
-        state = f"a job holds the run ({where}, since {job.get('started', '?')})"
+        held = f"a job holds the run ({where}, since {job.get('started', '?')})"
     else:
-        state = "no job holds the run"
-    lines = [f"{s['run_dir']}: {state}; last checkpoint {_duration(s['checkpoint_age_seconds'])} ago"]
-    done, budget = s["evaluations"], s["budget"]
-    line = f"evaluations: {done} of {budget} ({100 * done / budget:.0f} %)" if budget else f"evaluations: {done}"
-    line += f"; {s['per_minute_recent']:.1f} per minute over the last {RECENT_SECONDS / 60:.0f} minutes, {s['per_minute_overall']:.1f} overall"
-    if s["eta_seconds"] is not None and done < budget:
-        line += f"; about {_duration(s['eta_seconds'])} to go at that rate"
-    lines.append(line)
-    workers = f" of {s['workers']}" if s["workers"] else ""
-    lines.append(f"workers: {s['busy_workers']}{workers} busy at the last checkpoint; utilization {100 * s['worker_utilization']:.1f} %"
-                 f" over {s['sessions']} session(s)")
+        held = "no job holds the run"
+    lines = [f"{s['run_dir']}: {held}; last checkpoint {_duration(s['checkpoint_age_seconds'])} ago",
+             _evaluations_line(s), _workers_line(s)]
     best = s["best"]
     if best:
         lines.append(f"best network: #{best['id']} {_scores(best, metric)}")

@@ -148,6 +148,13 @@ class Dispatcher:
         return [replace(s.individual, attempts=s.individual.attempts + (deaths(w) if k == 0 else 0))
                 for w, tasks in self.out.items() for k, s in enumerate(tasks)]
 
+    def view(self) -> dict:
+        """What each worker holds, as plain JSON for the run file (``evens status`` reads it): the worker
+        ranks, ``[rank, id, started]`` of each training (wall clock) and ``[rank, id]`` of each task queued."""
+        return {"workers": sorted(self.out),
+                "training": [[w, tasks[0].individual.id, tasks[0].started] for w, tasks in self.out.items() if tasks],
+                "queued": [[w, s.individual.id] for w, tasks in self.out.items() for s in list(tasks)[1:]]}
+
     def queued(self) -> int:
         """Tasks waiting behind a training."""
         return self.inflight - len(self.running())

@@ -157,6 +157,7 @@ class _Search:
         self.stopped, self.unsaved = False, False
         self.drain: _Drain | None = None
         self.loop_start, self.capacity_before = clock(), state.capacity_seconds
+        self.session_started = wall_clock()
         self.last_checkpoint = clock()
 
     # --- the loop ------------------------------------------------------------------------------
@@ -340,6 +341,7 @@ class _Search:
         self.state.capacity_seconds = self.capacity_before + len(self.transport.workers) * (self.clock() - self.loop_start)
         self.state.pending = self.dispatch.outstanding(deaths) + list(self.redo)
         self.state.strategy = self.strategy.to_state()
+        self.state.dispatch = {**self.dispatch.view(), "session_started": self.session_started, "saved_at": self.wall_clock()}
 
 
 @contextmanager

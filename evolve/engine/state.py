@@ -28,6 +28,9 @@ class SearchState:
     busy_seconds: float = 0.0  # summed over workers: time with a task in hand
     capacity_seconds: float = 0.0  # summed over workers: time in the search loop
     workers_busy: int = 0  # when run_search returns: workers still training (not saved)
+    # the dispatcher's view at the last save point (Dispatcher.view, with "session_started" and "saved_at",
+    # wall clock): what `evens status` shows; a resume never reads it
+    dispatch: dict = field(default_factory=dict)
 
     @classmethod
     def fresh(cls, seed: int, candidates: int | None = None) -> SearchState:

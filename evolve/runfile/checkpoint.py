@@ -5,7 +5,9 @@ Layout::
     /                attrs: format, format_version, evens_version, config (JSON),
                      gene_names (JSON), data (JSON: shapes, problem, sizes), next_id,
                      busy_seconds, capacity_seconds, wall_seconds, sessions,
-                     strategy (JSON: the strategy's population and its own state), crc32
+                     strategy (JSON: the strategy's population and its own state),
+                     dispatch (JSON: what each worker trained and held queued at the save,
+                     for evens status; see Dispatcher.view), crc32
     /rng             the master's random.Random state (uint32[625]; attrs version, gauss_next)
     /segments        name, rows, crc32 of the evaluation segments that count, in order
                      (attrs last_id, crc32); the segments themselves, one column per field of
@@ -53,7 +55,7 @@ from .segments import Segment, append, merged, read_columns, read_segment, remov
 from .tempfiles import exclusive_temp
 
 FORMAT = "evens-checkpoint"
-FORMAT_VERSION = 12  # the one format this evens reads; every change to the run file bumps it (12: seals over the attributes)
+FORMAT_VERSION = 13  # the one format this evens reads; every change to the run file bumps it (13: the dispatcher's view)
 # The record layouts this format stores (each field's kind: see evolve.runfile.columns). A new field changes
 # the run file: tests/test_segments.py pins this to FORMAT_VERSION, so the version moves with it.
 SCHEMA = {"record": kinds(Record), "pending": kinds(Pending)}
@@ -247,6 +249,7 @@ def _write_state(f: h5py.File, state: SearchState, info: RunInfo, segments: list
         "strategy": json.dumps(state.strategy),
         "schema": json.dumps(SCHEMA),
         "preset": json.dumps(info.preset),
+        "dispatch": json.dumps(state.dispatch),
     }
     f.attrs.update(attrs)
     version, internal, gauss = state.rng.getstate()
@@ -380,6 +383,7 @@ def _read(f: h5py.File, weights: bool, dropped: list[str]) -> tuple[SearchState,
         next_id=int(f.attrs["next_id"]),
         busy_seconds=float(f.attrs["busy_seconds"]),
         capacity_seconds=float(f.attrs["capacity_seconds"]),
+        dispatch=json.loads(f.attrs["dispatch"]),
     )
     info = RunInfo(
         config=_config(f.attrs["config"]),
