@@ -1,0 +1,87 @@
+"""`evens convert`: an .npz file to the evens format, with one-line errors for what it cannot take."""
+
+import h5py
+import numpy as np
+import pytest
+from conftest import blobs
+
+from data_bcast.convert import npz_to_h5
+from data_bcast.h5file import DataError
+from data_bcast.reader import load_dataset
+from evolve.app import cli
+
+
+def save(tmp_path, **arrays) -> str:
+    path = str(tmp_path / "d.npz")
+    np.savez(path, **arrays)
+    return path
+
+
+def convert(src, **kwargs):
+    """npz_to_h5 into d.h5 beside ``src``; returns (counts, the lines it said, the output path)."""
+    said = []
+    dst = src[: -len(".npz")] + ".h5"
+    return npz_to_h5(src, dst, say=said.append, **kwargs), said, dst
+
+
+def error_of(src, **kwargs) -> str:
+    with pytest.raises(DataError) as info:
+        convert(src, **kwargs)
+    message = str(info.value)
+    assert "\n" not in message and src in message, message
+    return message
+
+
+X, Y = blobs(30, (4,))
+XV, YV = blobs(10, (4,), seed=1)
+
+
+def test_help_lists_the_keys_it_accepts(capsys):
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["convert", "--help"])
+    out = capsys.readouterr().out
+    for key in ("x_train", "train_x", "X_train", "x_val", "x_valid", "x_validation", "x_test", "--ignore-extra", "--force"):
+        assert key in out, key
+
+
+@pytest.mark.parametrize("keys", [("X_train", "y_train"), ("X", "Y"), ("x", "y"), ("train_x", "train_y"), ("X_TRAIN", "Y_TRAIN")])
+def test_usual_spellings_of_train(tmp_path, keys):
+    counts, _, dst = convert(save(tmp_path, **{keys[0]: X, keys[1]: Y}))
+    assert counts == {"train": 30}
+    with h5py.File(dst) as f:
+        np.testing.assert_array_equal(f["train/y"][...], Y)
+
+
+@pytest.mark.parametrize("val", ["val", "valid", "validation", "VAL"])
+def test_usual_spellings_of_val_and_test(tmp_path, val):
+    counts, said, _ = convert(save(tmp_path, X_train=X, y_train=Y, **{f"X_{val}": XV, f"y_{val}": YV}, test_x=XV, test_y=YV))
+    assert counts == {"train": 30, "val": 10, "test": 10} and said == []
+
+
+@pytest.mark.parametrize("extra", [{"X_train": X}, {"x": X}, {"val_y": YV}])
+def test_two_spellings_of_one_array_are_an_error_naming_both(tmp_path, extra):
+    message = error_of(save(tmp_path, x_train=X, y_train=Y, x_val=XV, y_val=YV, **extra))
+    twin = {"X_train": "x_train", "x": "x_train", "val_y": "y_val"}[next(iter(extra))]
+    assert next(iter(extra)) in message and twin in message, message
+
+
+def test_unknown_keys_are_an_error_unless_left_out_on_request(tmp_path):
+    src = save(tmp_path, x=X, y=Y, x_te=XV, y_te=YV)
+    message = error_of(src)
+    assert "x_te, y_te" in message and "x_test" in message and "--ignore-extra" in message
+    counts, said, _ = convert(src, ignore_extra=True)
+    assert counts == {"train": 30} and any("x_te, y_te" in line for line in said), said
+
+
+@pytest.mark.parametrize("present,missing", [("x_val", "y_val"), ("y_test", "x_test")])
+def test_half_a_split_is_an_error(tmp_path, present, missing):
+    message = error_of(save(tmp_path, x_train=X, y_train=Y, **{present: XV if present.startswith("x") else YV}))
+    assert present in message and missing in message, message
+
+
+def test_a_single_pair_is_train_and_the_run_holds_out_val_and_test(tmp_path):
+    counts, said, dst = convert(save(tmp_path, x=X, y=Y))
+    assert counts == {"train": 30}
+    assert len(said) == 1 and "held out" in said[0] and "data.split_seed" in said[0], said
+    plan, _ = load_dataset(dst)
+    assert plan.sources == {"train": "file", "val": "holdout", "test": "holdout"}
