@@ -6,9 +6,10 @@ import sys
 import zipfile
 from typing import Callable
 
+import h5py
 import numpy as np
 
-from .h5file import SPLITS, DataError, write_dataset
+from .h5file import SPLITS, DataError, first_line, write_dataset
 
 # An .npz key names a role, x or y, and a split, in either order and in any case: x_train, X_train,
 # train_x, x_valid, ...; plain x and y are train.
@@ -46,29 +47,96 @@ def npz_to_h5(src: str, dst: str, overwrite: bool = False, ignore_extra: bool = 
     >>> npz_to_h5("mine.npz", "mine.h5")  # doctest: +SKIP
     {'train': 800, 'test': 200}
     """
-    if not os.path.exists(src):
-        raise DataError(f"{src}: no such file")
-    try:
-        npz = np.load(src, allow_pickle=False)
-        if not isinstance(npz, np.lib.npyio.NpzFile):
-            raise ValueError("a single array, not an .npz archive")
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{src}: not a readable .npz file ({exc})") from None
-    with npz:
+    with _open_npz(src) as npz:
+        _check_destination(src, dst, overwrite)
         pairs = assign_keys(src, npz.files, ignore_extra, say)
-        splits = {}
-        for split, (kx, ky) in pairs.items():
-            try:
-                splits[split] = (npz[kx], npz[ky])
-            except (ValueError, OSError, zipfile.BadZipFile) as exc:
-                raise DataError(f"{src}: cannot read {kx}/{ky} ({exc})") from None
+        splits = {split: (_load(npz, src, kx), _load(npz, src, ky)) for split, (kx, ky) in pairs.items()}
     missing = [split for split in ("val", "test") if split not in splits]
     if missing:
         fractions = " and ".join(f"data.{split}_fraction" for split in missing)
         say(f"{src}: no {' or '.join(missing)} split; evens run takes {'it' if len(missing) == 1 else 'them'} from train, "
             f"held out by {fractions} with data.split_seed")
-    write_dataset(dst, splits, overwrite=overwrite)
+    try:
+        write_dataset(dst, splits, overwrite=overwrite)
+    except OSError as exc:
+        raise DataError(f"{dst}: cannot write it ({exc.strerror or first_line(exc)})") from None
     return {split: len(y) for split, (_, y) in splits.items()}
+
+
+def _check_destination(src: str, dst: str, overwrite: bool) -> None:
+    """Refuse, before reading anything, to write over a folder, the input, or (without ``overwrite``) any file."""
+    if os.path.isdir(dst):
+        raise DataError(f"{dst}: is a directory; name the .h5 file to write")
+    if os.path.lexists(dst):
+        if os.path.exists(src) and os.path.exists(dst) and os.path.samefile(src, dst):
+            raise DataError(f"{dst}: is the input; write the output to another file")
+        if not overwrite:
+            raise DataError(f"{dst}: already exists; refusing to overwrite it (--force replaces it)")
+
+
+def _open_npz(src: str) -> np.lib.npyio.NpzFile:
+    """``src`` opened as an .npz archive, never unpickling; or a one-line error that says what it is instead."""
+    if not os.path.exists(src):
+        raise DataError(f"{src}: no such file")
+    if not os.path.isfile(src):
+        raise DataError(f"{src}: is not a regular file")
+    why = _not_npz(src)
+    if why:
+        raise DataError(f"{src}: {why}")
+    try:
+        npz = np.load(src, allow_pickle=False)
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise ValueError("a single array, not an .npz archive")
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise DataError(f"{src}: not a readable .npz file ({first_line(exc)})") from None
+    return npz
+
+
+def _not_npz(src: str) -> str | None:
+    """What ``src`` is if not a zip archive (what ``numpy.savez`` writes), and what to do instead."""
+    try:
+        with open(src, "rb") as f:
+            head = f.read(1024)
+    except OSError as exc:
+        return f"cannot read it ({exc.strerror or first_line(exc)})"
+    save = f"numpy.savez('{os.path.splitext(src)[0]}.npz', x=x, y=y)"
+    if head[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
+        return None
+    if not head:
+        return "is empty"
+    if h5py.is_hdf5(src):
+        try:
+            with h5py.File(src, "r") as f:
+                evens = isinstance(f.get("train"), h5py.Group) and "x" in f["train"]
+        except (OSError, RuntimeError, KeyError, ValueError):
+            evens = False
+        if evens:
+            return "is already in the evens format (HDF5 with train/x and train/y): use it as data.path, no conversion needed"
+        return ("is an HDF5 file, not an .npz; evens reads HDF5 with groups train, val and test holding x and y "
+                "(docs/data-format.md): write one with data_bcast.write_dataset")
+    if head.startswith(np.lib.format.MAGIC_PREFIX):
+        return f"is a single array (.npy), not an .npz; save x and y together: {save}"
+    if head[:1] == b"\x80":
+        return f"is a Python pickle, which evens never loads (unpickling can run code); save the arrays: {save}"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:  # not a character cut at the end of what was read
+            return f"is not an .npz archive (what numpy.savez writes): {save}"
+    return f"is a text file (a CSV?), not an .npz; load it (numpy.loadtxt, pandas.read_csv) and save the arrays: {save}"
+
+
+def _load(npz: np.lib.npyio.NpzFile, src: str, key: str) -> np.ndarray:
+    """One array of the archive; an object array is refused, as loading it would unpickle."""
+    try:
+        return npz[key]
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):
+            raise DataError(f"{src}: cannot read {key}: it is an object array, which evens never loads (unpickling can run code); "
+                            "save string labels with y.astype(str) and features as numbers") from None
+        raise DataError(f"{src}: cannot read {key} ({first_line(exc)})") from None
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise DataError(f"{src}: cannot read {key} ({first_line(exc)})") from None
 
 
 def assign_keys(src: str, keys: list[str], ignore_extra: bool, say: Callable[[str], None]) -> dict[str, tuple[str, str]]:

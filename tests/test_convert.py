@@ -1,4 +1,5 @@
 """`evens convert`: an .npz file to the evens format, with one-line errors for what it cannot take."""
+import pickle
 
 import h5py
 import numpy as np
@@ -24,11 +25,12 @@ def convert(src, **kwargs):
     return npz_to_h5(src, dst, say=said.append, **kwargs), said, dst
 
 
-def error_of(src, **kwargs) -> str:
+def error_of(src, names=None, **kwargs) -> str:
+    """The one-line error of converting ``src``, which names ``names`` (default: ``src``)."""
     with pytest.raises(DataError) as info:
         convert(src, **kwargs)
     message = str(info.value)
-    assert "\n" not in message and src in message, message
+    assert "\n" not in message and (names or src) in message, message
     return message
 
 
@@ -85,3 +87,42 @@ def test_a_single_pair_is_train_and_the_run_holds_out_val_and_test(tmp_path):
     assert len(said) == 1 and "held out" in said[0] and "data.split_seed" in said[0], said
     plan, _ = load_dataset(dst)
     assert plan.sources == {"train": "file", "val": "holdout", "test": "holdout"}
+
+
+def test_object_arrays_are_refused_with_a_hint_never_unpickled(tmp_path):
+    src = save(tmp_path, x=X, y=np.array(["cat", "dog"] * 15, dtype=object))
+    message = error_of(src)
+    assert "cannot read y: it is an object array" in message and "astype(str)" in message, message
+
+
+@pytest.mark.parametrize("contents,hint", [
+    (None, "already in the evens format"),
+    (b"a,b,label\n1,2,cat\n", "numpy.savez"),
+    (np.lib.format.MAGIC_PREFIX + b"\x01\x00", "numpy.savez"),
+    (pickle.dumps({"x": [1]}), "pickle"),
+])
+def test_a_file_that_is_not_an_npz_gets_a_hint(tmp_path, contents, hint):
+    src = str(tmp_path / "d.npz")
+    if contents is None:
+        npz_to_h5(save(tmp_path, x=X, y=Y), str(tmp_path / "mine.h5"))
+        src = str(tmp_path / "mine.h5")
+    else:
+        (tmp_path / "d.npz").write_bytes(contents)
+    with pytest.raises(DataError, match=hint) as info:
+        npz_to_h5(src, str(tmp_path / "out.h5"))
+    assert "\n" not in str(info.value)
+
+
+def test_nothing_the_user_owns_is_replaced(tmp_path):
+    src = save(tmp_path, x=X, y=Y)
+    (tmp_path / "d.h5").write_text("mine")
+    assert "--force" in error_of(src, names=str(tmp_path / "d.h5"))
+    assert (tmp_path / "d.h5").read_text() == "mine"
+    with pytest.raises(DataError, match="the input"):
+        npz_to_h5(src, src, overwrite=True)
+    assert np.load(src)["x"].shape == X.shape
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(DataError, match="a directory"):
+        npz_to_h5(src, str(tmp_path / "folder"), overwrite=True)
+    counts, _, _ = convert(src, overwrite=True)
+    assert counts == {"train": 30}
