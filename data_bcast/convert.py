@@ -50,7 +50,8 @@ def npz_to_h5(src: str, dst: str, overwrite: bool = False, ignore_extra: bool = 
     with _open_npz(src) as npz:
         _check_destination(src, dst, overwrite)
         pairs = assign_keys(src, npz.files, ignore_extra, say)
-        splits = {split: (_load(npz, src, kx), _load(npz, src, ky)) for split, (kx, ky) in pairs.items()}
+        splits = {split: (_features(src, kx, _load(npz, src, kx)), _load(npz, src, ky)) for split, (kx, ky) in pairs.items()}
+    _check_splits(src, pairs, splits)
     missing = [split for split in ("val", "test") if split not in splits]
     if missing:
         fractions = " and ".join(f"data.{split}_fraction" for split in missing)
@@ -170,6 +171,41 @@ def assign_keys(src: str, keys: list[str], ignore_extra: bool, say: Callable[[st
             have, role = (kx, "y") if kx else (ky, "x")
             raise DataError(f"{src}: {have} has no {role} beside it (such as {role}_{split})")
     return pairs
+
+
+def _features(src: str, key: str, x: np.ndarray) -> np.ndarray:
+    """``x`` as it will be written: uint8 kept, other real numbers as finite float32, in C order."""
+    if x.ndim < 2:
+        hint = " (one feature: save x.reshape(-1, 1))" if x.ndim == 1 else ""
+        raise DataError(f"{src}: {key} has shape {x.shape}; x needs a row per sample, (N, F) or more{hint}")
+    if 0 in x.shape:
+        raise DataError(f"{src}: {key} has shape {x.shape}, with no values in it")
+    if x.dtype == np.uint8:
+        return np.ascontiguousarray(x)
+    if x.dtype.kind not in "biuf":
+        raise DataError(f"{src}: {key} holds {x.dtype}; x must hold real numbers (stored as float32, or uint8 kept as bytes)")
+    with np.errstate(over="ignore"):
+        x = np.ascontiguousarray(x, dtype=np.float32)
+    bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+    if bad.any():
+        raise DataError(f"{src}: {key} holds NaN or infinite values (as float32) in {np.count_nonzero(bad)} rows, "
+                        f"first row {np.argmax(bad)}; evens needs finite values: fill in or drop those rows")
+    return x
+
+
+def _check_splits(src: str, pairs: dict[str, tuple[str, str]], splits: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+    """One row of y per row of x, and every split's samples like train's."""
+    train_x = pairs["train"][0]
+    shape, dtype = splits["train"][0].shape[1:], splits["train"][0].dtype
+    for split, (x, y) in splits.items():
+        kx, ky = pairs[split]
+        if y.ndim == 0 or len(x) != len(y):
+            raise DataError(f"{src}: {kx} has {len(x)} rows but {ky} has {len(y) if y.ndim else 'shape ()'}; "
+                            "y needs one row per row of x")
+        if x.shape[1:] != shape:
+            raise DataError(f"{src}: {kx} samples have shape {x.shape[1:]} but {train_x} samples have {shape}")
+        if x.dtype != dtype:
+            raise DataError(f"{src}: {kx} is stored as {x.dtype} but {train_x} as {dtype}; give every split's x one dtype")
 
 
 def _sklearn_dataset(name: str):

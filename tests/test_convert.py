@@ -95,6 +95,31 @@ def test_object_arrays_are_refused_with_a_hint_never_unpickled(tmp_path):
     assert "cannot read y: it is an object array" in message and "astype(str)" in message, message
 
 
+@pytest.mark.parametrize("x,why", [
+    (np.where(np.arange(120).reshape(30, 4) == 9, np.nan, X), "row 2"),
+    (np.full((30, 4), 1e39), "infinite"),
+    (X[:, 0], "reshape(-1, 1)"),
+    (X.astype(np.complex64), "complex64"),
+    (np.full((30, 4), "a"), "<U1"),
+    (X[:29], "29 rows"),
+])
+def test_x_that_evens_cannot_take_is_a_one_line_error(tmp_path, x, why):
+    message = error_of(save(tmp_path, x_train=x, y_train=Y))
+    assert why in message and "x_train" in message, message
+
+
+def test_fortran_ordered_x_is_written_in_c_order(tmp_path):
+    x = np.asfortranarray(X.astype(np.float64))
+    _, _, dst = convert(save(tmp_path, x=x, y=Y))
+    with h5py.File(dst) as f:
+        np.testing.assert_array_equal(f["train/x"][...], X)
+
+
+def test_splits_whose_samples_disagree_are_an_error(tmp_path):
+    assert "(5,)" in error_of(save(tmp_path, x_train=X, y_train=Y, x_val=blobs(10, (5,))[0], y_val=YV))
+    assert "uint8" in error_of(save(tmp_path, x_train=X, y_train=Y, x_val=XV.astype(np.uint8), y_val=YV))
+
+
 @pytest.mark.parametrize("contents,hint", [
     (None, "already in the evens format"),
     (b"a,b,label\n1,2,cat\n", "numpy.savez"),
