@@ -9,7 +9,7 @@ from typing import Callable
 import h5py
 import numpy as np
 
-from .h5file import SPLITS, DataError, first_line, write_dataset
+from .h5file import MAX_CLASSES, SPLITS, DataError, first_line, write_dataset
 
 # An .npz key names a role, x or y, and a split, in either order and in any case: x_train, X_train,
 # train_x, x_valid, ...; plain x and y are train.
@@ -52,13 +52,15 @@ def npz_to_h5(src: str, dst: str, overwrite: bool = False, ignore_extra: bool = 
         pairs = assign_keys(src, npz.files, ignore_extra, say)
         splits = {split: (_features(src, kx, _load(npz, src, kx)), _load(npz, src, ky)) for split, (kx, ky) in pairs.items()}
     _check_splits(src, pairs, splits)
+    ys, classes = _targets(src, dst, pairs, {split: y for split, (_, y) in splits.items()}, say)
+    splits = {split: (x, ys[split]) for split, (x, _) in splits.items()}
     missing = [split for split in ("val", "test") if split not in splits]
     if missing:
         fractions = " and ".join(f"data.{split}_fraction" for split in missing)
         say(f"{src}: no {' or '.join(missing)} split; evens run takes {'it' if len(missing) == 1 else 'them'} from train, "
             f"held out by {fractions} with data.split_seed")
     try:
-        write_dataset(dst, splits, overwrite=overwrite)
+        write_dataset(dst, splits, overwrite=overwrite, classes=classes)
     except OSError as exc:
         raise DataError(f"{dst}: cannot write it ({exc.strerror or first_line(exc)})") from None
     return {split: len(y) for split, (_, y) in splits.items()}
@@ -206,6 +208,81 @@ def _check_splits(src: str, pairs: dict[str, tuple[str, str]], splits: dict[str,
             raise DataError(f"{src}: {kx} samples have shape {x.shape[1:]} but {train_x} samples have {shape}")
         if x.dtype != dtype:
             raise DataError(f"{src}: {kx} is stored as {x.dtype} but {train_x} as {dtype}; give every split's x one dtype")
+
+
+def _targets(src: str, dst: str, pairs: dict[str, tuple[str, str]], ys: dict[str, np.ndarray],
+             say: Callable[[str], None]) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """y of every split as it will be written, and the original class labels if they were encoded.
+
+    As everywhere in evens, the dtype says what is learned: integers (and booleans and strings) are
+    class labels, floats are regression targets. Labels other than 0..C-1 are encoded as the index of
+    each label among train's sorted labels, and those labels become /classes.
+    """
+    kinds = {split: _target_kind(src, pairs[split][1], y) for split, y in ys.items()}
+    train_y = pairs["train"][1]
+    for split, kind in kinds.items():
+        if kind != kinds["train"]:
+            raise DataError(f"{src}: {pairs[split][1]} holds {kind} but {train_y} holds {kinds['train']}; "
+                            "every split needs the same kind of y")
+    if kinds["train"] == _TARGETS:
+        y = ys["train"]
+        if y.size and np.array_equal(y, np.round(y)):
+            say(f"{src}: {train_y} holds whole numbers stored as floats: evens learns floats as regression targets "
+                "(save y.astype(int) for class labels)")
+        return ys, None
+    labels = {split: np.char.decode(y, "utf-8") if y.dtype.kind == "S" else y.astype(np.int64) if y.dtype.kind == "b" else y
+              for split, y in ys.items()}
+    classes = np.unique(labels["train"])
+    for split, y in labels.items():
+        unseen = np.setdiff1d(y, classes)
+        if unseen.size:
+            count = int(np.isin(y, unseen).sum())
+            more = f" and {unseen.size - 1} more" if unseen.size > 1 else ""
+            raise DataError(f"{src}: {pairs[split][1]} has label {_label(unseen[0])}{more} ({count} sample{'s' if count > 1 else ''}) "
+                            f"that {train_y} never has; every class needs samples in train")
+    if len(classes) < 2:
+        raise DataError(f"{src}: {train_y} holds {len(classes)} class; classification needs at least two")
+    if len(classes) > MAX_CLASSES:
+        raise DataError(f"{src}: {train_y} holds {len(classes)} distinct labels, more than {MAX_CLASSES} classes; "
+                        "store regression targets as floats")
+    if classes.dtype.kind in "iu" and classes[0] == 0 and classes[-1] == len(classes) - 1:
+        return labels, None
+    shown = [f"{c}={i}" for i, c in enumerate(classes)]
+    mapping = ", ".join(shown if len(shown) <= 6 else shown[:4] + ["...", shown[-1]])
+    what = "string labels" if classes.dtype.kind == "U" else "labels other than 0..C-1"
+    say(f"{src}: {train_y} holds {what}; wrote them as class indices 0..{len(classes) - 1} in sorted order ({mapping}), "
+        f"and the labels as the dataset classes in {dst}")
+    return {split: np.searchsorted(classes, y).astype(np.int64) for split, y in labels.items()}, classes
+
+
+_LABELS, _TARGETS = "class labels (integers or strings)", "regression targets (floats)"
+
+
+def _target_kind(src: str, key: str, y: np.ndarray) -> str:
+    """What ``y`` holds, after refusing what evens cannot learn from."""
+    if y.dtype.kind == "f":
+        if y.ndim not in (1, 2) or (y.ndim == 2 and y.shape[1] == 0):
+            raise DataError(f"{src}: {key} has shape {y.shape}; regression targets need shape (N,) or (N, T)")
+        with np.errstate(over="ignore"):
+            if not np.isfinite(y.astype(np.float32)).all():
+                raise DataError(f"{src}: {key} holds NaN or infinite values (as float32)")
+        return _TARGETS
+    if y.dtype.kind not in "biuUS":
+        raise DataError(f"{src}: {key} holds {y.dtype}; y must hold {_LABELS} or {_TARGETS}")
+    if y.ndim != 1:
+        hint = " (save y.ravel())" if y.ndim == 2 and y.shape[1] == 1 else ""
+        raise DataError(f"{src}: {key} has shape {y.shape}; class labels need one per row, shape (N,){hint}")
+    if y.dtype.kind == "S":
+        try:
+            np.char.decode(y, "utf-8")
+        except UnicodeDecodeError:
+            raise DataError(f"{src}: {key} holds bytes that are not UTF-8 text; save the labels as str") from None
+    return _LABELS
+
+
+def _label(value) -> str:
+    """A class label as the user wrote it: 'cat' for a string, 7 for an integer."""
+    return f"'{value}'" if isinstance(value, str) else str(value)
 
 
 def _sklearn_dataset(name: str):

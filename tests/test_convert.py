@@ -42,7 +42,7 @@ def test_help_lists_the_keys_it_accepts(capsys):
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["convert", "--help"])
     out = capsys.readouterr().out
-    for key in ("x_train", "train_x", "X_train", "x_val", "x_valid", "x_validation", "x_test", "--ignore-extra", "--force"):
+    for key in ("x_train", "train_x", "X_train", "x_val", "x_valid", "x_validation", "x_test", "classes", "--ignore-extra", "--force"):
         assert key in out, key
 
 
@@ -89,6 +89,53 @@ def test_a_single_pair_is_train_and_the_run_holds_out_val_and_test(tmp_path):
     assert plan.sources == {"train": "file", "val": "holdout", "test": "holdout"}
 
 
+def test_string_labels_become_class_indices_with_their_names_stored(tmp_path):
+    names = np.array(["dog", "cat", "emu"])
+    counts, said, dst = convert(save(tmp_path, x_train=X, y_train=names[Y], x_test=XV, y_test=names[YV]))
+    assert counts == {"train": 30, "test": 10}
+    assert len(said) == 2 and "cat=0, dog=1, emu=2" in said[0] and "classes" in said[0], said
+    with h5py.File(dst) as f:
+        assert [c.decode() for c in f["classes"][...]] == ["cat", "dog", "emu"]
+        classes = np.array([c.decode() for c in f["classes"][...]])
+        np.testing.assert_array_equal(classes[f["train/y"][...]], names[Y])
+        np.testing.assert_array_equal(classes[f["test/y"][...]], names[YV])
+    assert load_dataset(dst)[0].num_classes == 3
+
+
+def test_integer_labels_other_than_0_to_c_minus_1_are_encoded(tmp_path):
+    labels = np.array([3, 7, 9])
+    _, said, dst = convert(save(tmp_path, x_train=X, y_train=labels[Y], x_val=XV, y_val=labels[YV]))
+    assert "3=0, 7=1, 9=2" in said[0], said
+    with h5py.File(dst) as f:
+        np.testing.assert_array_equal(f["classes"][...], labels)
+        np.testing.assert_array_equal(f["train/y"][...], Y)
+        np.testing.assert_array_equal(f["val/y"][...], YV)
+
+
+def test_labels_0_to_c_minus_1_are_kept_as_they_are(tmp_path):
+    _, said, dst = convert(save(tmp_path, x_train=X, y_train=Y.astype(np.int32), x_val=XV, y_val=YV, x_test=XV, y_test=YV))
+    assert said == []
+    with h5py.File(dst) as f:
+        assert "classes" not in f
+        np.testing.assert_array_equal(f["train/y"][...], Y)
+
+
+@pytest.mark.parametrize("labels", [np.array(["a", "b", "c"], dtype="<U4"), np.array([0, 1, 2])])
+def test_a_label_that_train_never_has_is_named(tmp_path, labels):
+    y_test = labels[YV].copy()
+    y_test[4] = "bird" if labels.dtype.kind == "U" else 5
+    message = error_of(save(tmp_path, x_train=X, y_train=labels[Y], x_test=XV, y_test=y_test))
+    assert "y_test" in message and ("'bird'" if labels.dtype.kind == "U" else " 5 ") in message, message
+
+
+def test_float_targets_stay_regression_targets_even_with_whole_values(tmp_path):
+    _, said, dst = convert(save(tmp_path, x=X, y=Y.astype(np.float64)))
+    assert any("regression" in line for line in said), said
+    with h5py.File(dst) as f:
+        assert f["train/y"].dtype == np.float32 and "classes" not in f
+    assert load_dataset(dst)[0].kind == "regression"
+
+
 def test_object_arrays_are_refused_with_a_hint_never_unpickled(tmp_path):
     src = save(tmp_path, x=X, y=np.array(["cat", "dog"] * 15, dtype=object))
     message = error_of(src)
@@ -118,6 +165,16 @@ def test_fortran_ordered_x_is_written_in_c_order(tmp_path):
 def test_splits_whose_samples_disagree_are_an_error(tmp_path):
     assert "(5,)" in error_of(save(tmp_path, x_train=X, y_train=Y, x_val=blobs(10, (5,))[0], y_val=YV))
     assert "uint8" in error_of(save(tmp_path, x_train=X, y_train=Y, x_val=XV.astype(np.uint8), y_val=YV))
+
+
+@pytest.mark.parametrize("y_train,y_val,why", [
+    (Y.astype(np.float32), YV, "integer"),
+    (Y[:, None], YV, "y.ravel()"),
+    (Y.astype(np.complex64), YV, "complex64"),
+    (np.where(Y == 1, np.nan, Y), YV.astype(np.float64), "NaN"),
+])
+def test_y_that_evens_cannot_take_is_a_one_line_error(tmp_path, y_train, y_val, why):
+    assert why in error_of(save(tmp_path, x_train=X, y_train=y_train, x_val=XV, y_val=y_val))
 
 
 @pytest.mark.parametrize("contents,hint", [
@@ -151,3 +208,13 @@ def test_nothing_the_user_owns_is_replaced(tmp_path):
         npz_to_h5(src, str(tmp_path / "folder"), overwrite=True)
     counts, _, _ = convert(src, overwrite=True)
     assert counts == {"train": 30}
+
+
+def test_the_command_prints_what_it_did(tmp_path, capsys):
+    src = save(tmp_path, x=X, y=np.array(["no", "yes", "maybe"])[Y])
+    assert cli.main(["convert", src, str(tmp_path / "d.h5")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and "maybe=0, no=1, yes=2" in out[0] and "held out" in out[1] and out[2].startswith("wrote"), out
+    assert cli.main(["convert", src, str(tmp_path / "d.h5")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("evens: error:") and "--force" in err and len(err.splitlines()) == 1

@@ -166,7 +166,11 @@ def build_parser() -> Parser:
   test   x_test, y_test     optional          also x_testing
   A split needs both x and y. A split left out is held out of train when evens runs
   (data.val_fraction, data.test_fraction, data.split_seed). Other keys are an error
-  unless --ignore-extra. DST is never replaced without --force."""
+  unless --ignore-extra. DST is never replaced without --force.
+x: (N, ...) numbers, stored as float32 (uint8 kept as bytes); NaN and infinities are refused.
+y: integers or strings are class labels: labels other than 0..C-1 are written as class
+  indices 0..C-1 in sorted order, and the original labels as the dataset classes.
+  Floats are regression targets, kept as they are."""
     conv = sub.add_parser("convert", help="convert an .npz file (x_train, y_train, ...) to the evens HDF5 format",
                           epilog=keys, formatter_class=argparse.RawDescriptionHelpFormatter)
     conv.add_argument("src", help="an .npz file, as numpy.savez writes")
