@@ -39,10 +39,12 @@ def npz_to_h5(src: str, dst: str, overwrite: bool = False, ignore_extra: bool = 
               say: Callable[[str], None] = _stderr) -> dict[str, int]:
     """Convert an .npz file to the evens format; returns the number of samples per split.
 
-    Keys are read as :data:`ACCEPTED` says; any other key is an error unless ``ignore_extra``. What
-    the conversion decides for the user (splits the run will hold out, keys left out) is said, one
-    line each, through ``say``. The .npz is opened with ``allow_pickle=False``: object arrays are
-    refused, never executed.
+    Keys are read as :data:`ACCEPTED` says; any other key is an error unless ``ignore_extra``. Class
+    labels other than 0..C-1 (strings, say) are written as class indices, with the labels as the
+    dataset ``classes``. What the conversion decides for the user (labels encoded, splits the run will
+    hold out, keys left out) is said, one line each, through ``say``. The .npz is opened with
+    ``allow_pickle=False``: object arrays are refused, never executed. ``dst`` is never the input, and
+    replaces an existing file only with ``overwrite``.
 
     >>> npz_to_h5("mine.npz", "mine.h5")  # doctest: +SKIP
     {'train': 800, 'test': 200}
@@ -67,7 +69,7 @@ def npz_to_h5(src: str, dst: str, overwrite: bool = False, ignore_extra: bool = 
 
 
 def _check_destination(src: str, dst: str, overwrite: bool) -> None:
-    """Refuse, before reading anything, to write over a folder, the input, or (without ``overwrite``) any file."""
+    """Refuse, before reading the arrays, to write over a folder, the input, or (without ``overwrite``) any file."""
     if os.path.isdir(dst):
         raise DataError(f"{dst}: is a directory; name the .h5 file to write")
     if os.path.lexists(dst):

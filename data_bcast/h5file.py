@@ -6,6 +6,7 @@ Layout (see docs/data-format.md)::
                                                   or (N,) / (N, T) float regression targets
     /val/x, /val/y                           optional; else held out of train
     /test/x, /test/y                         optional; else held out of train
+    /classes  (C,)                           optional: the label each class index stands for
 
 The shape of ``x`` says what a sample is: (N, F) tabular, (N, C, L) a 1-D
 signal, (N, C, H, W) an image. The dtype of ``y`` says what is learned:
