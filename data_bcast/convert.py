@@ -232,8 +232,7 @@ def _targets(src: str, dst: str, pairs: dict[str, tuple[str, str]], ys: dict[str
             say(f"{src}: {train_y} holds whole numbers stored as floats: evens learns floats as regression targets "
                 "(save y.astype(int) for class labels)")
         return ys, None
-    labels = {split: np.char.decode(y, "utf-8") if y.dtype.kind == "S" else y.astype(np.int64) if y.dtype.kind == "b" else y
-              for split, y in ys.items()}
+    labels = {split: _as_labels(src, pairs[split][1], y) for split, y in ys.items()}
     classes = np.unique(labels["train"])
     for split, y in labels.items():
         unseen = np.setdiff1d(y, classes)
@@ -257,7 +256,7 @@ def _targets(src: str, dst: str, pairs: dict[str, tuple[str, str]], ys: dict[str
     return {split: np.searchsorted(classes, y).astype(np.int64) for split, y in labels.items()}, classes
 
 
-_LABELS, _TARGETS = "class labels (integers or strings)", "regression targets (floats)"
+_INTEGERS, _STRINGS, _TARGETS = "integer class labels", "string class labels", "float regression targets"
 
 
 def _target_kind(src: str, key: str, y: np.ndarray) -> str:
@@ -270,16 +269,23 @@ def _target_kind(src: str, key: str, y: np.ndarray) -> str:
                 raise DataError(f"{src}: {key} holds NaN or infinite values (as float32)")
         return _TARGETS
     if y.dtype.kind not in "biuUS":
-        raise DataError(f"{src}: {key} holds {y.dtype}; y must hold {_LABELS} or {_TARGETS}")
+        raise DataError(f"{src}: {key} holds {y.dtype}; y must hold class labels (integers or strings) or regression targets (floats)")
     if y.ndim != 1:
         hint = " (save y.ravel())" if y.ndim == 2 and y.shape[1] == 1 else ""
         raise DataError(f"{src}: {key} has shape {y.shape}; class labels need one per row, shape (N,){hint}")
+    return _STRINGS if y.dtype.kind in "US" else _INTEGERS
+
+
+def _as_labels(src: str, key: str, y: np.ndarray) -> np.ndarray:
+    """Class labels to sort and compare: bytes decoded as UTF-8, booleans as 0 and 1."""
+    if y.dtype.kind == "b":
+        return y.astype(np.int64)
     if y.dtype.kind == "S":
         try:
-            np.char.decode(y, "utf-8")
+            return np.char.decode(y, "utf-8")
         except UnicodeDecodeError:
             raise DataError(f"{src}: {key} holds bytes that are not UTF-8 text; save the labels as str") from None
-    return _LABELS
+    return y
 
 
 def _label(value) -> str:

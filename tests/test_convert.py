@@ -169,6 +169,7 @@ def test_splits_whose_samples_disagree_are_an_error(tmp_path):
 
 @pytest.mark.parametrize("y_train,y_val,why", [
     (Y.astype(np.float32), YV, "integer"),
+    (np.array(["0", "1", "2"])[Y], YV, "string class labels"),
     (Y[:, None], YV, "y.ravel()"),
     (Y.astype(np.complex64), YV, "complex64"),
     (np.where(Y == 1, np.nan, Y), YV.astype(np.float64), "NaN"),
