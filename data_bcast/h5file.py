@@ -6,6 +6,7 @@ Layout (see docs/data-format.md)::
                                                   or (N,) / (N, T) float regression targets
     /val/x, /val/y                           optional; else held out of train
     /test/x, /test/y                         optional; else held out of train
+    /classes  (C,)                           optional: the label each class index stands for
 
 The shape of ``x`` says what a sample is: (N, F) tabular, (N, C, L) a 1-D
 signal, (N, C, H, W) an image. The dtype of ``y`` says what is learned:
@@ -310,8 +311,12 @@ def holdout_permutation(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).permutation(n)
 
 
-def write_dataset(path: str, splits: dict[str, tuple[np.ndarray, np.ndarray]], overwrite: bool = False) -> None:
-    """Write ``{"train": (x, y), ...}`` in the evens format, atomically; refuse to replace a file unless asked."""
+def write_dataset(path: str, splits: dict[str, tuple[np.ndarray, np.ndarray]], overwrite: bool = False,
+                  classes: np.ndarray | None = None) -> None:
+    """Write ``{"train": (x, y), ...}`` in the evens format, atomically; refuse to replace a file unless asked.
+
+    ``classes``: what each class index stands for (the original labels, strings or integers), written as
+    the dataset ``classes`` at the root."""
     if os.path.exists(path) and not overwrite:
         raise DataError(f"{path}: already exists; refusing to overwrite it")
     if "train" not in splits:
@@ -324,12 +329,16 @@ def write_dataset(path: str, splits: dict[str, tuple[np.ndarray, np.ndarray]], o
         with h5py.File(tmp, "w") as f:
             f.attrs["format"] = "evens-dataset"
             f.attrs["format_version"] = 1
+            if classes is not None:
+                classes = np.asarray(classes)
+                text = classes.dtype.kind == "U"
+                f.create_dataset("classes", data=classes.astype(object) if text else classes, dtype=h5py.string_dtype() if text else None)
             for split, (x, y) in splits.items():
                 if split not in SPLITS:
                     raise DataError(f"{path}: unknown split '{split}' (expected {', '.join(SPLITS)})")
                 x = np.asarray(x)
                 if x.dtype != np.uint8:
-                    x = x.astype(np.float32)
+                    x = x.astype(np.float32, copy=False)
                 y = np.asarray(y)
                 if np.issubdtype(y.dtype, np.integer):
                     y, y_ndims = y.astype(np.int64), (1,)

@@ -160,10 +160,23 @@ def build_parser() -> Parser:
     sim.add_argument("--master-us", type=float, help="the master's CPU per result in microseconds (default: measured here)")
     sim.add_argument("--json", action="store_true")
 
-    conv = sub.add_parser("convert", help="convert an .npz file (x_train, y_train, ...) to the evens HDF5 format")
-    conv.add_argument("src")
-    conv.add_argument("dst")
+    keys = """keys of the .npz (any case: x_train or X_train; split first works too: train_x):
+  train  x_train, y_train   or just x, y      also x_training
+  val    x_val, y_val       optional          also x_valid, x_validation
+  test   x_test, y_test     optional          also x_testing
+  A split needs both x and y. A split left out is held out of train when evens runs
+  (data.val_fraction, data.test_fraction, data.split_seed). Other keys are an error
+  unless --ignore-extra. DST is never replaced without --force.
+x: (N, ...) numbers, stored as float32 (uint8 kept as bytes); NaN and infinities are refused.
+y: integers or strings are class labels: labels other than 0..C-1 are written as class
+  indices 0..C-1 in sorted order, and the original labels as the dataset classes.
+  Floats are regression targets, kept as they are."""
+    conv = sub.add_parser("convert", help="convert an .npz file (x_train, y_train, ...) to the evens HDF5 format",
+                          epilog=keys, formatter_class=argparse.RawDescriptionHelpFormatter)
+    conv.add_argument("src", help="an .npz file, as numpy.savez writes")
+    conv.add_argument("dst", help="the HDF5 file to write")
     conv.add_argument("--force", action="store_true", help="replace DST if it exists")
+    conv.add_argument("--ignore-extra", action="store_true", help="leave out keys that name no split instead of refusing them")
 
     for name, what in (("digits", "write scikit-learn's bundled digits (classification, 10 classes)"),
                        ("diabetes", "write scikit-learn's bundled diabetes data (regression)"),
@@ -303,7 +316,7 @@ def _main(argv: list[str] | None) -> int:
         elif args.command == "convert":
             from data_bcast.convert import npz_to_h5
 
-            counts = npz_to_h5(args.src, args.dst, overwrite=args.force)
+            counts = npz_to_h5(args.src, args.dst, overwrite=args.force, ignore_extra=args.ignore_extra, say=print)
             print(f"wrote {args.dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
         elif args.command in ("make-digits", "make-diabetes", "make-signals", "make-shapes"):
             from data_bcast import convert, synthetic

@@ -6,7 +6,6 @@ passed as plain numbers to :mod:`ensemble.device`.
 from __future__ import annotations
 
 import os
-
 from typing import TYPE_CHECKING
 
 from data_bcast.host import usable_cores
