@@ -43,8 +43,8 @@ def predicting(task):
 def test_the_live_ensemble_is_chosen_from_the_hall_as_it_is_and_ends_on_the_summarys():
     budget, candidates = 24, 6
     config = config_from_dict({"search": {"evaluations": budget}, "ensemble": {"size": 3, "candidates": candidates}, "space": {}})
-    info = RunInfo(config=config, gene_names=list(GENE_NAMES), val_y=VAL_Y, test_y=TEST_Y,
-                   data={"problem": PROBLEM.to_dict(), "sample_shape": [8], "x_dtype": "float32", "sizes": {"train": 10, "val": 12, "test": 8}})
+    data = {"problem": PROBLEM.to_dict(), "sample_shape": [8], "x_dtype": "float32", "sizes": {"train": 10, "val": 12, "test": 8}}
+    info = RunInfo(config=config, gene_names=list(GENE_NAMES), data=data, val_y=VAL_Y, test_y=TEST_Y)
     state = SearchState.fresh(0, candidates)
     choose = SelectionCache(info)  # as the session's Checkpointer holds it
 

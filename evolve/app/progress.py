@@ -2,7 +2,8 @@
 
 Both show the evaluations done of the budget, the best validation metric, the validation metric of
 the ensemble chosen from the hall of fame as it is at that line (the quantity the final summary
-gives), the workers, the evaluations per minute of this session and the time left at that rate. Batch output (a file, Slurm's log) gets plain lines without carriage returns::
+gives), the workers, the evaluations per minute of this session and the time left at that rate.
+Batch output (a file, Slurm's log) gets plain lines without carriage returns::
 
     evens: status 37/40 (92 %) | best val accuracy 0.9944 | ensemble 0.9972 | 3 workers | 14.2/min | ETA 13s
 
