@@ -40,12 +40,24 @@ def predicting(task):
     return ev
 
 
-def test_the_live_ensemble_is_chosen_from_the_hall_as_it_is_and_ends_on_the_summarys():
-    budget, candidates = 24, 6
+def regression_info(budget: int, candidates: int) -> RunInfo:
     config = config_from_dict({"search": {"evaluations": budget}, "ensemble": {"size": 3, "candidates": candidates}, "space": {}})
     data = {"problem": PROBLEM.to_dict(), "sample_shape": [8], "x_dtype": "float32", "sizes": {"train": 10, "val": 12, "test": 8}}
-    info = RunInfo(config=config, gene_names=list(GENE_NAMES), data=data, val_y=VAL_Y, test_y=TEST_Y)
-    state = SearchState.fresh(0, candidates)
+    return RunInfo(config=config, gene_names=list(GENE_NAMES), data=data, val_y=VAL_Y, test_y=TEST_Y)
+
+
+def regression_search(info: RunInfo, on_result=None) -> SearchState:
+    """The search of ``info``'s config on :func:`predicting`, in process (a checkpoint only if ``on_result`` writes one)."""
+    config = info.config
+    state = SearchState.fresh(0, config.ensemble.candidates)
+    run_search(state, InProcessTransport(predicting, 2), config.space.for_sample_shape((8,)),
+               search_config(config.search.evaluations, 4, config.ensemble.candidates, 0, checkpoint_seconds=3600.0), on_result=on_result)
+    return state
+
+
+def test_the_live_ensemble_is_chosen_from_the_hall_as_it_is_and_ends_on_the_summarys():
+    budget = 24
+    info = regression_info(budget, candidates=6)
     choose = SelectionCache(info)  # as the session's Checkpointer holds it
 
     def checkpoint(state):
@@ -63,8 +75,7 @@ def test_the_live_ensemble_is_chosen_from_the_hall_as_it_is_and_ends_on_the_summ
         expected.append(now.curve_val[now.picks - 1] if now is not None else math.nan)
         stale.append(state.selection != now)
 
-    run_search(state, InProcessTransport(predicting, 2), config.space.for_sample_shape((8,)),
-               search_config(budget, 4, candidates, 0, checkpoint_seconds=3600.0), on_result=on_result)
+    state = regression_search(info, on_result)
     checkpoint(state)  # the session's last checkpoint, which the summary reads
     lines = out.getvalue().splitlines()
     assert len(lines) == budget and any(stale)  # the checkpoint's ensemble went stale during the run
