@@ -44,8 +44,9 @@ def test_an_accuracy_of_one_prints_with_four_decimals_like_the_others():
     text = format_summary(s)
     assert f"best network #{s['best']['id']}: val 1.0000  test 1.0000" in text
     assert "val 1.0000  test 0.5000" in text
-    top = [{"id": 3, "in_ensemble": True, "val_accuracy": 1.0, "test_accuracy": 0.98765, "params": 1234, "seconds": 1.25, "network": "mlp"}]
-    row = format_top(top, "accuracy")[-1]
+    top = [{"id": 3, "rank": 1, "ensemble_weight": 1.0, "val_accuracy": 1.0, "test_accuracy": 0.98765, "params": 1234, "seconds": 1.25,
+            "network": "mlp"}]
+    row = format_top(top, "accuracy", 10, 1)[-1]
     assert " 1.0000 " in row and " 0.9877 " in row
 
 

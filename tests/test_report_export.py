@@ -39,7 +39,7 @@ def test_csv_has_one_row_per_evaluation_with_metrics_genes_and_ensemble_weights(
         else:
             assert row["val_accuracy"] == "" and "boom" in row["message"]
         assert row["gene_family"] in ("mlp", "cnn") and int(row["gene_depth"]) >= 1
-    weights = {int(r["id"]): float(r["in_ensemble"]) for r in rows}
+    weights = {int(r["id"]): float(r["ensemble_weight"]) for r in rows}
     assert math.isclose(sum(weights.values()), 1.0) and {i for i, w in weights.items() if w} == set(state.selection.ids)
 
 

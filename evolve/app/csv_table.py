@@ -3,12 +3,12 @@
 The columns follow :class:`~evolve.search.records.Record`'s fields: ``id`` first, then each field
 in its declared order (``status``, ``fitness``, every metric any evaluation reported, ``seconds``,
 ``epochs_done``, ``message``, ``curve``, ``parent_a`` and ``parent_b``, ``operators``, ``worker``,
-``started``, ``finished``), then ``in_ensemble`` (the member's weight in the stored ensemble, 0 if
-not a member), and last one ``gene_<name>`` column for every gene of the search space, in genome
-order. A gene that is inactive for a network (the kernel size of an MLP) is empty: it did not
-shape that network. A metric an evaluation did not report is empty too. Numbers are written in
-full precision; ``-inf`` fitness (a failed evaluation) is written as ``-inf``; a curve is its
-values separated by spaces.
+``started``, ``finished``), then ``ensemble_weight`` (the network's share of the stored ensemble's
+picks, 0 if not a member; the weights sum to 1), and last one ``gene_<name>`` column for every gene
+of the search space, in genome order. A gene that is inactive for a network (the kernel size of an
+MLP) is empty: it did not shape that network. A metric an evaluation did not report is empty too.
+Numbers are written in full precision; ``-inf`` fitness (a failed evaluation) is written as
+``-inf``; a curve is its values separated by spaces.
 """
 from __future__ import annotations
 
@@ -26,17 +26,15 @@ def records_table(state: SearchState, space: SearchSpace) -> tuple[list[str], li
     """The header and rows of the CSV, in evaluation order."""
     fields = kinds(Record)
     metric_names = {name: sorted({k for r in state.records for k in getattr(r, name)}) for name, kind in fields.items() if kind == "named"}
-    weights: dict[int, float] = {}
-    if state.selection is not None:
-        for ident, w in zip(state.selection.ids, state.selection.weights):
-            weights[ident] = weights.get(ident, 0.0) + w
+    sel = state.selection
+    weights = dict(zip(sel.ids, sel.weights)) if sel is not None else {}
     order = ["id"] + [name for name, kind in fields.items() if name != "id" and kind != "vector"]
     header = []
     for name in order:
         kind = fields[name]
         header += metric_names[name] if kind == "named" else [f"{name.removesuffix('s')}_a", f"{name.removesuffix('s')}_b"] \
             if kind == "pair" else [name]
-    header += ["in_ensemble"] + [f"gene_{g}" for g in space.names]
+    header += ["ensemble_weight"] + [f"gene_{g}" for g in space.names]
     rows = []
     for r in sorted(state.records, key=lambda r: r.id):
         row = []

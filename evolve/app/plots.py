@@ -1,14 +1,16 @@
 """``evens report --plot DIR``: PNG figures of a run, each readable on its own (matplotlib, optional).
 
 - ``search.png``: every evaluation's validation metric, and the best so far, against the
-  evaluation number and against wall time; failures marked along the bottom.
+  evaluation number and against wall time, zoomed onto the better three quarters of the successful
+  networks, beside a panel of the whole range; failures marked along the bad edge.
 - ``ensemble.png``: the ensemble's metric on val and test after each pick, against the best
   single network.
-- ``workers.png``: each worker's timeline, a bar per training coloured by how it ended.
+- ``workers.png``: each worker's timeline, a bar per training coloured by how it ended (the legend
+  beside the axes).
 - ``pareto.png`` (NSGA-II runs): every network's metric against the second objective, with the
   Pareto front.
-- ``hyperparameters.png``: parallel coordinates of the top networks' hyperparameters, coloured by
-  their validation metric.
+- ``hyperparameters.png``: parallel coordinates of the best networks' hyperparameters (every
+  category ticked), coloured by their validation metric, the best drawn last and thickest.
 
 The metric is "higher is better" accuracy for classification and RMSE ("lower is better") for
 regression; each axis says which.
@@ -24,7 +26,7 @@ from evolve.search.space import Choice, SearchSpace
 
 COLOURS = {"ok": "#1f77b4", "stopped": "#9e9e9e", "timeout": "#ff7f0e", "diverged": "#d62728", "error": "#8c1a1a",
            "crashed": "#000000"}
-TOP = 20
+TOP = 200  # networks in the parallel coordinates, at most
 
 
 def _pyplot():
@@ -47,22 +49,38 @@ def _label(metric: str, split: str = "validation") -> str:
     return f"{split} accuracy (higher is better)" if metric == "accuracy" else f"{split} RMSE (lower is better)"
 
 
-def plot_search(plt, state: SearchState, metric: str, path: str) -> None:
+def top_band(values: list[float], higher: bool) -> tuple[float, float]:
+    """The y range that zooms onto the better networks: from the value that three quarters of ``values``
+    beat (or match) to the best, with a margin; ``higher``: is higher better."""
+    ordered = sorted(values, reverse=higher)  # best first
+    best, edge = ordered[0], ordered[(3 * len(ordered)) // 4 if len(ordered) > 1 else 0]
+    lo, hi = sorted((best, edge))
+    margin = 0.08 * (hi - lo) or 0.01 * max(abs(best), 1e-3)
+    return lo - margin, hi + margin
+
+
+def plot_search(plt, state: SearchState, metric: str):
+    """Two panels zoomed onto the better networks (against evaluations, against time) and one of the whole range."""
     records = sorted(state.records, key=lambda r: r.id)
     start = min(r.started for r in records)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.8), layout="constrained", gridspec_kw={"width_ratios": [3, 3, 1.6]})
     scored = [r for r in records if math.isfinite(r.fitness)]
     failed = [r for r in records if not math.isfinite(r.fitness)]
-    floor = min((_value(metric, r.fitness) for r in scored), default=0.0)
-    for ax, x_of, xlabel in ((axes[0], lambda r: r.id + 1, "evaluation (in the order they were proposed)"),
-                             (axes[1], lambda r: (r.finished - start) / 60, "wall time since the first evaluation (minutes)")):
+    higher = metric == "accuracy"
+    ok_values = [_value(metric, r.fitness) for r in scored if r.status == "ok"]
+    band = top_band(ok_values or [_value(metric, r.fitness) for r in scored] or [0.0], higher)
+    by_evaluation = lambda r: r.id + 1  # noqa: E731
+    panels = ((axes[0], by_evaluation, "evaluation (in the order they were proposed)", band),
+              (axes[1], lambda r: (r.finished - start) / 60, "wall time since the first evaluation (minutes)", band),
+              (axes[2], by_evaluation, "evaluation", None))
+    for ax, x_of, xlabel, zoom in panels:
         for status in sorted({r.status for r in scored}):
             group = [r for r in scored if r.status == status]
             ax.scatter([x_of(r) for r in group], [_value(metric, r.fitness) for r in group], s=14, alpha=0.7,
-                       color=COLOURS.get(status, "#555555"), label=f"{status} ({len(group)})",
-                       marker="o" if status == "ok" else "x")
-        if failed:
-            ax.scatter([x_of(r) for r in failed], [floor] * len(failed), marker="v", color="#d62728", s=20,
+                       color=COLOURS.get(status, "#555555"), label=f"{status} ({len(group)})", marker="o" if status == "ok" else "x")
+        if failed:  # along the bad edge (the bottom for accuracy, the top for RMSE), in axes coordinates
+            ax.scatter([x_of(r) for r in failed], [0.02 if higher else 0.98] * len(failed), transform=ax.get_xaxis_transform(),
+                       marker="v" if higher else "^", color="#d62728", s=20,
                        label=f"failed: {', '.join(sorted({r.status for r in failed}))} ({len(failed)})")
         ok = sorted((r for r in scored if r.status == "ok"), key=x_of)
         best, xs, ys = -math.inf, [], []
@@ -72,20 +90,25 @@ def plot_search(plt, state: SearchState, metric: str, path: str) -> None:
             ys.append(_value(metric, best))
         if xs:
             ax.step(xs, ys, where="post", color="black", linewidth=1.5, label="best so far")
+        if zoom is not None:
+            ax.set_ylim(*zoom)
+        else:
+            ax.axhspan(*band, color="#ffd54f", alpha=0.3, label="the left panels' range: the better 3/4 of the ok networks")
         ax.set_xlabel(xlabel)
-        ax.set_ylabel(_label(metric))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right" if metric == "accuracy" else "upper right")
-    axes[0].set_title("Every evaluation, and the best so far")
-    axes[1].set_title("The same against time")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    axes[0].set_ylabel(_label(metric))
+    axes[0].set_title("Every evaluation, and the best so far (zoomed)", fontsize=10)
+    axes[1].set_title("The same against time", fontsize=10)
+    axes[2].set_title("The whole range", fontsize=10)
+    handles, labels = axes[2].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), fontsize=8)
+    return fig
 
 
-def plot_ensemble(plt, ensemble: dict, best: dict | None, metric: str, path: str) -> None:
+def plot_ensemble(plt, ensemble: dict, best: dict | None, metric: str):
     curve = ensemble["curve"]
     picks = list(range(1, len(curve["val"]) + 1))
-    fig, ax = plt.subplots(figsize=(7, 4.5), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
     ax.plot(picks, curve["val"], "o-", label="ensemble, validation")
     ax.plot(picks, curve["test"], "s-", label="ensemble, test")
     if best:
@@ -99,16 +122,15 @@ def plot_ensemble(plt, ensemble: dict, best: dict | None, metric: str, path: str
         ax.set_xticks(picks)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
-def plot_workers(plt, state: SearchState, path: str) -> None:
+def plot_workers(plt, state: SearchState):
     records = state.records
     start = min(r.started for r in records)
     workers = sorted({r.worker for r in records})
     row = {w: i for i, w in enumerate(workers)}
-    fig, ax = plt.subplots(figsize=(12, 1.2 + 0.35 * len(workers)), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(12, 1.2 + 0.35 * len(workers)), layout="constrained")
     seen = set()
     for r in records:
         colour = COLOURS.get(r.status, "#555555")
@@ -122,15 +144,14 @@ def plot_workers(plt, state: SearchState, path: str) -> None:
     ax.set_xlabel("wall time since the first evaluation (minutes); gaps are idle time")
     ax.set_ylabel("worker")
     ax.set_title(f"Worker timeline: {len(records)} trainings on {len(workers)} workers, utilization {100 * state.utilization:.0f} %")
-    ax.legend(fontsize=8, loc="upper right", ncol=len(seen))
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # beside the bars, never on them
     ax.grid(axis="x", alpha=0.3)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
-def plot_pareto(plt, state: SearchState, front: list[dict], key: str, metric: str, path: str) -> None:
+def plot_pareto(plt, state: SearchState, front: list[dict], key: str, metric: str):
     ok = [r for r in state.records if r.status == "ok" and key in r.metrics]
-    fig, ax = plt.subplots(figsize=(7, 4.5), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
     ax.scatter([r.metrics[key] for r in ok], [_value(metric, r.fitness) for r in ok], s=14, alpha=0.5, color="#9e9e9e",
                label=f"all networks ({len(ok)})")
     pts = sorted((m[key], _value(metric, m["fitness"])) for m in front)
@@ -142,36 +163,45 @@ def plot_pareto(plt, state: SearchState, front: list[dict], key: str, metric: st
     ax.set_title("Trade-off found by NSGA-II")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
-def plot_hyperparameters(plt, state: SearchState, space: SearchSpace, metric: str, path: str) -> None:
-    ok = sorted((r for r in state.records if r.status == "ok"), key=lambda r: -r.fitness)[:TOP]
-    decoded_all = [space.decode(r.genome) for r in ok]
-    genes = [g for g in space.genes if _varies(g) and any(g.name in d for d in decoded_all)]  # inactive everywhere: left out
-    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(genes)), 5), constrained_layout=True)
+def plot_hyperparameters(plt, state: SearchState, space: SearchSpace, metric: str):
+    """Parallel coordinates of the best :data:`TOP` networks: an axis per gene that varies, every category
+    of a choice ticked; colour by the metric over :func:`top_band` (worse ones at its end), the best drawn
+    last, thickest and most opaque, so that a crowd of lines leaves the best ones readable."""
+    ok = sorted((r for r in state.records if r.status == "ok"), key=lambda r: (-r.fitness, r.id))[:TOP]
+    decoded = [space.decode(r.genome) for r in ok]
+    genes = [g for g in space.genes if _varies(g) and any(g.name in d for d in decoded)]  # inactive everywhere: left out
+    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(genes)), 5), layout="constrained")
     values = [_value(metric, r.fitness) for r in ok]
-    lo, hi = min(values), max(values)
+    lo, hi = top_band(values, metric == "accuracy")
     cmap = plt.get_cmap("viridis" if metric == "accuracy" else "viridis_r")
-    for r, v in sorted(zip(ok, values), key=lambda p: p[1] if metric == "accuracy" else -p[1]):
-        decoded = space.decode(r.genome)
-        ys = [_position(g, decoded.get(g.name)) for g in genes]
-        ax.plot(range(len(genes)), ys, color=cmap((v - lo) / (hi - lo) if hi > lo else 1.0), alpha=0.8, linewidth=1.3)
+    norm = plt.Normalize(lo, hi, clip=True)
+    n = len(ok)
+    for rank in reversed(range(n)):  # the worst first: the best end up on top
+        fraction = 1 - rank / max(1, n - 1)  # 1 for the best, 0 for the last shown
+        ys = [_position(g, decoded[rank].get(g.name)) for g in genes]
+        ax.plot(range(len(genes)), ys, color=cmap(norm(values[rank])), alpha=0.15 + 0.8 * fraction ** 2,
+                linewidth=0.6 + 1.9 * fraction ** 2)
     for i, g in enumerate(genes):
-        ax.axvline(i, color="black", linewidth=0.6)
-        ax.text(i, -0.06, _ends(g)[0], ha="center", va="top", fontsize=7)
-        ax.text(i, 1.06, _ends(g)[1], ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(genes)))
-    ax.set_xticklabels([g.name for g in genes], rotation=30, ha="right")
-    ax.set_ylim(-0.15, 1.15)
+        gene_axis = ax.secondary_yaxis(i / max(1, len(genes) - 1))
+        gene_axis.set_label(g.name)
+        ticks = _ticks(g)
+        gene_axis.set_yticks([p for p, _ in ticks], labels=[text for _, text in ticks])
+        gene_axis.tick_params(labelsize=7, length=3)
+        gene_axis.set_zorder(3)  # its labels over the lines
+        for label in gene_axis.get_yticklabels():
+            label.set_bbox({"facecolor": "white", "alpha": 0.75, "edgecolor": "none", "pad": 0.6})
+    ax.set_xlim(0, max(1, len(genes) - 1))
+    ax.set_xticks(range(len(genes)), labels=[g.name for g in genes], rotation=30, ha="right")
+    ax.set_ylim(-0.04, 1.04)
     ax.set_yticks([])
-    ax.set_ylabel("position within each gene's range (bottom to top, as labelled)")
-    ax.set_title(f"Hyperparameters of the top {len(ok)} networks (colour: {_label(metric)}, {lo:.4g} to {hi:.4g})")
-    sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(lo, hi))
-    fig.colorbar(sm, ax=ax, label=_label(metric))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(f"Hyperparameters of the best {n} networks (the best drawn last and thickest)")
+    fig.colorbar(plt.cm.ScalarMappable(cmap=cmap, norm=norm), ax=ax, label=_label(metric), extend="min" if metric == "accuracy" else "max")
+    return fig
 
 
 def _varies(gene) -> bool:
@@ -180,8 +210,11 @@ def _varies(gene) -> bool:
 
 
 def _position(gene, value) -> float:
-    """Where ``value`` sits on the gene's axis, 0 to 1 (log ranges on a log scale; choices evenly)."""
+    """Where ``value`` sits on the gene's axis, 0 to 1 (log ranges on a log scale; choices evenly); NaN
+    (a gap in the line) where the gene is inactive for the network."""
     domain = gene.domain
+    if value is None:
+        return math.nan
     if isinstance(domain, Choice):
         choices = list(domain.options)
         return choices.index(value) / max(1, len(choices) - 1) if value in choices else 0.5
@@ -193,11 +226,14 @@ def _position(gene, value) -> float:
     return (float(value) - low) / (high - low)
 
 
-def _ends(gene) -> tuple[str, str]:
+def _ticks(gene) -> list[tuple[float, str]]:
+    """(position, label) of a gene's ticks: every option of a choice; the ends and middle of a range."""
     domain = gene.domain
     if isinstance(domain, Choice):
-        return str(domain.options[0]), str(domain.options[-1])
-    return f"{domain.low:.3g}", f"{domain.high:.3g}"
+        return [(_position(gene, option), str(option)) for option in domain.options]
+    middle = math.sqrt(domain.low * domain.high) if domain.log else (domain.low + domain.high) / 2
+    middle = round(middle) if domain.integer else middle
+    return [(_position(gene, v), f"{v:.3g}") for v in (domain.low, middle, domain.high)]
 
 
 def write_plots(state: SearchState, summary: dict, space: SearchSpace, folder: str, objective: str | None) -> list[str]:
@@ -210,18 +246,19 @@ def write_plots(state: SearchState, summary: dict, space: SearchSpace, folder: s
     except OSError as exc:
         raise EvensError(f"{folder}: cannot create the folder ({exc.strerror or exc})") from None
     metric = summary["metric"]
-    written = []
+    written: list[str] = []
 
-    def out(name: str) -> str:
+    def save(fig, name: str) -> None:
+        fig.savefig(os.path.join(folder, name), dpi=110)
+        plt.close(fig)
         written.append(os.path.join(folder, name))
-        return written[-1]
 
-    plot_search(plt, state, metric, out("search.png"))
+    save(plot_search(plt, state, metric), "search.png")
     if summary["ensemble"]:
-        plot_ensemble(plt, summary["ensemble"], summary["best"], metric, out("ensemble.png"))
-    plot_workers(plt, state, out("workers.png"))
+        save(plot_ensemble(plt, summary["ensemble"], summary["best"], metric), "ensemble.png")
+    save(plot_workers(plt, state), "workers.png")
     if summary.get("pareto") and objective:
-        plot_pareto(plt, state, summary["pareto"], objective, metric, out("pareto.png"))
+        save(plot_pareto(plt, state, summary["pareto"], objective, metric), "pareto.png")
     if any(r.status == "ok" for r in state.records):
-        plot_hyperparameters(plt, state, space, metric, out("hyperparameters.png"))
+        save(plot_hyperparameters(plt, state, space, metric), "hyperparameters.png")
     return written

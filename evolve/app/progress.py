@@ -1,8 +1,9 @@
 """Live progress on the master: a tqdm bar on a terminal, one compact status line every N seconds otherwise.
 
-Both show the evaluations done of the budget, the best validation metric, the stored ensemble's
-validation metric, the workers, the evaluations per minute of this session and the time left at
-that rate. Batch output (a file, Slurm's log) gets plain lines without carriage returns::
+Both show the evaluations done of the budget, the best validation metric, the validation metric of
+the ensemble chosen from the hall of fame as it is at that line (the quantity the final summary
+gives), the workers, the evaluations per minute of this session and the time left at that rate.
+Batch output (a file, Slurm's log) gets plain lines without carriage returns::
 
     evens: status 37/40 (92 %) | best val accuracy 0.9944 | ensemble 0.9972 | 3 workers | 14.2/min | ETA 13s
 
@@ -14,9 +15,12 @@ import logging
 import math
 import sys
 import time
+from typing import Callable
 
 from tqdm import tqdm
 
+from ensemble.hall_of_fame import HallOfFame
+from ensemble.select import Selection
 from evolve.engine.state import SearchState
 from evolve.search.records import Record
 
@@ -33,11 +37,22 @@ def _duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
+# The bar chooses the ensemble again at most this often (and at the last evaluation): choosing scores the
+# validation split (picks x candidates) times, up to seconds for a large split, and the bar moves at every result.
+BAR_ENSEMBLE_SECONDS = 5.0
+
+
 class Progress:
-    """Call with each finished record; ``close()`` at the end."""
+    """Call with each finished record; ``close()`` at the end.
+
+    ``choose`` picks the run's ensemble from a hall of fame (the checkpoints' :class:`SelectionCache`,
+    shared so that a hall is chosen from once); without it the line shows ``state.selection``, which
+    is only as recent as the last checkpoint.
+    """
 
     def __init__(self, total: int, done: int, metric: str = "accuracy", quiet: bool = False, every: float = 60.0,
-                 workers: int = 0, stream=sys.stderr, clock=time.monotonic, higher_is_better: bool | None = None):
+                 workers: int = 0, stream=sys.stderr, clock=time.monotonic, higher_is_better: bool | None = None,
+                 choose: Callable[[HallOfFame], Selection | None] | None = None):
         self.metric = metric  # the name of the search's metric: fitness is it, or minus it where lower is better
         self.higher = metric in ("accuracy", "balanced_accuracy", "macro_f1", "r2") if higher_is_better is None else higher_is_better
         self.quiet = quiet
@@ -46,6 +61,8 @@ class Progress:
         self.every = every
         self.workers = workers
         self.clock = clock
+        self.choose = choose
+        self._ensemble, self._chosen_at = math.nan, -math.inf
         self._start = clock()
         self._done_before = done
         self._count = 0
@@ -58,12 +75,15 @@ class Progress:
     def _shown(self, fitness: float) -> float:
         return fitness if self.higher else -fitness
 
-    def facts(self, state: SearchState) -> dict:
-        """What the bar and the status line show."""
+    def facts(self, state: SearchState, fresh: bool = True) -> dict:
+        """What the bar and the status line show; ``fresh=False`` keeps the ensemble figure last chosen."""
         hall = state.hall_of_fame
         best = self._shown(hall.members[0].fitness) if len(hall) else math.nan
-        sel = state.selection
-        ensemble = sel.curve_val[sel.picks - 1] if sel is not None and sel.picks else math.nan
+        if fresh:
+            sel = self.choose(hall) if self.choose is not None else state.selection
+            self._ensemble = sel.curve_val[sel.picks - 1] if sel is not None and sel.picks else math.nan
+            self._chosen_at = self.clock()
+        ensemble = self._ensemble
         elapsed = self.clock() - self._start
         per_minute = self._count / elapsed * 60 if elapsed > 0 else 0.0
         left = max(0, self.total - len(state.records))
@@ -88,7 +108,7 @@ class Progress:
             return
         now = self.clock()
         if self._bar is not None:
-            f = self.facts(state)
+            f = self.facts(state, fresh=now - self._chosen_at >= BAR_ENSEMBLE_SECONDS or len(state.records) >= self.total)
             self._bar.update(1)
             self._bar.set_postfix({"best": score_text(f["best"], self.metric), "ens": score_text(f["ensemble"], self.metric),
                                    "per_min": f"{f['per_minute']:.1f}",

@@ -19,7 +19,6 @@ from evolve.search.space import TRAINING_GENES
 
 from .rundir import checkpoint_path
 
-
 # Scores between 0 and 1 print with four decimals (1 reads 1.0000, as 0.9944 does beside it); errors (rmse, loss, a
 # user's metric) with four significant digits. The summary, `evens report`, `evens status` and the live line share these.
 FRACTION_METRICS = frozenset({"accuracy", "balanced_accuracy", "macro_f1", "r2"})
@@ -277,13 +276,19 @@ def format_summary(s: dict) -> str:
 
 
 def top_networks(state: SearchState, space, k: int) -> list[dict]:
-    """The ``k`` best successful networks: id, metrics, parameters, training seconds, and decoded genes."""
-    ok = sorted((r for r in state.records if r.status == "ok"), key=lambda r: (-r.fitness, r.id))[:k]
-    members = set(state.selection.ids) if state.selection is not None else set()
+    """The ``k`` best successful networks, then every member of the stored ensemble ranked below them (a
+    bagged greedy ensemble often takes a few): id, ``rank`` among the successful networks (1 is the best),
+    ``ensemble_weight`` (its share of the ensemble's picks, 0 for a non-member), metrics, parameters,
+    training seconds, and decoded genes."""
+    ok = sorted((r for r in state.records if r.status == "ok"), key=lambda r: (-r.fitness, r.id))
+    sel = state.selection
+    weights = dict(zip(sel.ids, sel.weights)) if sel is not None else {}
     out = []
-    for r in ok:
-        genome = space.decode(r.genome)
-        out.append({**record_facts(r), "in_ensemble": r.id in members, "network": describe(genome), "genome": genome})
+    for rank, r in enumerate(ok, 1):
+        if rank <= k or r.id in weights:
+            genome = space.decode(r.genome)
+            out.append({**record_facts(r), "rank": rank, "ensemble_weight": weights.get(r.id, 0.0), "network": describe(genome),
+                        "genome": genome})
     return out
 
 
@@ -297,17 +302,23 @@ def failures_by_kind(state: SearchState) -> dict[str, dict]:
     return kinds
 
 
-def format_top(top: list[dict], metric: str) -> list[str]:
+def format_top(top: list[dict], metric: str, k: int, picks: int = 0) -> list[str]:
+    """The table of :func:`top_networks` (``k`` asked for), with each member's share of the ensemble's ``picks``."""
     if not top:
         return []
     key = "accuracy" if metric == "accuracy" else "rmse"
-    lines = [f"top {len(top)} networks (* = in the ensemble):",
-             f"  {'id':>6}  {'val ' + key:>12}  {'test ' + key:>13}  {'params':>9}  {'train s':>8}  network"]
-    for t in top:
+    best = [t for t in top if t["rank"] <= k]
+    marks = f"* = in the ensemble, with its picks of the {picks}" if picks else "no ensemble chosen"
+    lines = [f"top {len(best)} networks ({marks}):",
+             f"  {'id':>6}  {'rank':>4}  {'val ' + key:>12}  {'test ' + key:>13}  {'params':>9}  {'train s':>8}  {'picks':>5}  network"]
+    for i, t in enumerate(top):
+        if i == len(best):
+            lines.append(f"  and the ensemble's other {counted(len(top) - len(best), 'member')}:")
         params = f"{t['params']:,.0f}" if "params" in t else "?"
-        lines.append(f"  {('*' if t['in_ensemble'] else ' ') + '#' + str(t['id']):>6}  {score_text(t['val_' + key], key):>12}  "
-                     f"{score_text(t['test_' + key], key):>13}  "
-                     f"{params:>9}  {t['seconds']:>8.1f}  {t['network']}")
+        member = t["ensemble_weight"] > 0
+        taken = str(round(t["ensemble_weight"] * picks)) if member else ""
+        lines.append(f"  {('*' if member else ' ') + '#' + str(t['id']):>6}  {t['rank']:>4}  {score_text(t['val_' + key], key):>12}  "
+                     f"{score_text(t['test_' + key], key):>13}  {params:>9}  {t['seconds']:>8.1f}  {taken:>5}  {t['network']}")
     return lines
 
 
@@ -351,7 +362,8 @@ def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | N
     if as_json:
         return json.dumps(summary, indent=2, sort_keys=True)
     text = format_summary(summary)
-    extra = format_top(summary["top"], summary["metric"]) + format_failures(summary["failures"])
+    picks = summary["ensemble"]["picks"] if summary["ensemble"] else 0
+    extra = format_top(summary["top"], summary["metric"], top, picks) + format_failures(summary["failures"])
     return "\n".join([text, *extra, *notes])
 
 
