@@ -129,7 +129,6 @@ class Classification(_Metric):
         pred, y = np.asarray(pred, dtype=np.float64), np.asarray(y)
         confidence, correct = pred.max(axis=1), (np.argmax(pred, axis=1) == y).astype(np.float64)
         which = np.minimum((confidence * bins).astype(np.int64), bins - 1)
-        count = np.bincount(which, minlength=bins)
         gap = np.abs(np.bincount(which, correct, minlength=bins) - np.bincount(which, confidence, minlength=bins))
         return {"nll": self.scores(pred, y, user=False)["loss"], "ece": float(gap.sum() / max(1, len(y)))}
 

@@ -172,3 +172,26 @@ def test_bags_of_a_small_hall_hold_every_member_so_bagging_is_plain_greedy():
     plain = select_ensemble(members, problem, y, y, "greedy", 4)
     bagged = select_ensemble(members, problem, y, y, "greedy", 4, bags=8, seed=1)
     assert bagged.picks == 8 * plain.picks and dict(zip(bagged.ids, bagged.weights)) == pytest.approx(dict(zip(plain.ids, plain.weights)))
+
+
+def test_evens_select_chooses_again_by_log_loss_and_the_run_keeps_the_setting(tmp_path):
+    """`evens select RUN --criterion loss --bags 8`: for calibrated probabilities after the fact
+    (docs/benchmarks.md, calibration); the choice and the settings are stored, so a resume keeps them."""
+    from test_checkpoint_report import finished_run
+
+    from ensemble.problem import problem_from_dict
+    from evolve.app.reselect import reselect
+    from evolve.runfile import checkpoint
+
+    state, info = finished_run(budget=20, k=3, candidates=8)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    checkpoint.save(str(folder / "checkpoint.h5"), state, info)
+    summary = reselect(str(folder), criterion="loss", bags=8)
+    loaded, linfo = checkpoint.load(str(folder / "checkpoint.h5"), weights=False)
+    assert linfo.config.ensemble.criterion == "loss" and linfo.config.ensemble.bags == 8
+    expected = select_ensemble(list(state.hall_of_fame), problem_from_dict(info.data["problem"]), info.val_y, info.test_y,
+                               "greedy", linfo.config.ensemble.size, criterion="loss", bags=8, seed=info.config.search.seed)
+    assert loaded.selection == expected and summary["ensemble"]["members"] == expected.ids
+    with pytest.raises(Exception, match="criterion"):
+        reselect(str(folder), criterion="nonsense")

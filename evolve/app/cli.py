@@ -137,6 +137,11 @@ def build_parser() -> Parser:
     sel.add_argument("run_dir")
     sel.add_argument("--method", choices=("greedy", "top_k"), help="default: the run's ensemble.method")
     sel.add_argument("--size", type=int, help="picks (greedy) or members (top_k); default: the run's ensemble.size")
+    sel.add_argument("--criterion", choices=("auto", "accuracy", "loss", "metric"),
+                     help="what greedy selection maximises on the validation split (loss: log-loss, for calibrated probabilities); "
+                          "default: the run's ensemble.criterion")
+    sel.add_argument("--bags", type=int, help="greedy selection pooled over this many random halves (0: once, on all); "
+                                              "default: the run's ensemble.bags")
     sel.add_argument("--json", action="store_true", help="print the new summary as one JSON object")
     sel.add_argument("--model-path", metavar="DIR", help="a run whose search.metric is your function: a folder to import its module from")
 
@@ -307,7 +312,7 @@ def _main(argv: list[str] | None) -> int:
                 from ensemble.references import add_model_path
 
                 add_model_path(args.model_path)
-            summary = reselect(args.run_dir, args.method, args.size)
+            summary = reselect(args.run_dir, method=args.method, size=args.size, criterion=args.criterion, bags=args.bags)
             print(json.dumps(summary, indent=2, sort_keys=True) if args.json else format_summary(summary))
         elif args.command == "simulate":
             from .simulate_command import simulate_command

@@ -44,24 +44,25 @@ class SelectionCache:
         return self._selection
 
 
-def reselect(run_dir: str, method: str | None = None, size: int | None = None) -> dict:
+def reselect(run_dir: str, **settings) -> dict:
     """``evens select``: choose the run's ensemble again from its hall of fame, without training.
 
-    Stores the new choice (and ``ensemble.method``/``ensemble.size`` in the run's config, so a
-    resume keeps it), rewrites ``summary.json``, and returns the new summary.
+    ``settings``: ``[ensemble]`` keys to change (``method``, ``size``, ``criterion``, ``bags``,
+    ``min_members``; None leaves one as the run has it). Stores the new choice and the settings in
+    the run's config (so a resume keeps them), rewrites ``summary.json``, and returns the new summary.
     """
     path = checkpoint_path(run_dir)
     with RunLock.acquire(run_dir):  # never while a job writes the run: it would overwrite this choice
-        return _reselect(run_dir, path, method, size)
+        return _reselect(run_dir, path, {k: v for k, v in settings.items() if v is not None})
 
 
 def _warn(line: str) -> None:
     print(f"evens: {line}", file=sys.stderr, flush=True)
 
 
-def _reselect(run_dir: str, path: str, method: str | None, size: int | None) -> dict:
+def _reselect(run_dir: str, path: str, settings: dict) -> dict:
     state, info = checkpoint.load(path, say=_warn)  # a damaged member is left out, by name, and the rest chosen from
-    changes = [f"ensemble.{k}={v!r}" for k, v in (("method", method), ("size", size)) if v is not None]
+    changes = [f"ensemble.{k}={v!r}" for k, v in settings.items()]
     try:
         info.config = info.config.with_overrides(changes)
     except ConfigError as exc:

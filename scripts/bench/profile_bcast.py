@@ -87,7 +87,7 @@ def profile(comm, path, payload, reps) -> None:
             comm.Barrier()
             ts.append(comm.allreduce(time.perf_counter() - t, op=MPI.MAX))
         line[key] = n / 1e9 / min(ts)
-    del warm
+    warm = None  # (frees it; a del would leave bcast a name that is gone)
     # a fresh shared window: the root touching all of it, or each rank of the node its share
     for who in ("root alone", "every node rank its share"):
         ts, fl = [], []
