@@ -183,14 +183,14 @@ def output_name(classification: bool) -> str:
 
 def _onnx(program, path: str, check: torch.Tensor, output: str) -> tuple[np.ndarray, dict]:
     """``program`` as an ONNX model at ``path`` (one file, its batch dimension named), and its outputs for ``check``."""
-    import onnx_ir
     import onnxruntime
+    from onnxscript import ir
 
     onnx_program = torch.onnx.export(program, input_names=[INPUT], output_names=[output], dynamo=True, verbose=False)
     graph = onnx_program.model.graph
     for value in (*graph.inputs, *graph.outputs):
-        if isinstance(value.shape[0], onnx_ir.SymbolicDim):
-            value.shape = onnx_ir.Shape(["batch", *value.shape[1:]])
+        if isinstance(value.shape[0], ir.SymbolicDim):
+            value.shape = ir.Shape(["batch", *value.shape[1:]])
     onnx_program.save(path, external_data=False)
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     got = session.run(None, {INPUT: check.numpy()})[0]
