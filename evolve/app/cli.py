@@ -7,6 +7,7 @@
     evens report runs/digits-20261122-101500 --json
     evens select runs/digits-20261122-101500 --method top_k --size 7
     mpiexec -n 2 evens predict runs/digits-20261122-101500 new.h5 --out predictions.h5
+    evens export runs/digits-20261122-101500 --format onnx --out exported/
     evens make-digits data/digits.h5
     evens make-diabetes data/diabetes.h5
     evens make-signals data/signals.h5
@@ -154,6 +155,13 @@ def build_parser() -> Parser:
     pred.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: a GPU per rank if there are any")
     pred.add_argument("--force", action="store_true", help="replace OUT if it exists")
     pred.add_argument("--model-path", metavar="DIR", help="a run made with a model builder: a folder to import the builder's module from")
+
+    exp = sub.add_parser("export", help="write a run's ensemble for plain PyTorch (.pt2) or ONNX Runtime, with a JSON manifest")
+    exp.add_argument("run_dir")
+    exp.add_argument("--format", dest="file_format", choices=("pt2", "onnx"), required=True,
+                     help="pt2: torch.export archives (torch.export.load); onnx: ONNX models (needs evens[export])")
+    exp.add_argument("--out", required=True, metavar="DIR", help="a new or empty folder to write (nothing is replaced)")
+    exp.add_argument("--model-path", metavar="DIR", help="a run made with a model builder: a folder to import the builder's module from")
 
     sim = sub.add_parser("simulate", help="project how many workers a search keeps busy (a simulation: nothing is trained)")
     sim.add_argument("config", help="TOML config: its search mode, population and space are simulated")
@@ -314,6 +322,13 @@ def _main(argv: list[str] | None) -> int:
                 add_model_path(args.model_path)
             summary = reselect(args.run_dir, method=args.method, size=args.size, criterion=args.criterion, bags=args.bags)
             print(json.dumps(summary, indent=2, sort_keys=True) if args.json else format_summary(summary))
+        elif args.command == "export":
+            from ensemble.export import MANIFEST, export_ensemble
+
+            manifest = export_ensemble(args.run_dir, args.out, args.file_format, args.model_path)
+            missing = ", ".join(f"#{m['id']}" for m in manifest["missing"])
+            left_out = f"; left out {missing}, the others' weights renormalised to sum to 1" if missing else ""
+            print(f"wrote {args.out}: {len(manifest['members'])} member(s) as {args.file_format} and {MANIFEST}{left_out}")
         elif args.command == "simulate":
             from .simulate_command import simulate_command
 

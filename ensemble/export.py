@@ -1,0 +1,322 @@
+"""Export a run's ensemble for use without evens: one file per member and a JSON manifest.
+
+::
+
+    from ensemble.export import export_ensemble
+    manifest = export_ensemble("runs/a", "exported/", "onnx")   # or "pt2"
+
+Each member is written as evens applies it (:class:`Applied`): it takes ``x`` as stored in the
+data file (the run's dtype, float32 or uint8), scales uint8 by 1/255 and runs the network, whose
+own first layer standardises the inputs where its spec says so, and gives the member's
+*prediction*: class probabilities (softmax) or values in the targets' units (de-standardised).
+The ensemble is then the weighted mean of the members' outputs, as :func:`ensemble.combine.combine`
+computes it; ``manifest.json`` holds the weights, the problem, the input's shape and dtype, and how
+to combine (docs/export.md). ``pt2`` is ``torch.export``'s archive (``torch.export.load``), ``onnx``
+an ONNX model for ONNX Runtime; both take a batch of any size.
+
+Every member is captured with ``torch.export`` (non-strict), written, read back and compared with
+the network on a few random inputs. A member that fails (a user's network whose forward pass
+branches on tensor values, say, or one whose batch size is fixed) is left out with one line naming
+it and why; the rest are written with their weights renormalised to sum to 1, and the manifest lists
+what is missing with the weight it had. Nothing is exported when no member can be.
+
+The folder is filled under a hidden temporary name beside it and renamed into place when complete,
+so it is never seen half-written, and it never replaces anything: ``out`` must be new or empty.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import io
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from .builders import add_model_path
+from .predict import Ensemble, build_ensemble, chosen_members, read_chosen
+from .problem import Problem
+from .references import UserCodeError, first_line
+from .store import EnsembleError, StoredEnsemble
+
+FORMATS = ("pt2", "onnx")
+FORMAT = "evens-export"
+FORMAT_VERSION = 1  # any change to the manifest's meaning bumps it
+MANIFEST = "manifest.json"
+INPUT = "x"
+TRACE_ROWS, CHECK_ROWS = 2, 3  # the batch a member is captured with, and another that checks its batch is free
+TOLERANCE = 1e-4  # an exported member's largest difference from the network, relative to its outputs' size (at least 1)
+ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")
+
+
+class Applied(nn.Module):
+    """A member as ``evens predict`` applies it: ``x`` in the run's dtype in, the member's prediction out
+    (the same operations as :func:`ensemble.train.as_float` and :meth:`ensemble.train.Head.predictions`)."""
+
+    def __init__(self, model: nn.Module, problem: Problem):
+        super().__init__()
+        self.model = model
+        self.classification = problem.kind == "classification"
+        if not self.classification:
+            self.register_buffer("mean", torch.tensor(problem.mean, dtype=torch.float32))
+            self.register_buffer("scale", torch.tensor(problem.scale, dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.uint8:
+            x = x.float() / 255.0
+        out = self.model(x).float()
+        return torch.softmax(out, dim=1) if self.classification else out * self.scale + self.mean
+
+
+def check_destination(out: str) -> None:
+    """EnsembleError unless ``out`` is a new or empty folder: an export replaces nothing."""
+    if os.path.isdir(out):
+        if os.listdir(out):
+            raise EnsembleError(f"{out}: not empty; an export goes into a new or empty folder")
+    elif os.path.lexists(out):
+        raise EnsembleError(f"{out}: exists and is not a folder")
+
+
+def check_format(file_format: str) -> None:
+    """EnsembleError unless ``file_format`` is known and what it needs is installed."""
+    if file_format not in FORMATS:
+        raise EnsembleError(f"unknown export format {file_format!r} (known: {', '.join(FORMATS)})")
+    if file_format == "onnx":
+        missing = [name for name in ONNX_PACKAGES if not _importable(name)]
+        if missing:
+            raise EnsembleError(f"exporting to ONNX needs {', '.join(missing)}: pip install 'evens[export]'")
+
+
+def _importable(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def example_inputs(sample_shape: tuple[int, ...], x_dtype: str, rows: int, seed: int) -> torch.Tensor:
+    """Random inputs of the run's shape and dtype: the capture's example, and the check's data."""
+    generator = torch.Generator().manual_seed(seed)
+    shape = (rows, *sample_shape)
+    if x_dtype == "uint8":
+        return torch.randint(0, 256, shape, generator=generator, dtype=torch.uint8)
+    return torch.randn(shape, generator=generator)
+
+
+@contextlib.contextmanager
+def _quietly():
+    """torch.export and the ONNX exporter print graphs, warnings and log lines; a failure's reason is its exception."""
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        disabled = logging.root.manager.disable
+        logging.disable(logging.CRITICAL)
+        try:
+            yield
+        finally:
+            logging.disable(disabled)
+
+
+@contextlib.contextmanager
+def _cudnn_flags_as_torch_starts():
+    """torch.export reads cuDNN's legacy TF32 flag, which raises once the new API has set a cuDNN flag to "ieee"
+    (as :func:`ensemble.train.set_precision` does, so in any process that trained). An export runs on the CPU,
+    where the flags do not matter: they are torch's defaults while it runs, and restored after."""
+    flags = [getattr(torch.backends.cudnn, name, None) for name in ("conv", "rnn")]
+    if any(not hasattr(flag, "fp32_precision") for flag in flags):  # torch < 2.9: no such flags
+        yield
+        return
+    saved = [flag.fp32_precision for flag in flags]
+    for flag in flags:
+        flag.fp32_precision = "tf32"
+    try:
+        yield
+    finally:
+        for flag, value in zip(flags, saved):
+            flag.fp32_precision = value
+
+
+def export_member(applied: Applied, sample_shape: tuple[int, ...], x_dtype: str, path: str, file_format: str) -> dict:
+    """Write one member to ``path`` and check it: read back, it must give the network's outputs on random inputs.
+    Returns what the manifest says of the file beyond its name; raises with the reason it cannot be exported."""
+    example = example_inputs(sample_shape, x_dtype, TRACE_ROWS, seed=0)
+    check = example_inputs(sample_shape, x_dtype, CHECK_ROWS, seed=1)
+    with _quietly(), _cudnn_flags_as_torch_starts(), torch.no_grad():
+        program = torch.export.export(applied, (example,), dynamic_shapes=({0: torch.export.Dim("batch")},), strict=False)
+        program.example_inputs = None  # random numbers: nothing the archive needs to carry
+        if file_format == "pt2":
+            torch.export.save(program, path)
+            got = torch.export.load(path).module()(check).numpy()
+            extra = {"torch": torch.__version__}
+        else:
+            got, extra = _onnx(program, path, check, output_name(applied.classification))
+        want = applied(check).numpy()
+    if got.shape != want.shape:
+        raise EnsembleError(f"read back, it gives outputs of shape {got.shape}, not {want.shape}")
+    apart = np.abs(got.astype(np.float64) - want)
+    apart[np.isnan(got) & np.isnan(want)] = 0.0  # NaN where the network gives NaN too
+    worst = float(np.max(apart, initial=0.0))
+    if not worst <= TOLERANCE * max(1.0, float(np.nanmax(np.abs(want), initial=0.0))):
+        raise EnsembleError(f"read back, it differs from the network by {worst:.3g} on random inputs")
+    return extra
+
+
+def reason(exc: BaseException) -> str:
+    """Why a member cannot be exported, in one line (torch.export's two usual refusals said plainly)."""
+    name = type(exc).__name__
+    text = str(exc)
+    if name == "GuardOnDataDependentSymNode":
+        return f"its forward pass branches on tensor values, which torch.export cannot capture ({first_line(exc)[:160]})"
+    if "marked batch as dynamic but your code specialized it" in text:
+        return "its forward pass fixes the batch size (torch.export could not keep the batch dimension free)"
+    return text if isinstance(exc, EnsembleError) else f"{name}: {first_line(exc)[:300]}"
+
+
+def output_name(classification: bool) -> str:
+    return "probabilities" if classification else "values"
+
+
+def _onnx(program, path: str, check: torch.Tensor, output: str) -> tuple[np.ndarray, dict]:
+    """``program`` as an ONNX model at ``path`` (one file, its batch dimension named), and its outputs for ``check``."""
+    import onnxruntime
+    from onnxscript import ir
+
+    onnx_program = torch.onnx.export(program, input_names=[INPUT], output_names=[output], dynamo=True, verbose=False)
+    graph = onnx_program.model.graph
+    for value in (*graph.inputs, *graph.outputs):
+        if isinstance(value.shape[0], ir.SymbolicDim):
+            value.shape = ir.Shape(["batch", *value.shape[1:]])
+    onnx_program.save(path, external_data=False)
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    got = session.run(None, {INPUT: check.numpy()})[0]
+    return got, {"opset": int(onnx_program.model.opset_imports[""])}
+
+
+def export_ensemble(run: str, out: str, file_format: str, model_path: str | None = None,
+                    say: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> dict:
+    """Export the ensemble of ``run`` (a run directory or run file) into the new or empty folder ``out``.
+
+    Returns the manifest written. ``say`` takes the lines about importing a user's builder and about
+    members left out. EnsembleError in one line when nothing can be exported.
+    """
+    check_format(file_format)
+    check_destination(out)
+    if model_path is not None:
+        try:
+            add_model_path(model_path)
+        except UserCodeError as exc:
+            raise EnsembleError(str(exc)) from None
+    stored = read_chosen(run)
+    chosen = chosen_members(stored, run, need_weights=True)
+    ensemble = build_ensemble(stored.problem, stored.sample_shape, stored.x_dtype, chosen, torch.device("cpu"), stored.selection, say)
+    networks = {m.id: m.network for m, _ in chosen}
+    parent = os.path.dirname(os.path.abspath(out))
+    try:
+        os.makedirs(parent, exist_ok=True)
+        folder = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out))}.partial-", dir=parent)
+    except OSError as exc:
+        raise EnsembleError(f"{out}: cannot write there ({exc.strerror})") from None
+    try:
+        written, missing = _export_members(ensemble, stored, networks, folder, file_format, say)
+        if not written:
+            raise EnsembleError(f"{run}: no member of the ensemble could be exported to {file_format} (each is named above)")
+        manifest = build_manifest(run, file_format, stored, written, missing)
+        with open(os.path.join(folder, MANIFEST), "w") as f:
+            json.dump(manifest, f, indent=2)
+            f.write("\n")
+        _publish(folder, out)
+    except BaseException as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        if isinstance(exc, OSError):  # a full disk, say
+            raise EnsembleError(f"{out}: cannot write the export ({exc.strerror or exc})") from None
+        raise
+    return manifest
+
+
+def _export_members(ensemble: Ensemble, stored: StoredEnsemble, networks: dict[int, dict], folder: str, file_format: str,
+                    say: Callable[[str], None]) -> tuple[list[dict], list[dict]]:
+    """Write each member into ``folder``: what the manifest says of those written, and of those left out."""
+    written, missing = [], []
+    for member in ensemble.members:
+        name, network = f"member-{member.id}.{file_format}", networks[member.id]
+        path = os.path.join(folder, name)
+        try:
+            extra = export_member(Applied(member.model, stored.problem).eval(), stored.sample_shape, stored.x_dtype, path, file_format)
+        except OSError:  # the folder's, not the member's (a full disk)
+            raise
+        except Exception as exc:  # noqa: BLE001 -- torch.export's and the user's code: this member's failure, in one line
+            why = reason(exc)
+            say(f"evens: warning: member #{member.id} ({_network_name(network)}) cannot be exported to {file_format}, left out: {why}")
+            missing.append({"id": member.id, "network": network, "run_weight": member.weight, "reason": why})
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+            continue
+        written.append({"id": member.id, "file": name, "sha256": _sha256(path), **extra, "run_weight": member.weight, "network": network})
+    return written, missing
+
+
+def build_manifest(run: str, file_format: str, stored: StoredEnsemble, written: list[dict], missing: list[dict]) -> dict:
+    """The manifest: what the files are, what they take and give, and how to combine them."""
+    total = sum(m["run_weight"] for m in written)  # the run's own weights when nothing is missing (exactly), else renormalised
+    members = [{"id": m["id"], "file": m["file"], "weight": m["run_weight"] / total if missing else m["run_weight"], **m} for m in written]
+    problem = stored.problem
+    if problem.kind == "classification":
+        described = {"kind": "classification", "classes": problem.num_classes}
+        output = {"name": output_name(True), "shape": [None, problem.num_classes],
+                  "what": "each member's class probabilities: the softmax of its logits, float32"}
+        combine = {"probabilities": "sum over members of weight * output", "label": "argmax of probabilities"}
+    else:
+        described = {"kind": "regression", "target_shape": list(problem.target_shape), "target_mean": list(problem.mean),
+                     "target_scale": list(problem.scale)}
+        output = {"name": output_name(False), "shape": [None, problem.outputs],
+                  "what": "each member's prediction in the targets' units (already de-standardised: raw * target_scale + "
+                          "target_mean inside the member), float32; reshape to (N, *target_shape)"}
+        combine = {"mean": "sum over members of weight * output",
+                   "std": "sqrt(sum over members of weight * (output - mean) ** 2)"}
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "file_format": file_format,
+        "run": run,
+        "problem": described,
+        "input": {"name": INPUT, "shape": [None, *stored.sample_shape], "dtype": stored.x_dtype,
+                  "preprocessing": "none: give x as stored in the data file (" + (
+                      "uint8; each member scales it by 1/255" if stored.x_dtype == "uint8" else
+                      "float32; cast other float types to float32, as evens predict does") + "). "
+                      "A member that standardises its inputs does it itself, with the training split's statistics."},
+        "output": output,
+        "combine": {**combine, "weights": "each member's weight in the manifest; they sum to 1"},
+        "selection": {"method": stored.selection.method, "picks": stored.selection.picks},
+        "complete": not missing,
+        "members": members,
+        "missing": missing,
+    }
+
+
+def _publish(folder: str, out: str) -> None:
+    """Move the finished ``folder`` to ``out`` (a new name, or an empty folder that it replaces), readable as a
+    folder made with the user's umask would be."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
+    try:
+        os.rename(folder, os.path.abspath(out))
+    except OSError as exc:  # a file or a non-empty folder appeared there meanwhile
+        raise EnsembleError(f"{out}: cannot put the export there ({exc.strerror}); nothing was replaced") from None
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _network_name(network: dict) -> str:
+    return network.get("builder") or network.get("family", "network")
