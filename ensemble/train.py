@@ -44,8 +44,10 @@ def set_precision(precision: str) -> None:
         raise ValueError(f"unknown precision {precision!r} (known: {', '.join(PRECISIONS)})")
     mode = "tf32" if precision == "tf32" else "ieee"
     if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9
+        # matrix products, convolutions and cuDNN's RNNs alike (an RNN would otherwise keep TF32 under "fp32")
         torch.backends.cuda.matmul.fp32_precision = mode
         torch.backends.cudnn.conv.fp32_precision = mode
+        torch.backends.cudnn.rnn.fp32_precision = mode
     else:  # pragma: no cover - older torch
         torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
         torch.backends.cudnn.allow_tf32 = mode == "tf32"
