@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Create .venv (if missing) and install evens into it with an MPI runtime (MPICH from PyPI),
-# the CPU build of torch, and the test, plot, fast and export extras. Safe to run again: it only adds what is missing.
+# the CPU build of torch, and the test, plot, fast, export and tensorboard extras. Safe to run again: it only adds what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
     "${PYTHON:-python3}" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[mpich,test,plot,fast,export]"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[mpich,test,plot,fast,export,tensorboard]"

@@ -20,6 +20,7 @@ from evolve.search.presets import DataFacts
 
 from .rundir import Claim, checkpoint_path, claim_default_run_dir, claim_run_dir
 from .runlock import RunLock
+from .tracking import check_trackers
 
 
 @dataclass
@@ -55,6 +56,7 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
         if config_path is None:
             raise ConfigError("evens run needs a CONFIG file, or --resume RUN_DIR")
         config = _absolute_data_path(load_config(config_path, overrides))
+        check_trackers(config)
         claim = claim_default_run_dir(config_path) if out is None else claim_run_dir(out)
         return Prepared(config, claim.path, claim.lock, claim)
     if out is not None and os.path.abspath(out) != os.path.abspath(resume):
@@ -94,6 +96,7 @@ def _prepare_resume(config_path: str | None, overrides: list[str], resume: str, 
         now, then = getattr(config.search, key), getattr(stored.search, key)
         if now != then:
             raise ConfigError(f"{resume}: search.{key} is {now!r}, but the run's is {then!r}; a resumed run keeps its {key.replace('_', ' ')}")
+    check_trackers(config)
     return Prepared(config, resume, lock, None, state, info, preset=info.preset)
 
 

@@ -284,10 +284,10 @@ def top_networks(state: SearchState, space, k: int) -> list[dict]:
     sel = state.selection
     weights = dict(zip(sel.ids, sel.weights)) if sel is not None else {}
     out = []
-    for rank, r in enumerate(ok, 1):
-        if rank <= k or r.id in weights:
+    for place, r in enumerate(ok, 1):
+        if place <= k or r.id in weights:
             genome = space.decode(r.genome)
-            out.append({**record_facts(r), "rank": rank, "ensemble_weight": weights.get(r.id, 0.0), "network": describe(genome),
+            out.append({**record_facts(r), "rank": place, "ensemble_weight": weights.get(r.id, 0.0), "network": describe(genome),
                         "genome": genome})
     return out
 

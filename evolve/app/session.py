@@ -33,6 +33,7 @@ from .progress import Progress
 from .report import describe_space, format_summary, summarize
 from .reselect import SelectionCache
 from .rundir import SUMMARY_NAME, write_json
+from .tracking import open_tracker
 
 # The exit status of a job stopped by a signal (Slurm's time limit, preemption, or its early warning
 # with --signal) after its checkpoint was written: "resume me". EX_TEMPFAIL of sysexits.h; a batch
@@ -118,13 +119,15 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
     save = Checkpointer(prepared, info, started)
     progress = Progress(budget, len(state.records), problem.metric_key, higher_is_better=problem.higher_is_better, quiet=quiet,
                         every=prepared.status_seconds, workers=len(transport.workers), choose=save.choose)
+    track = open_tracker(config, prepared.run_dir, space, problem, state, say)  # [track]: TensorBoard, or nothing
     try:
         save(state)
         searched = replace(config, search=_DrainBySignal(config.search, stop))
-        finished = run_search(state, transport, space, searched, checkpoint=save, on_result=progress, should_stop=stop,
-                              journal=save.open_journal(), say=say, validation=(problem, info.val_y))
+        finished = run_search(state, transport, space, searched, checkpoint=track.checkpoints(save), on_result=track.results(progress),
+                              should_stop=stop, journal=save.open_journal(), say=say, validation=(problem, info.val_y))
         progress.close()
         save(state)
+        track.ensemble(state, always=True)  # the session's last
     except RunDirError as exc:
         progress.close()
         say(f"error: {located(str(exc))}")
@@ -133,9 +136,11 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
         return 2
     except HungWorker as exc:
         progress.close()
+        track.close()  # before the job is aborted
         return _hung(comm, exc, state, save, config, prepared)
     finally:
         save.close()
+        track.close()  # what it holds written, at a stop too
     if not finished:
         return _stopped(comm, state, stop, transport, prepared)
     summary = summarize(state, info, prepared.run_dir)

@@ -109,6 +109,13 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class TrackConfig:
+    """Experiment trackers: what the master also sends them, into the run directory (README)."""
+
+    tensorboard: bool = False  # every evaluation (its genes, metrics and curve) and the ensemble, for TensorBoard, in RUN_DIR/tensorboard/: tensorboard --logdir RUN_DIR/tensorboard (needs pip install tensorboard, or the extra evens[tensorboard])
+
+
+@dataclass(frozen=True)
 class Config:
     """A run's configuration. ``space`` is the search space, or None while a preset waits for the data:
     ``preset`` then says which ("auto" or a name) and ``space_table`` holds the genes that replace the
@@ -119,6 +126,7 @@ class Config:
     ensemble: EnsembleConfig = field(default_factory=EnsembleConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    track: TrackConfig = field(default_factory=TrackConfig)
     space: SearchSpace | None = None
     preset: str = "auto"  # "" once the space is made
     space_table: dict = field(default_factory=dict, compare=False)
@@ -155,7 +163,7 @@ class Config:
         return config_from_dict(apply_overrides(self.to_dict(), overrides))
 
 
-SECTIONS = {"data": DataConfig, "search": SearchConfig, "ensemble": EnsembleConfig, "train": TrainConfig, "model": ModelConfig}
+SECTIONS = {"data": DataConfig, "search": SearchConfig, "ensemble": EnsembleConfig, "train": TrainConfig, "model": ModelConfig, "track": TrackConfig}
 
 # (low, high) bounds, inclusive; None for open.
 _BOUNDS = {

@@ -1,0 +1,332 @@
+"""``[track] tensorboard``: every evaluation and the ensemble, for TensorBoard, in RUN_DIR/tensorboard/.
+
+The master writes two kinds of TensorBoard run (a run is a folder); ``tensorboard --logdir RUN_DIR/tensorboard``::
+
+    search/        the search over time, at step = evaluations recorded (a resume goes on from its count):
+                   each result's evaluation/<metric>, evaluation/fitness, evaluation/seconds, evaluation/epochs and
+                   evaluation/id; best/val_<metric> (the best so far) and status/<status> (how many so far); and, at each
+                   checkpoint whose ensemble changed and at the end, ensemble/val_<metric>, ensemble/test_<metric>,
+                   ensemble/members, ensemble/picks and its members as a table (text ensemble/table)
+    trials/000017/ one per evaluation, for the HParams dashboard (its table and parallel coordinates): the active
+                   genes, decoded as the CSV shows them, and the status as hyperparameters; the metrics at step
+                   epochs_done; the validation curve by epoch (curve/val_<metric>)
+
+The step is the count of evaluations recorded, not the id: results arrive out of id order, and
+TensorBoard's loader drops a series' later points when an earlier step comes (which also makes a run
+resumed after a crash replace what its lost checkpoint had not kept).
+
+The search loop only hands each result to a writer thread (1 us); the thread makes the events and
+writes them (about 80 us of CPU per evaluation, besides the file system's own time). It writes the
+event files itself rather than through torch.utils.tensorboard's SummaryWriter, which took 0.4 to
+0.8 ms of the loop's thread per evaluation for the same events: it checksums every record with
+tensorboard's pure-Python CRC-32C (google-crc32c's C here, when installed), and its ``add_hparams``
+puts an experiment in every trial, so that TensorBoard shows only the genes of the first trial it
+reads. A failure to write (a full disk) is said once and ends the tracking, never the search.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import queue
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from typing import Callable
+
+from ensemble.problem import Problem
+from evolve.config.schema import Config
+from evolve.engine.state import SearchState
+from evolve.errors import ConfigError
+from evolve.search.records import Record
+from evolve.search.space import SearchSpace
+
+FOLDER = "tensorboard"  # in the run directory
+CLOSE_SECONDS = 10.0  # at the end of a session, how long the writer may take to write what it still holds
+_SESSIONS = itertools.count()  # a session's own file name, also for two in one process in one second (as TensorFlow names them)
+SUCCESS = ("ok", "stopped")  # the statuses HParams shows as a session that succeeded (stopped early is a result, not a failure)
+
+
+def check_trackers(config: Config) -> None:
+    """A :class:`ConfigError` in one line if the config turns on a tracker that cannot be imported (the master
+    checks before any data moves, so every rank ends at once)."""
+    if config.track.tensorboard:
+        try:
+            _Events.imports()
+        except ImportError as exc:
+            raise ConfigError(f"track.tensorboard is on, but tensorboard cannot be imported ({exc}): pip install tensorboard, "
+                              "or the extra: pip install 'evens[tensorboard]'") from None
+
+
+def open_tracker(config: Config, run_dir: str, space: SearchSpace, problem: Problem, state: SearchState, say: Callable[[str], None]):
+    """The session's tracker: a :class:`TensorBoardTracker` writing into ``run_dir``, or :class:`Untracked` when off.
+    ``state`` holds what earlier sessions recorded (a resume counts on from it)."""
+    if not config.track.tensorboard:
+        return Untracked()
+    return TensorBoardTracker(os.path.join(run_dir, FOLDER), space, problem, state.records, say)
+
+
+class Untracked:
+    """No tracker: the callbacks as they are."""
+
+    def results(self, then):
+        return then
+
+    def checkpoints(self, then):
+        return then
+
+    def ensemble(self, state: SearchState, always: bool = False) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class TensorBoardTracker:
+    """Sends each result and each new ensemble to TensorBoard, through a writer thread.
+
+    Enter it through the search loop's callbacks: ``on_result=tracker.results(progress)``,
+    ``checkpoint=tracker.checkpoints(save)``; ``ensemble(state, always=True)`` after the session's last
+    checkpoint; ``close()`` at the end of the session, whatever its end (it waits :data:`CLOSE_SECONDS` at most).
+    """
+
+    def __init__(self, folder: str, space: SearchSpace, problem: Problem, records: list[Record], say: Callable[[str], None]):
+        self.folder = folder
+        self._best = max((r.fitness for r in records if r.status == "ok"), default=-math.inf)
+        self._selection = None
+        self.sent = 0  # items queued; the writer counts those it wrote
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._writer = _Writer(folder, space, problem, records, say)
+        self._thread = threading.Thread(target=self._writer.run, args=(self._queue,), name="evens-tensorboard", daemon=True)
+        self._thread.start()
+
+    def results(self, then: Callable[[Record, SearchState], None]) -> Callable[[Record, SearchState], None]:
+        """``then`` (the progress display), and the result sent to TensorBoard."""
+        def on_result(record: Record, state: SearchState) -> None:
+            then(record, state)
+            if record.status == "ok" and record.fitness > self._best:
+                self._best = record.fitness
+            if not self._writer.failed:
+                self._queue.put((record, len(state.records), self._best))
+                self.sent += 1
+        return on_result
+
+    def checkpoints(self, then: Callable[[SearchState], None]) -> Callable[[SearchState], None]:
+        """``then`` (the checkpoint, which chooses the ensemble), and the ensemble sent if it changed."""
+        def checkpoint(state: SearchState) -> None:
+            then(state)
+            self.ensemble(state)
+        return checkpoint
+
+    def ensemble(self, state: SearchState, always: bool = False) -> None:
+        """The stored ensemble (``state.selection``), sent if it differs from the last one sent (or ``always``: a session's last)."""
+        selection = state.selection
+        if selection is not None and (always or selection != self._selection) and not self._writer.failed:
+            self._selection = selection
+            self._queue.put((selection, len(state.records)))
+            self.sent += 1
+
+    def close(self) -> None:
+        """Write what is queued, then close the files; the search's end and a stop's both come here."""
+        if not self._thread.is_alive():
+            return
+        self._queue.put(None)
+        self._thread.join(CLOSE_SECONDS)
+        if self._thread.is_alive():
+            self._writer.say(f"warning: tensorboard: {self.sent - self._writer.written} results and ensembles were still unwritten "
+                             f"after {CLOSE_SECONDS:g} s; {self.folder} lacks them")
+
+
+class _Writer:
+    """The writer thread's side: events made from results and ensembles, written to the runs' files."""
+
+    def __init__(self, folder: str, space: SearchSpace, problem: Problem, records: list[Record], say: Callable[[str], None]):
+        self.folder, self.space, self.say = folder, space, say
+        self.key, self.higher = problem.metric_key, problem.higher_is_better
+        self.by_id = {r.id: r for r in records}  # an ensemble's members' own metrics, for its table
+        self.statuses = Counter(r.status for r in records)
+        self.failed = False
+        self.written = 0
+        self.search = None
+
+    def run(self, results: queue.SimpleQueue) -> None:
+        try:
+            self.events = _Events()
+            for run in ("search", "trials"):
+                os.makedirs(os.path.join(self.folder, run), exist_ok=True)
+            name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.{next(_SESSIONS)}.evens"
+            self.search = open(os.path.join(self.folder, "search", name), "ab")
+            self.search.write(self.events.file_version())
+            while True:
+                batch = [results.get()]
+                while True:  # what came meanwhile, then one flush: TensorBoard sees it at once, at one write per batch
+                    try:
+                        batch.append(results.get_nowait())
+                    except queue.Empty:
+                        break
+                for item in batch:
+                    if item is None:
+                        self.search.close()
+                        return
+                    if isinstance(item[0], Record):
+                        self.result(*item)
+                    else:
+                        self.ensemble(*item)
+                    self.written += 1
+                self.search.flush()
+        except Exception as exc:  # a full disk, a folder gone: the search goes on without TensorBoard
+            self.failed = True
+            self.say(f"warning: tensorboard: {type(exc).__name__}: {exc}; {self.folder} gets nothing more from this session")
+            if self.search is not None:
+                self.search.close()
+
+    def shown(self, fitness: float) -> float:
+        """A fitness in the metric's own units (fitness is minus the metric where lower is better)."""
+        return fitness if self.higher else -fitness
+
+    def result(self, record: Record, step: int, best: float) -> None:
+        self.by_id[record.id] = record
+        self.statuses[record.status] += 1
+        values = {f"evaluation/{name}": v for name, v in record.metrics.items()}
+        values.update({"evaluation/fitness": record.fitness, "evaluation/seconds": record.seconds, "evaluation/epochs": record.epochs_done,
+                       "evaluation/id": record.id, f"best/val_{self.key}": self.shown(best),
+                       f"status/{record.status}": self.statuses[record.status]})
+        when = record.finished or time.time()
+        self.search.write(self.events.scalars(step, when, values))
+        self.trial(record, when)
+
+    def trial(self, record: Record, when: float) -> None:
+        """The evaluation's own run: its genes and status (HParams), metrics and curve. A redone evaluation's replaces it."""
+        folder = os.path.join(self.folder, "trials", f"{record.id:06d}")
+        try:
+            os.mkdir(folder)
+        except FileExistsError:  # redone after a job died
+            pass
+        hparams = {"status": record.status, **self.space.decode(record.genome)}
+        metrics = {**record.metrics, "seconds": record.seconds, "epochs": record.epochs_done}
+        e = self.events
+        parts = [e.file_version(), e.session_start(record.started or when, hparams), e.scalars(record.epochs_done, when, metrics)]
+        parts.append(e.curve(when, f"curve/val_{self.key}", [self.shown(f) for f in record.curve]))
+        parts.append(e.session_end(when, record.status in SUCCESS))
+        with open(os.path.join(folder, f"events.out.tfevents.{record.id:06d}.evens"), "wb", buffering=0) as f:
+            f.write(b"".join(parts))
+
+    def ensemble(self, selection, step: int) -> None:
+        picks, key = selection.picks, self.key
+        values = {f"ensemble/val_{key}": selection.curve_val[picks - 1], "ensemble/members": len(selection.ids), "ensemble/picks": picks}
+        if len(selection.curve_test) >= picks:
+            values[f"ensemble/test_{key}"] = selection.curve_test[picks - 1]
+        now = time.time()
+        self.search.write(self.events.scalars(step, now, values))
+        rows = [f"| network | weight | val {key} | test {key} |", "| --- | --- | --- | --- |"]
+        for ident, weight in zip(selection.ids, selection.weights):
+            metrics = self.by_id[ident].metrics if ident in self.by_id else {}
+            rows.append(f"| #{ident} | {weight:.3f} | {_number(metrics.get(f'val_{key}'))} | {_number(metrics.get(f'test_{key}'))} |")
+        caption = (f"{selection.method}, {picks} picks of {len(selection.ids)} networks: val {key} {_number(values[f'ensemble/val_{key}'])}"
+                   + (f", test {_number(values[f'ensemble/test_{key}'])}" if f"ensemble/test_{key}" in values else ""))
+        self.search.write(self.events.text(step, now, "ensemble/table", caption + "\n\n" + "\n".join(rows)))
+
+
+def _number(value) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+class _Events:
+    """TensorBoard's event records (tensorboard's protocol buffers, framed as TFRecords): each method returns the bytes to write."""
+
+    @staticmethod
+    def imports():
+        from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2
+        from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+        from tensorboard.plugins.text import plugin_data_pb2 as text_pb2
+
+        return event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, api_pb2, metadata, plugin_data_pb2, text_pb2
+
+    def __init__(self):
+        (self.event_pb2, self.summary_pb2, self.tensor_pb2, self.tensor_shape_pb2, self.api_pb2, self.hp_metadata, self.hp_data,
+         self.text_data) = self.imports()
+        self.Event, self.Summary = self.event_pb2.Event, self.summary_pb2.Summary
+        self.crc = _masked_crc32c()
+
+    def framed(self, event) -> bytes:
+        """One TFRecord: length, its checksum, the event, its checksum."""
+        data = event.SerializeToString()
+        header = struct.pack("<Q", len(data))
+        return header + struct.pack("<I", self.crc(header)) + data + struct.pack("<I", self.crc(data))
+
+    def file_version(self) -> bytes:
+        return self.framed(self.Event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def scalars(self, step: int, when: float, values: dict) -> bytes:
+        """One event holding every finite value (a failed evaluation's -inf fitness is left out)."""
+        event = self.Event(wall_time=when, step=step)
+        add = event.summary.value.add
+        for tag, v in values.items():
+            if math.isfinite(v):
+                value = add()  # (3x faster than Summary.Value(tag=..., simple_value=...) for each)
+                value.tag, value.simple_value = tag, v
+        return self.framed(event)
+
+    def curve(self, when: float, tag: str, values: list[float]) -> bytes:
+        """One event per step, ``values[0]`` at step 1: one event changed and framed again for each (a third of the time of new ones)."""
+        event = self.Event(wall_time=when)
+        value = event.summary.value.add()
+        value.tag = tag
+        parts = []
+        for step, v in enumerate(values, 1):
+            if math.isfinite(v):
+                event.step, value.simple_value = step, v
+                parts.append(self.framed(event))
+        return b"".join(parts)
+
+    def _hparams(self, when: float, tag: str, **data) -> bytes:
+        meta = self.hp_metadata
+        plugin_data = meta.create_summary_metadata(self.hp_data.HParamsPluginData(**data))
+        value = self.Summary.Value(tag=tag, metadata=plugin_data, tensor=meta.NULL_TENSOR)
+        return self.framed(self.Event(wall_time=when, summary=self.Summary(value=[value])))
+
+    def session_start(self, when: float, hparams: dict) -> bytes:
+        info = self.hp_data.SessionStartInfo(start_time_secs=when)
+        for name, v in hparams.items():
+            if isinstance(v, bool):
+                info.hparams[name].bool_value = v
+            elif isinstance(v, (int, float)):
+                info.hparams[name].number_value = v
+            else:
+                info.hparams[name].string_value = str(v)
+        return self._hparams(when, self.hp_metadata.SESSION_START_INFO_TAG, session_start_info=info)
+
+    def session_end(self, when: float, succeeded: bool) -> bytes:
+        status = self.api_pb2.STATUS_SUCCESS if succeeded else self.api_pb2.STATUS_FAILURE
+        info = self.hp_data.SessionEndInfo(status=status, end_time_secs=when)
+        return self._hparams(when, self.hp_metadata.SESSION_END_INFO_TAG, session_end_info=info)
+
+    def text(self, step: int, when: float, tag: str, markdown: str) -> bytes:
+        meta = self.summary_pb2.SummaryMetadata(plugin_data=self.summary_pb2.SummaryMetadata.PluginData(
+            plugin_name="text", content=self.text_data.TextPluginData(version=0).SerializeToString()))
+        scalar = self.tensor_shape_pb2.TensorShapeProto()  # one markdown text, not a table of them
+        tensor = self.tensor_pb2.TensorProto(dtype="DT_STRING", string_val=[markdown.encode()], tensor_shape=scalar)
+        value = self.Summary.Value(tag=tag, metadata=meta, tensor=tensor)
+        return self.framed(self.Event(wall_time=when, step=step, summary=self.Summary(value=[value])))
+
+
+def _masked_crc32c() -> Callable[[bytes], int]:
+    """TFRecord's masked CRC-32C: google-crc32c's C code if installed (the extra's), else tensorboard's pure Python (slow)."""
+    try:
+        import google_crc32c
+
+        if google_crc32c.implementation != "c":
+            raise ImportError
+    except ImportError:
+        from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+        return masked_crc32c
+    value = google_crc32c.value
+
+    def masked(data: bytes) -> int:
+        crc = value(data)
+        return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+    return masked

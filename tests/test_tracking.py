@@ -1,0 +1,170 @@
+"""``[track] tensorboard``: each evaluation and the ensemble reach RUN_DIR/tensorboard/, read back as TensorBoard reads them."""
+import dataclasses
+import glob
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, evens_cmd, launch, tiny_search
+from fakes import PROBLEM, TEST_Y, VAL_Y, run_on, search_config
+
+from evolve.app.tracking import FOLDER, Untracked, _masked_crc32c, check_trackers, open_tracker
+from evolve.config.schema import TrackConfig
+from evolve.engine.state import SearchState
+from evolve.errors import ConfigError
+from evolve.search.records import Record
+
+
+def tracked(evaluations: int, **search):
+    config = search_config(evaluations, population=4, candidates=4, checkpoint_seconds=0.0, **search)
+    return dataclasses.replace(config, track=TrackConfig(tensorboard=True))
+
+
+def search(run_dir, config, state=None) -> SearchState:
+    """A session of an in-process search (3 simulated workers) with the tracker on its callbacks, as evens run enters it."""
+    state = state or SearchState.fresh(0, config.ensemble.candidates)
+    track = open_tracker(config, str(run_dir), config.space, PROBLEM, state, say=print)
+
+    def save(state):  # as the run's checkpoint does: the ensemble chosen again from the hall of fame
+        state.selection = config.choose_ensemble(state.hall_of_fame.members, PROBLEM, VAL_Y, TEST_Y)
+
+    try:
+        run_on(3, state, config.space, config, on_result=track.results(lambda record, state: None), checkpoint=track.checkpoints(save))
+        save(state)
+        track.ensemble(state, always=True)
+    finally:
+        track.close()
+    return state
+
+
+def read(folder):
+    """A TensorBoard run as TensorBoard's own reader holds it, every event kept."""
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    run = accumulator.EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})
+    run.Reload()
+    return run
+
+
+def scalars(run, tag) -> dict:
+    return {e.step: e.value for e in run.Scalars(tag)}
+
+
+def test_each_evaluation_its_genes_and_curve_and_the_ensemble_reach_tensorboard(tmp_path):
+    metadata = pytest.importorskip("tensorboard.plugins.hparams.metadata")
+    config = tracked(12, early_stopping=True)  # early stopping: the workers send their curves
+    state = search(tmp_path, config)
+    runs = tmp_path / FOLDER
+    found = read(runs / "search")
+    ids, val = scalars(found, "evaluation/id"), scalars(found, "evaluation/val_accuracy")
+    assert ids == {step: r.id for step, r in enumerate(state.records, 1)}  # step: evaluations recorded
+    for step, r in enumerate(state.records, 1):
+        assert val[step] == pytest.approx(r.metrics["val_accuracy"])
+    best = max(r.fitness for r in state.records if r.status == "ok")
+    assert max(scalars(found, "best/val_accuracy").items())[1] == pytest.approx(best)
+    chosen = state.selection
+    last = len(state.records)
+    assert scalars(found, "ensemble/val_accuracy")[last] == pytest.approx(chosen.curve_val[chosen.picks - 1])
+    assert scalars(found, "ensemble/test_accuracy")[last] == pytest.approx(chosen.curve_test[chosen.picks - 1])
+    assert scalars(found, "ensemble/members")[last] == len(chosen.ids)
+    table = found.Tensors("ensemble/table")[-1].tensor_proto.string_val[0].decode()
+    assert all(f"| #{i} |" in table for i in chosen.ids)
+
+    assert sorted(os.listdir(runs / "trials")) == sorted(f"{r.id:06d}" for r in state.records)
+    curves = 0
+    for r in state.records:
+        trial = read(runs / "trials" / f"{r.id:06d}")
+        start = metadata.parse_session_start_info_plugin_data(trial.PluginTagToContent("hparams")[metadata.SESSION_START_INFO_TAG])
+        hparams = {k: v.string_value or v.number_value if v.WhichOneof("kind") != "bool_value" else v.bool_value
+                   for k, v in start.hparams.items()}
+        assert hparams == {"status": r.status, **config.space.decode(r.genome)}  # the active genes, decoded
+        assert scalars(trial, "val_accuracy") == {r.epochs_done: pytest.approx(r.metrics["val_accuracy"])}
+        if r.curve:
+            curves += 1
+            assert scalars(trial, "curve/val_accuracy") == {e: pytest.approx(f) for e, f in enumerate(r.curve, 1)}
+    assert curves
+
+
+def test_a_failed_evaluation_is_counted_and_its_trial_failed(tmp_path):
+    metadata = pytest.importorskip("tensorboard.plugins.hparams.metadata")
+    from tensorboard.plugins.hparams import api_pb2
+
+    config = tracked(1)
+    state = SearchState.fresh(0, 4)
+    track = open_tracker(config, str(tmp_path), config.space, PROBLEM, state, say=print)
+    failed = Record(id=0, genome=[0.5] * len(config.space), status="error", fitness=-math.inf, message="CUDA out of memory")
+    state.records.append(failed)  # as the loop records it, then calls on_result
+    track.results(lambda record, state: None)(failed, state)
+    track.close()
+    found = read(tmp_path / FOLDER / "search")
+    assert scalars(found, "status/error") == {1: 1.0} and "evaluation/fitness" not in found.Tags()["scalars"]  # -inf is left out
+    trial = read(tmp_path / FOLDER / "trials" / "000000")
+    end = metadata.parse_session_end_info_plugin_data(trial.PluginTagToContent("hparams")[metadata.SESSION_END_INFO_TAG])
+    assert end.status == api_pb2.STATUS_FAILURE
+
+
+def test_a_resume_appends_to_the_runs_and_counts_on(tmp_path):
+    pytest.importorskip("tensorboard")
+    state = search(tmp_path, tracked(6))
+    search(tmp_path, tracked(10), state)
+    runs = tmp_path / FOLDER
+    assert len(glob.glob(str(runs / "search" / "*tfevents*"))) == 2  # one file per session
+    found = read(runs / "search")
+    assert scalars(found, "evaluation/id") == {step: r.id for step, r in enumerate(state.records, 1)}
+    assert len(os.listdir(runs / "trials")) == 10
+
+
+def test_off_it_writes_nothing(tmp_path):
+    config = dataclasses.replace(tracked(4), track=TrackConfig())
+    state = SearchState.fresh(0, 4)
+    track = open_tracker(config, str(tmp_path), config.space, PROBLEM, state, say=print)
+    assert isinstance(track, Untracked)
+    progress = []
+    run_on(3, state, config.space, config, on_result=track.results(lambda r, s: progress.append(r)))
+    track.close()
+    assert len(progress) == 4 and os.listdir(tmp_path) == []
+
+
+def test_without_tensorboard_the_check_says_so_in_one_line(monkeypatch):
+    for name in [n for n in sys.modules if n == "tensorboard" or n.startswith("tensorboard.")] + ["tensorboard"]:
+        monkeypatch.setitem(sys.modules, name, None)  # every import of tensorboard fails, as if not installed
+    check_trackers(dataclasses.replace(tracked(4), track=TrackConfig()))  # off: nothing to check
+    with pytest.raises(ConfigError) as error:
+        check_trackers(tracked(4))
+    assert "\n" not in str(error.value) and "pip install tensorboard" in str(error.value)
+
+
+def test_the_checksum_is_tensorboards():
+    masked_crc32c = pytest.importorskip("tensorboard.compat.tensorflow_stub.pywrap_tensorflow").masked_crc32c
+    for data in (b"", b"x", bytes(range(256)) * 9):
+        assert _masked_crc32c()(data) == masked_crc32c(data)
+
+
+@pytest.mark.e2e
+def test_a_search_writes_its_runs_and_closes_them(tmp_path, small_config):
+    pytest.importorskip("tensorboard")
+    run_dir = str(tmp_path / "run")
+    done = subprocess.run(evens_cmd() + ["run", small_config, "--out", run_dir, "--set", "search.evaluations=3", "--set",
+                                         "track.tensorboard=true", *tiny_search("['mlp']")],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT})
+    assert done.returncode == 0, done.stderr
+    found = read(os.path.join(run_dir, FOLDER, "search"))
+    assert sorted(scalars(found, "evaluation/id")) == [1, 2, 3] and 3 in scalars(found, "ensemble/val_accuracy")
+    assert len(os.listdir(os.path.join(run_dir, FOLDER, "trials"))) == 3
+
+
+@pytest.mark.mpi
+@pytest.mark.e2e
+def test_without_tensorboard_every_rank_ends_at_once_in_one_line(tmp_path, small_config):
+    fake = tmp_path / "site" / "tensorboard"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError(\"No module named 'tensorboard'\")\n")
+    run_dir = tmp_path / "run"
+    done = launch(3, evens_cmd() + ["run", small_config, "--out", str(run_dir), "--set", "track.tensorboard=true"], timeout=60,
+                  env={"PYTHONPATH": os.pathsep.join((str(fake.parent), ROOT))})
+    assert done.returncode == 2, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(said) == 1 and said[0].startswith("evens: error: track.tensorboard") and "pip install tensorboard" in said[0], done.stderr
+    assert not run_dir.exists()  # refused before the run directory is claimed
