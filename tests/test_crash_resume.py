@@ -16,7 +16,7 @@ from evolve.runfile import checkpoint
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 KILLER = {"family": "mlp", "width": "8"}
-LAUNCHES = 8  # the first job and its resumes; each killer design may cost two job deaths
+LAUNCHES = 16  # at most: the first job and its resumes; each killer design (how many the search meets depends on timing) costs up to two job deaths, as asserted
 
 
 def _matches(network: dict, training: dict) -> bool:
