@@ -42,10 +42,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from .builders import add_model_path
-from .predict import Ensemble, build_ensemble, chosen_members, read_chosen
+from .predict import Ensemble, build_ensemble, read_members
 from .problem import Problem
-from .references import UserCodeError, first_line
+from .references import first_line
 from .store import EnsembleError, StoredEnsemble
 
 FORMATS = ("pt2", "onnx")
@@ -206,13 +205,7 @@ def export_ensemble(run: str, out: str, file_format: str, model_path: str | None
     """
     check_format(file_format)
     check_destination(out)
-    if model_path is not None:
-        try:
-            add_model_path(model_path)
-        except UserCodeError as exc:
-            raise EnsembleError(str(exc)) from None
-    stored = read_chosen(run)
-    chosen = chosen_members(stored, run, need_weights=True)
+    stored, chosen = read_members(run, model_path)
     ensemble = build_ensemble(stored.problem, stored.sample_shape, stored.x_dtype, chosen, torch.device("cpu"), stored.selection, say)
     networks = {m.id: m.network for m, _ in chosen}
     parent = os.path.dirname(os.path.abspath(out))

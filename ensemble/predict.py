@@ -215,13 +215,19 @@ def load_ensemble(path: str, device: str | torch.device = "auto", model_path: st
     user's model builder imports that builder's module by name (``model_path``: a folder to import it
     from, as ``evens predict --model-path``); nothing is imported from a path stored in the run.
     """
+    stored, chosen = read_members(path, model_path)
+    if not isinstance(device, torch.device):
+        device = choose_device(0, device)
+    return build_ensemble(stored.problem, stored.sample_shape, stored.x_dtype, chosen, device, stored.selection)
+
+
+def read_members(path: str, model_path: str | None = None) -> tuple[StoredEnsemble, list]:
+    """The stored ensemble of a run directory (or run file) and its chosen members with their weights
+    (:func:`chosen_members`), after ``model_path`` (a folder a user's builder is imported from) is added."""
     if model_path is not None:
         try:
             add_model_path(model_path)
         except BuilderError as exc:
             raise EnsembleError(str(exc)) from None
     stored = read_chosen(path)
-    if not isinstance(device, torch.device):
-        device = choose_device(0, device)
-    chosen = chosen_members(stored, path, need_weights=True)
-    return build_ensemble(stored.problem, stored.sample_shape, stored.x_dtype, chosen, device, stored.selection)
+    return stored, chosen_members(stored, path, need_weights=True)
