@@ -137,3 +137,37 @@ def test_the_view_survives_the_run_file(tmp_path):
 def test_status_of_a_missing_run_directory_is_one_line():
     with pytest.raises(RunDirError, match="no such run directory"):
         status_command(os.path.join("/nonexistent", "run"))
+
+
+def test_a_job_killed_while_it_held_the_run_is_not_shown_as_holding_it(tmp_path):
+    """SIGKILL leaves the lock file naming its holder (the kernel drops the flock, not the name): status must
+    not show a job holding the run, a rate or a time to go for it."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    state, info = finished_run(budget=20)
+    info = with_budget(info, 40)
+    folder = save(tmp_path / "run", state, info)
+    code = f"import os, signal; from evolve.app.runlock import RunLock; RunLock.acquire({folder!r}); os.kill(os.getpid(), signal.SIGKILL)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=60).returncode == -signal.SIGKILL
+    s = status(folder)
+    assert s["job"] is None and s["ended_job"]["pid"] and s["state"] == "stopped" and s["eta_seconds"] is None
+    assert "no job holds the run (the last, host" in format_status(s) and "ended without letting it go" in format_status(s)
+
+
+@pytest.mark.parametrize("age, held", [(60.0, True), (3600.0, False)])
+def test_another_hosts_job_holds_the_run_while_its_heartbeat_is_fresh(tmp_path, age, held):
+    from evolve.app.runlock import LOCK_NAME
+
+    state, info = finished_run(budget=20)
+    folder = save(tmp_path / "run", state, info)
+    lock = os.path.join(folder, LOCK_NAME)
+    with open(lock, "w") as f:
+        f.write("host=some-other-node pid=4242 started=2026-11-27T07:30:42+0000 slurm_job=81234\n")
+    os.utime(lock, (time.time() - age, time.time() - age))
+    s = status(folder)
+    assert (s["job"] is not None) == held and (s["ended_job"] is not None) == (not held)
+    assert ("Slurm job 81234" in format_status(s))

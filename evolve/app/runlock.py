@@ -44,8 +44,9 @@ def _describe(holder: dict[str, str]) -> str:
     return f"{where}, since {holder.get('started', '?')}"
 
 
-def _alive(holder: dict[str, str], mtime: float, now: float, stale_seconds: float) -> bool:
-    """Without flock: is the job that wrote ``holder`` still running?"""
+def holder_alive(holder: dict[str, str], mtime: float, now: float, stale_seconds: float = STALE_SECONDS) -> bool:
+    """Is the job that wrote ``holder`` (a lock file last touched at ``mtime``) still running? What counts without
+    flock, and what `evens status` asks of a lock file a job may have left behind when it was killed."""
     if holder.get("host") == socket.gethostname():
         try:
             pid = int(holder.get("pid", ""))
@@ -107,7 +108,7 @@ class RunLock:
                 if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
                     raise RunDirError(f"{run_dir}: cannot lock the run ({exc.strerror or exc})") from None
                 flocked = False
-            if not flocked and holder and _alive(holder, os.fstat(fd).st_mtime, time.time(), stale_seconds):
+            if not flocked and holder and holder_alive(holder, os.fstat(fd).st_mtime, time.time(), stale_seconds):
                 raise RunDirError(f"{run_dir}: another job is using this run ({_describe(holder)}); wait for it to "
                                   f"end, or, if it is dead, delete {path}")
             os.ftruncate(fd, 0)

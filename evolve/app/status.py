@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from datetime import datetime
 
@@ -30,17 +31,26 @@ from evolve.runfile import checkpoint
 
 from .report import counted, score_text, summarize
 from .rundir import checkpoint_path
-from .runlock import LOCK_NAME
+from .runlock import LOCK_NAME, holder_alive
 
 RECENT_SECONDS = 600.0
 
 
-def _holder(run_dir: str) -> dict[str, str]:
+def _holder(run_dir: str, now: float) -> tuple[dict[str, str], dict[str, str]]:
+    """(the job holding the run, the job that held it and ended without letting it go): the lock file names
+    its holder, and a job killed with SIGKILL (or its node lost) leaves that name behind. A holder counts as
+    alive when its process exists on this host, or on another host when the file's heartbeat (touched at
+    every checkpoint) is younger than runlock.STALE_SECONDS."""
     try:
         with open(os.path.join(run_dir, LOCK_NAME), encoding="utf-8", errors="replace") as f:
-            return dict(part.split("=", 1) for part in f.read().split() if "=" in part)
+            holder = dict(part.split("=", 1) for part in f.read().split() if "=" in part)
+            mtime = os.fstat(f.fileno()).st_mtime
     except OSError:
-        return {}
+        return {}, {}
+    if not holder:
+        return {}, {}
+    ours = holder.get("host") == socket.gethostname() and holder.get("pid") == str(os.getpid())
+    return (holder, {}) if ours or holder_alive(holder, mtime, now) else ({}, holder)
 
 
 def _load(path: str, tries: int = 20):
@@ -70,7 +80,7 @@ def status(run_dir: str, now: float | None = None) -> dict:
     state, info = _load(path)
     now = time.time() if now is None else now
     summary = summarize(state, info, run_dir)
-    holder = _holder(run_dir)
+    holder, gone = _holder(run_dir, now)
     view = state.dispatch
     saved_at = float(view.get("saved_at") or os.stat(path).st_mtime)
     done, budget = summary["evaluations"], summary["budget"]
@@ -79,6 +89,7 @@ def status(run_dir: str, now: float | None = None) -> dict:
     facts = {
         "run_dir": run_dir,
         "job": ({k: holder[k] for k in ("host", "pid", "started", "slurm_job") if k in holder} if holder else None),
+        "ended_job": ({k: gone[k] for k in ("host", "pid", "started", "slurm_job") if k in gone} if gone else None),
         "state": "running" if holder else "finished" if not left else "stopped",
         "checkpoint_age_seconds": max(0.0, now - saved_at),
         "evaluations": done,
@@ -179,6 +190,10 @@ def format_status(s: dict) -> str:
         job = s["job"]
         where = f"host {job.get('host', '?')}, process {job.get('pid', '?')}" + (f", Slurm job {job['slurm_job']}" if "slurm_job" in job else "")
         held = f"a job holds the run ({where}, since {job.get('started', '?')})"
+    elif s.get("ended_job"):
+        job = s["ended_job"]
+        held = (f"no job holds the run (the last, host {job.get('host', '?')}, process {job.get('pid', '?')}"
+                + (f", Slurm job {job['slurm_job']}" if "slurm_job" in job else "") + ", ended without letting it go: killed?)")
     else:
         held = "no job holds the run"
     lines = [f"{s['run_dir']}: {held}; last checkpoint {_duration(s['checkpoint_age_seconds'])} ago",
