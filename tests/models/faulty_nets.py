@@ -32,12 +32,12 @@ class Faulty(nn.Module):
                 torch.empty(100 * (1 << 30), dtype=torch.float32)
             elif self.fault == "cuda_huge":  # 400 GB on the GPU: more than any GPU has
                 torch.empty(100 * (1 << 30), dtype=torch.float32, device=x.device)
-            elif self.fault == "grow":  # holds ever more memory, 64 MB every 0.05 s (past 1 GB within a second or two, before any time limit), up to 8 GB
+            elif self.fault == "grow":  # holds ever more memory, 64 MB every 0.2 s (slow enough for the watchdog to see it first), up to 8 GB
                 held = []
                 for _ in range(128):
                     held.append(bytearray(64 << 20))
                     held[-1][:: 4096] = b"x" * len(held[-1][:: 4096])
-                    time.sleep(0.05)
+                    time.sleep(0.2)
         return self.inner(x)
 
 
