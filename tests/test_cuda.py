@@ -116,20 +116,9 @@ def test_two_workers_on_the_one_gpu_are_refused_when_one_per_gpu_was_asked(tmp_p
 def gpu_trainer_setup():
     """A training process's set-up that trains on the GPU (train.isolation = "process"), as a worker rank
     hands it: the node's data by descriptor, the device by the rank's node-local index."""
-    from test_isolation import MODELS
+    from test_isolation import trainer_setup
 
-    from data_bcast.layout import pack_arrays
-    from data_bcast.memory import NodeMemory
-    from ensemble.problem import problem_for
-
-    arrays = arrays_for((1, 8, 8))
-    specs, buffer = pack_arrays(arrays)
-    memory = NodeMemory.private(buffer.size)
-    memory.buffer[:] = buffer
-    setup = {"sys_path": [MODELS], "data": {"size": memory.size, "specs": specs},
-             "problem": problem_for("classification", arrays["train/y"], 3).to_dict(),
-             "device": {"prefer": "cuda", "local_index": 0, "threads": 1, "workers_per_gpu": 0},
-             "train": {"precision": "fp32", "loss": "auto", "class_weights": "none"}}
+    setup, memory = trainer_setup(arrays_for((1, 8, 8)), "cuda")
     yield setup, memory.fd
     memory.close()
 

@@ -17,6 +17,19 @@ from evolve.transport.protocol import Task
 MODELS = os.path.join(ROOT, "tests", "models")
 
 
+def trainer_setup(arrays: dict, prefer: str) -> tuple[dict, NodeMemory]:
+    """A training process's set-up as a worker rank hands it (the node's data by descriptor, 3 classes,
+    the device preferred: "cpu" or "cuda"), and the memory holding ``arrays``: close it after the process."""
+    specs, buffer = pack_arrays(arrays)
+    memory = NodeMemory.private(buffer.size)
+    memory.buffer[:] = buffer
+    setup = {"sys_path": [MODELS], "data": {"size": memory.size, "specs": specs},
+             "problem": problem_for("classification", arrays["train/y"], 3).to_dict(),
+             "device": {"prefer": prefer, "local_index": 0, "threads": 1, "workers_per_gpu": 0},
+             "train": {"precision": "fp32", "loss": "auto", "class_weights": "none"}}
+    return setup, memory
+
+
 @pytest.fixture(scope="module")
 def trainer():
     rng = np.random.default_rng(0)
@@ -25,13 +38,7 @@ def trainer():
     for s in ("train", "val", "test"):
         arrays[f"{s}/x"] = (rng.normal(size=(len(y[s]), 1, 4, 4)) + y[s][:, None, None, None]).astype(np.float32)
         arrays[f"{s}/y"] = y[s]
-    specs, buffer = pack_arrays(arrays)
-    memory = NodeMemory.private(buffer.size)
-    memory.buffer[:] = buffer
-    setup = {"sys_path": [MODELS], "data": {"size": memory.size, "specs": specs},
-             "problem": problem_for("classification", y["train"], 3).to_dict(),
-             "device": {"prefer": "cpu", "local_index": 0, "threads": 1, "workers_per_gpu": 0},
-             "train": {"precision": "fp32", "loss": "auto", "class_weights": "none"}}
+    setup, memory = trainer_setup(arrays, "cpu")
     process = TrainerProcess(setup, memory.fd)
     assert process.start()["device"] == "cpu"
     yield process
