@@ -9,8 +9,9 @@ Run from the repository root, on run directories kept by bench_ensemble.py (clas
 Nothing is trained: every variant is the product's own :func:`ensemble.select.select_ensemble`
 with one setting changed, choosing from the same stored hall of fame on the validation split, and
 is scored on the test split: accuracy, negative log-likelihood (NLL) and expected calibration error
-(ECE, 15 bins), as `evens run`'s summary prints them. Variants: ``best`` (the best single network),
-``top5`` (the mean of the best 5), and greedy selection by ``accuracy`` (ties: lower log-loss) or by
+(ECE, 15 bins), as `evens run`'s summary prints them. Variants: ``best`` (the best single network: the hall's first, the earlier
+id among ties), ``best-by-loss`` (among the networks tied at the best validation score, the one with
+the lowest validation log-loss), ``top5`` (the mean of the best 5), and greedy selection by ``accuracy`` (ties: lower log-loss) or by
 ``loss`` (log-loss), on all candidates at once or pooled over 8 bags of random halves (``bags8``,
 with accuracy the default: ensemble.criterion = "auto", ensemble.bags = 8).
 
@@ -33,6 +34,7 @@ from evolve.runfile import checkpoint
 DEFAULT = "accuracy-bags8"
 VARIANTS = {  # name: select_ensemble's settings (None: the best single network)
     "best": None,
+    "best-by-loss": None,
     "top5": {"method": "top_k"},
     "accuracy": {"criterion": "accuracy"},
     "loss": {"criterion": "loss"},
@@ -52,7 +54,10 @@ def score_run(run: str, size: int) -> dict[str, dict[str, float]]:
     seed = info.config.search.seed
     out = {}
     for name, settings in VARIANTS.items():
-        if settings is None:
+        if name == "best-by-loss":
+            tied = [m for m in members if m.fitness == members[0].fitness]
+            ids = [min(tied, key=lambda m: (problem.calibration(m.val_pred, info.val_y)["nll"], m.id)).id]
+        elif settings is None:
             ids = [members[0].id]
         else:
             chosen = select_ensemble(members, problem, info.val_y, info.test_y, size=size, seed=seed,
