@@ -22,6 +22,7 @@ import os
 
 from evolve.engine.state import SearchState
 from evolve.errors import EvensError
+from evolve.search.records import best_first
 from evolve.search.space import Choice, SearchSpace
 
 COLOURS = {"ok": "#1f77b4", "stopped": "#9e9e9e", "timeout": "#ff7f0e", "diverged": "#d62728", "error": "#8c1a1a",
@@ -170,7 +171,7 @@ def plot_hyperparameters(plt, state: SearchState, space: SearchSpace, metric: st
     """Parallel coordinates of the best :data:`TOP` networks: an axis per gene that varies, every category
     of a choice ticked; colour by the metric over :func:`top_band` (worse ones at its end), the best drawn
     last, thickest and most opaque, so that a crowd of lines leaves the best ones readable."""
-    ok = sorted((r for r in state.records if r.status == "ok"), key=lambda r: (-r.fitness, r.id))[:TOP]
+    ok = sorted((r for r in state.records if r.status == "ok"), key=best_first)[:TOP]
     decoded = [space.decode(r.genome) for r in ok]
     genes = [g for g in space.genes if _varies(g) and any(g.name in d for d in decoded)]  # inactive everywhere: left out
     fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(genes)), 5), layout="constrained")

@@ -14,7 +14,7 @@ from evolve.runfile import checkpoint
 from evolve.runfile.checkpoint import RunInfo
 from evolve.search.early_stop import epochs_saved
 from evolve.search.pareto import OBJECTIVES
-from evolve.search.records import Record
+from evolve.search.records import Record, best_first
 from evolve.search.space import TRAINING_GENES
 
 from .rundir import checkpoint_path
@@ -102,7 +102,7 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
     if search.mode == "nsga2":
         summary["pareto"] = pareto_front(state, search.second_objective, space)
     if ok:
-        best = max(ok, key=lambda r: (r.fitness, -r.id))
+        best = min(ok, key=best_first)
         summary["best"] = {**record_facts(best), "genome": space.decode(best.genome)}
         kept = hall.by_id(best.id) if best.id in hall.ids else None
         if problem.kind == "classification" and kept is not None:
@@ -280,7 +280,7 @@ def top_networks(state: SearchState, space, k: int) -> list[dict]:
     bagged greedy ensemble often takes a few): id, ``rank`` among the successful networks (1 is the best),
     ``ensemble_weight`` (its share of the ensemble's picks, 0 for a non-member), metrics, parameters,
     training seconds, and decoded genes."""
-    ok = sorted((r for r in state.records if r.status == "ok"), key=lambda r: (-r.fitness, r.id))
+    ok = sorted((r for r in state.records if r.status == "ok"), key=best_first)
     sel = state.selection
     weights = dict(zip(sel.ids, sel.weights)) if sel is not None else {}
     out = []

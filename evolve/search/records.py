@@ -5,6 +5,7 @@ derived from these fields (see :mod:`evolve.runfile.columns` and :mod:`evolve.ap
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ensemble.results import Outcome, column, kinds
@@ -43,3 +44,13 @@ class Record(Outcome):
 
 
 SHARED = tuple(name for name in kinds(Pending) if name in kinds(Record))  # what a record keeps of its individual
+
+
+def best_first(record: Record) -> tuple[float, float, int]:
+    """The sort key that puts successful records best first: higher fitness; among equal fitness (common
+    with accuracy on a few hundred validation samples), the lower validation loss, which separates a
+    confident right answer from a lucky one; then the earlier id. (The hall of fame keeps members by
+    fitness and id alone, so that its entry bar costs nothing on the wire; scripts/bench/study_calibration.py
+    measured the loss tie-break on the best single network.)"""
+    loss = record.metrics.get("val_loss", math.inf)
+    return (-record.fitness, loss if loss == loss else math.inf, record.id)
