@@ -20,10 +20,15 @@ import sys
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 from data_bcast.h5file import write_dataset
 
 torch.set_num_threads(1)
+# Property tests assert behaviour, not speed: hypothesis's default 200 ms deadline per example (and its
+# too-slow health check) failed them on a machine loaded by other work.
+settings.register_profile("evens", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("evens")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPI_PROGRAMS = os.path.join(ROOT, "tests", "mpi")
 
