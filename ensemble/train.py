@@ -304,6 +304,37 @@ def state_arrays(model: torch.nn.Module) -> dict[str, np.ndarray]:
     return {name: t.detach().cpu().numpy().copy() for name, t in model.state_dict().items()}
 
 
+def model_for(network: NetworkSpec | dict, data: DeviceData) -> torch.nn.Module:
+    """The untrained network on ``data``'s device: a built-in family's, or a user's builder's (its settings
+    name it, with its genes; ensemble.builders), with a standardising input layer fitted on train."""
+    if isinstance(network, NetworkSpec):
+        model = build_network(network, data.sample_shape, data.problem.outputs).to(data.device)
+        if network.standardize:
+            model[0].fit(as_float(data.x["train"]))
+        return model
+    return network_from_settings(network, data.sample_shape, data.problem.outputs).to(data.device)
+
+
+def latency_us(model: torch.nn.Module, data: DeviceData) -> float:
+    """Inference time in microseconds per sample: the median of 5 timed forward passes, after one to warm
+    up (kernel choice, caches), over a batch of up to 256 validation samples."""
+    batch = as_float(data.x["val"][:256])
+    model.eval()
+    times = []
+    with torch.no_grad():
+        for repeat in range(6):
+            if data.device.type == "cuda":
+                torch.cuda.synchronize(data.device)
+            began = time.perf_counter()
+            with data.autocast():
+                model(batch)
+            if data.device.type == "cuda":
+                torch.cuda.synchronize(data.device)
+            if repeat:
+                times.append(time.perf_counter() - began)
+    return float(np.median(times)) / batch.shape[0] * 1e6
+
+
 def train_and_evaluate(
     network: NetworkSpec | dict, training: TrainSpec, data: DeviceData, seed: int, keep: Callable[[float], bool] = lambda fitness: True,
     watch: Watch = Watch(),
@@ -315,8 +346,7 @@ def train_and_evaluate(
     measured after every epoch (the evaluation's ``curve``) and a network below the bar stops
     early; ``watch.time_limit`` bounds the training's seconds. A successful evaluation's metrics
     hold ``params``, the network's trainable parameters, and with ``watch.measure_latency``
-    ``latency_us``, its inference time in microseconds per sample (the median of 5 timed forward
-    passes, after one to warm up, over a batch of up to 256 validation samples).
+    ``latency_us``, its inference time in microseconds per sample (:func:`latency_us`).
 
     >>> ev = train_and_evaluate(NetworkSpec("mlp", 1, 32), TrainSpec(1e-2, 64, 3), data, seed=0)  # doctest: +SKIP
     >>> ev.status, ev.metrics["val_accuracy"], ev.val_pred.shape                                 # doctest: +SKIP
@@ -326,12 +356,7 @@ def train_and_evaluate(
     deadline = time.monotonic() + watch.time_limit if watch.time_limit > 0 else None
     torch.manual_seed(seed)  # weight initialisation and dropout
     generator = torch.Generator().manual_seed(seed)  # minibatch order
-    if isinstance(network, NetworkSpec):
-        model = build_network(network, data.sample_shape, data.problem.outputs).to(data.device)
-    else:  # a user's builder (ensemble.builders): its settings name it, with its genes
-        model = network_from_settings(network, data.sample_shape, data.problem.outputs).to(data.device)
-    if isinstance(network, NetworkSpec) and network.standardize:
-        model[0].fit(as_float(data.x["train"]))
+    model = model_for(network, data)
     curve: list[float] = []
     last_val: dict[str, float] = {}
 
@@ -369,21 +394,7 @@ def train_and_evaluate(
     fitness = data.problem.fitness(scores["val"])
     metrics["params"] = float(sum(p.numel() for p in model.parameters() if p.requires_grad))
     if watch.measure_latency and data.x["val"].shape[0] > 0:
-        batch = as_float(data.x["val"][:256])
-        model.eval()
-        times = []
-        with torch.no_grad():
-            for repeat in range(6):  # the first warms up (kernel choice, caches) and is not counted
-                if data.device.type == "cuda":
-                    torch.cuda.synchronize(data.device)
-                began = time.perf_counter()
-                with data.autocast():
-                    model(batch)
-                if data.device.type == "cuda":
-                    torch.cuda.synchronize(data.device)
-                if repeat:
-                    times.append(time.perf_counter() - began)
-        metrics["latency_us"] = float(np.median(times)) / batch.shape[0] * 1e6
+        metrics["latency_us"] = latency_us(model, data)
     ev = Evaluation(status="ok", fitness=fitness, metrics=metrics, seconds=seconds, epochs_done=epochs, curve=curve + [fitness] if watch.stop_below else [])
     if keep(fitness):
         ev.val_pred, ev.test_pred, ev.weights = preds["val"], preds["test"], state_arrays(model)
