@@ -29,6 +29,9 @@ def mean_curve(curves: list[list]) -> np.ndarray:
     return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
+CONTENDER_ORDER = ["evens", "evens-classic", "random", "optuna-tpe"]
+
+
 def plot_anytime(dataset: str, runs: dict[str, list[dict]], metric: str, folder: str) -> str:
     """Draw ``folder/anytime-<dataset>.png`` from the runs of one dataset; returns its path.
 
@@ -41,13 +44,17 @@ def plot_anytime(dataset: str, runs: dict[str, list[dict]], metric: str, folder:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for contender, rows in runs.items():
+    # Contenders in one order on every figure, each with its own colour, whatever order the rows came in.
+    order = sorted(runs, key=lambda c: (c not in CONTENDER_ORDER, CONTENDER_ORDER.index(c) if c in CONTENDER_ORDER else 0, c))
+    for i, contender in enumerate(order):
+        rows = runs[contender]
         if not rows:
             continue
+        colour = f"C{CONTENDER_ORDER.index(contender) if contender in CONTENDER_ORDER else len(CONTENDER_ORDER) + i}"
         best = mean_curve([r["anytime_best"] for r in rows])
-        left.plot(np.arange(1, len(best) + 1), best, label=contender)
+        left.plot(np.arange(1, len(best) + 1), best, label=contender, color=colour)
         at = rows[0]["anytime_at"]
-        right.plot(at, mean_curve([r["anytime_ensemble"] for r in rows])[: len(at)], marker="o", markersize=3, label=contender)
+        right.plot(at, mean_curve([r["anytime_ensemble"] for r in rows])[: len(at)], marker="o", markersize=3, label=contender, color=colour)
     seeds = max(len(rows) for rows in runs.values())
     for ax, title in ((left, "best so far (chosen on validation)"), (right, "ensemble of the networks so far")):
         ax.set_title(title)
