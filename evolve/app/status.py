@@ -88,8 +88,8 @@ def status(run_dir: str, now: float | None = None) -> dict:
     searched = info.wall_seconds
     facts = {
         "run_dir": run_dir,
-        "job": ({k: holder[k] for k in ("host", "pid", "started", "slurm_job") if k in holder} if holder else None),
-        "ended_job": ({k: gone[k] for k in ("host", "pid", "started", "slurm_job") if k in gone} if gone else None),
+        "job": _job_facts(holder),
+        "ended_job": _job_facts(gone),
         "state": "running" if holder else "finished" if not left else "stopped",
         "checkpoint_age_seconds": max(0.0, now - saved_at),
         "evaluations": done,
@@ -184,16 +184,21 @@ def _workers_line(s: dict) -> str:
     return f"workers (at the last checkpoint): {doing}; utilization {100 * s['worker_utilization']:.1f} % over {s['sessions']} session(s)"
 
 
+def _job_facts(holder: dict[str, str]) -> dict[str, str] | None:
+    """What status shows of a lock file's holder, or None for no holder."""
+    return {k: holder[k] for k in ("host", "pid", "started", "slurm_job") if k in holder} if holder else None
+
+
+def _where(job: dict[str, str]) -> str:
+    return f"host {job.get('host', '?')}, process {job.get('pid', '?')}" + (f", Slurm job {job['slurm_job']}" if "slurm_job" in job else "")
+
+
 def format_status(s: dict) -> str:
     metric = s["metric"]
     if s["job"]:
-        job = s["job"]
-        where = f"host {job.get('host', '?')}, process {job.get('pid', '?')}" + (f", Slurm job {job['slurm_job']}" if "slurm_job" in job else "")
-        held = f"a job holds the run ({where}, since {job.get('started', '?')})"
+        held = f"a job holds the run ({_where(s['job'])}, since {s['job'].get('started', '?')})"
     elif s.get("ended_job"):
-        job = s["ended_job"]
-        held = (f"no job holds the run (the last, host {job.get('host', '?')}, process {job.get('pid', '?')}"
-                + (f", Slurm job {job['slurm_job']}" if "slurm_job" in job else "") + ", ended without letting it go: killed?)")
+        held = f"no job holds the run (the last, {_where(s['ended_job'])}, ended without letting it go: killed?)"
     else:
         held = "no job holds the run"
     lines = [f"{s['run_dir']}: {held}; last checkpoint {_duration(s['checkpoint_age_seconds'])} ago",

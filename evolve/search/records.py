@@ -53,4 +53,4 @@ def best_first(record: Record) -> tuple[float, float, int]:
     fitness and id alone, so that its entry bar costs nothing on the wire; scripts/bench/study_calibration.py
     measured the loss tie-break on the best single network.)"""
     loss = record.metrics.get("val_loss", math.inf)
-    return (-record.fitness, loss if loss == loss else math.inf, record.id)
+    return (-record.fitness, math.inf if math.isnan(loss) else loss, record.id)

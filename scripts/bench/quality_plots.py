@@ -44,13 +44,14 @@ def plot_anytime(dataset: str, runs: dict[str, list[dict]], metric: str, folder:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    # Contenders in one order on every figure, each with its own colour, whatever order the rows came in.
-    order = sorted(runs, key=lambda c: (c not in CONTENDER_ORDER, CONTENDER_ORDER.index(c) if c in CONTENDER_ORDER else 0, c))
+    # The peers in one order with one colour each on every figure, whatever order the rows came in;
+    # diagnostics (evens-model, ...) after them.
+    order = CONTENDER_ORDER + sorted(set(runs) - set(CONTENDER_ORDER))
     for i, contender in enumerate(order):
-        rows = runs[contender]
+        rows = runs.get(contender)
         if not rows:
             continue
-        colour = f"C{CONTENDER_ORDER.index(contender) if contender in CONTENDER_ORDER else len(CONTENDER_ORDER) + i}"
+        colour = f"C{i}"
         best = mean_curve([r["anytime_best"] for r in rows])
         left.plot(np.arange(1, len(best) + 1), best, label=contender, color=colour)
         at = rows[0]["anytime_at"]
