@@ -39,7 +39,9 @@ def npz_to_h5(src: str, dst: str, overwrite: bool = False, ignore_extra: bool = 
               say: Callable[[str], None] = _stderr) -> dict[str, int]:
     """Convert an .npz file to the evens format; returns the number of samples per split.
 
-    Keys are read as :data:`ACCEPTED` says; any other key is an error unless ``ignore_extra``. Class
+    Keys are read as :data:`ACCEPTED` says; any other key is an error unless ``ignore_extra``. ``x`` keeps
+    its shape: series are (N, C, L) with any C (a univariate one (N, 1, L): (N, L) is a table), all of one
+    length; ragged series (object arrays, or NaN-padded) are refused with how to pad them. Class
     labels other than 0..C-1 (strings, say) are written as class indices, with the labels as the
     dataset ``classes``. What the conversion decides for the user (labels encoded, splits the run will
     hold out, keys left out) is said, one line each, through ``say``. The .npz is opened with
@@ -54,6 +56,7 @@ def npz_to_h5(src: str, dst: str, overwrite: bool = False, ignore_extra: bool = 
         pairs = assign_keys(src, npz.files, ignore_extra, say)
         splits = {split: (_features(src, kx, _load(npz, src, kx)), _load(npz, src, ky)) for split, (kx, ky) in pairs.items()}
     _check_splits(src, pairs, splits)
+    _note_series_layout(src, pairs["train"][0], splits["train"][0].shape[1:], say)
     ys, classes = _targets(src, dst, pairs, {split: y for split, (_, y) in splits.items()}, say)
     splits = {split: (x, ys[split]) for split, (x, _) in splits.items()}
     missing = [split for split in ("val", "test") if split not in splits]
@@ -131,17 +134,39 @@ def _not_npz(src: str) -> str | None:
     return f"is a text file (a CSV?), not an .npz; load it (numpy.loadtxt, pandas.read_csv) and save the arrays: {save}"
 
 
+# Series of different lengths arrive as object arrays (numpy's only way to hold a ragged list) or
+# NaN-padded (tslearn's to_time_series_dataset); evens takes one length, so the user pads.
+PAD = ("pad every series to the longest length with zeros or its last value, or truncate, "
+       "then save a float array of shape (N, C, L)")
+
+
 def _load(npz: np.lib.npyio.NpzFile, src: str, key: str) -> np.ndarray:
     """One array of the archive; an object array is refused, as loading it would unpickle."""
     try:
         return npz[key]
     except ValueError as exc:
         if "allow_pickle" in str(exc):
-            raise DataError(f"{src}: cannot read {key}: it is an object array, which evens never loads (unpickling can run code); "
-                            "save string labels with y.astype(str) and features as numbers") from None
+            shape = _stored_shape(npz, key)
+            what = f"an object array{f' of shape {shape}' if shape is not None else ''}"
+            if (key_meaning(key) or ("", ""))[1] == "x":
+                hint = f"save x as numbers (x.astype(np.float32)); series of different lengths cannot be stacked: {PAD}"
+            else:
+                hint = "save string labels with y.astype(str) and features as numbers"
+            raise DataError(f"{src}: cannot read {key}: it is {what}, which evens never loads (unpickling can run code); {hint}") from None
         raise DataError(f"{src}: cannot read {key} ({first_line(exc)})") from None
     except (OSError, EOFError, zipfile.BadZipFile) as exc:
         raise DataError(f"{src}: cannot read {key} ({first_line(exc)})") from None
+
+
+def _stored_shape(npz: np.lib.npyio.NpzFile, key: str) -> tuple[int, ...] | None:
+    """The shape in ``key``'s .npy header, read without loading the array; None if the header is not a plain one."""
+    try:
+        with npz.zip.open(f"{key}.npy") as f:
+            version = np.lib.format.read_magic(f)
+            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}[version]
+            return tuple(read(f)[0])
+    except (KeyError, OSError, ValueError, zipfile.BadZipFile):
+        return None
 
 
 def assign_keys(src: str, keys: list[str], ignore_extra: bool, say: Callable[[str], None]) -> dict[str, tuple[str, str]]:
@@ -192,9 +217,26 @@ def _features(src: str, key: str, x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)
     bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
     if bad.any():
+        fix = ("series of different lengths padded with NaN? pad with zeros or each series' last value instead, "
+               "or truncate all to the shortest") if _nan_padded(x[bad]) else "fill in or drop those rows"
         raise DataError(f"{src}: {key} holds NaN or infinite values (as float32) in {np.count_nonzero(bad)} rows, "
-                        f"first row {np.argmax(bad)}; evens needs finite values: fill in or drop those rows")
+                        f"first row {np.argmax(bad)}; evens needs finite values: {fix}")
     return x
+
+
+def _nan_padded(rows: np.ndarray) -> bool:
+    """Whether series ``rows`` (N, C, L) end in NaN and hold none before: ragged series padded with NaN."""
+    if rows.ndim != 3:
+        return False
+    nan = np.isnan(rows)
+    return bool(nan[..., -1].any() and np.isfinite(rows[~nan]).all() and (np.maximum.accumulate(nan, axis=-1) == nan).all())
+
+
+def _note_series_layout(src: str, key: str, sample: tuple[int, ...], say: Callable[[str], None]) -> None:
+    """Say how a series of more channels than steps is read: often it is channels last (Keras, tslearn), which evens would misread."""
+    if len(sample) == 2 and sample[0] > sample[1]:
+        say(f"{src}: {key} samples have shape {sample}, read as {sample[0]} channels of {sample[1]} steps; if they are "
+            f"{sample[0]} steps of {sample[1]} channels (channels last), save x.transpose(0, 2, 1)")
 
 
 def _check_splits(src: str, pairs: dict[str, tuple[str, str]], splits: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:

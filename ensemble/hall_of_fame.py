@@ -38,19 +38,25 @@ class Member:
     # The trained state dict as numpy arrays; None when read from a file without them (see
     # ensemble.store.read_ensemble), which then cannot be written back.
     weights: dict[str, np.ndarray] | None = field(repr=False, default_factory=dict)
+    loss: float = math.inf  # the tie-break: validation log-loss (out of fold with data.folds); inf where there is none (regression)
 
 
-def _rank(member: Member) -> tuple[float, int]:
-    return (-member.fitness, member.id)
+def standing(fitness: float, loss: float, ident: int) -> tuple[float, float, int]:
+    """The sort key that puts the best first everywhere (hall of fame, report, selection): higher fitness,
+    then lower loss (NaN or missing counts as infinite), then the earlier id."""
+    return (-fitness, math.inf if loss != loss else loss, ident)
 
 
-OPEN = (-math.inf, -1)  # the entry bar of a hall with room: any finite fitness clears it
+def _rank(member: Member) -> tuple[float, float, int]:
+    return standing(member.fitness, member.loss, member.id)
 
 
-def clears(fitness: float, ident: int, bar: tuple[float, int]) -> bool:
-    """Would evaluation ``ident`` with ``fitness`` enter a hall whose entry bar is ``bar``?"""
-    bar_fitness, bar_id = bar
-    return math.isfinite(fitness) and (fitness > bar_fitness or (fitness == bar_fitness and ident < bar_id))
+OPEN = (-math.inf, math.inf, -1)  # the entry bar of a hall with room: any finite fitness clears it
+
+
+def clears(fitness: float, loss: float, ident: int, bar: tuple[float, float, int]) -> bool:
+    """Would evaluation ``ident`` with ``fitness`` and validation ``loss`` enter a hall whose entry bar is ``bar``?"""
+    return math.isfinite(fitness) and standing(fitness, loss, ident) < standing(*bar)
 
 
 class HallOfFame:
@@ -87,19 +93,19 @@ class HallOfFame:
         """Make room for ``capacity`` members (a resume may ask for more candidates; never fewer)."""
         self.capacity = max(self.capacity, capacity)
 
-    def entry_bar(self) -> tuple[float, int]:
-        """(fitness, id) of the member a newcomer must beat: :data:`OPEN` while there is room."""
+    def entry_bar(self) -> tuple[float, float, int]:
+        """(fitness, loss, id) of the member a newcomer must beat: :data:`OPEN` while there is room."""
         if len(self.members) < self.capacity:
             return OPEN
         worst = self.members[-1]
-        return (worst.fitness, worst.id)
+        return (worst.fitness, worst.loss, worst.id)
 
-    def qualifies(self, fitness: float, ident: int) -> bool:
-        return clears(fitness, ident, self.entry_bar())
+    def qualifies(self, fitness: float, ident: int, loss: float = math.inf) -> bool:
+        return clears(fitness, loss, ident, self.entry_bar())
 
     def offer(self, member: Member) -> bool:
         """Insert ``member`` if it ranks among the best ``capacity``; returns whether it entered."""
-        if not self.qualifies(member.fitness, member.id):
+        if not self.qualifies(member.fitness, member.id, member.loss):
             return False
         if any(m.id == member.id for m in self.members):
             raise ValueError(f"member {member.id} is already in the hall of fame")

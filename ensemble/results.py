@@ -50,6 +50,12 @@ class Outcome:
     message: str = column("text", default="")  # why it failed, in one line
     curve: list[float] = column("reals", default_factory=list)  # validation fitness after each epoch, when watched
 
+    @property
+    def loss(self) -> float:
+        """The tie-break between equal fitness: the validation log-loss (out of fold with data.folds); inf where
+        there is none (a regression, a failed training). See ensemble.hall_of_fame.standing."""
+        return self.metrics.get("val_loss", math.inf)
+
     def outcome(self) -> dict:
         """The :class:`Outcome` fields as keyword arguments (what a record of this result takes)."""
         return {name: getattr(self, name) for name in OUTCOME_FIELDS}

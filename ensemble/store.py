@@ -9,7 +9,8 @@ numbers, strings and JSON, so loading it executes no code (no pickle, no
                                 x_dtype, capacity, selection (JSON, or "" before the first),
                                 members (JSON: the ids of the members, best first), crc32
     /ensemble/labels     val, test: the splits' labels or targets, to score members and ensembles (attr crc32)
-    /ensemble/members/<id>   attrs: fitness, network (JSON), training (JSON), checksums (JSON), crc32
+    /ensemble/members/<id>   attrs: fitness, loss (validation log-loss: the tie-break), network (JSON), training (JSON),
+                                checksums (JSON), crc32
         val_pred, test_pred  float32 (N, outputs): the member's predictions
         weights/<name>       its trained state dict, one dataset per tensor, under its own name
 
@@ -43,7 +44,7 @@ from .problem import Problem, problem_from_dict
 from .select import METHODS, Selection
 
 FORMAT = "evens-ensemble"
-FORMAT_VERSION = 5  # the one format this evens reads; any change to the group bumps it (5: seals over the attributes)
+FORMAT_VERSION = 6  # the one format this evens reads; any change to the group bumps it (6: each member's validation loss, its tie-break)
 GROUP = "ensemble"
 RUN_FILE_NAME = "checkpoint.h5"  # the run file in a run directory, which holds GROUP
 X_DTYPES = ("float32", "uint8")  # what the data reader produces, and so what networks were trained on
@@ -107,7 +108,7 @@ def add_members(members: h5py.Group, added: list[Member]) -> None:
     for m in added:
         g = members.create_group(str(m.id))
         val, test = np.asarray(m.val_pred, dtype=np.float32), np.asarray(m.test_pred, dtype=np.float32)
-        attrs = {"fitness": float(m.fitness), "network": json.dumps(m.network), "training": json.dumps(m.training),
+        attrs = {"fitness": float(m.fitness), "loss": float(m.loss), "network": json.dumps(m.network), "training": json.dumps(m.training),
                  "checksums": json.dumps(member_checksums(val, test, m.weights))}
         g.attrs.update(attrs)
         checksummed(g, "val_pred", val)
@@ -296,7 +297,7 @@ def _read_member(group: h5py.Group, ident: int, with_weights: bool, shape: tuple
         if w.dtype.kind not in "biuf":
             raise ValueError(f"weight {name!r} holds {w.dtype}, not numbers")
     return Member(id=ident, fitness=float(g.attrs["fitness"]), network=dict(json.loads(g.attrs["network"])),
-                  training=dict(json.loads(g.attrs["training"])), val_pred=val, test_pred=test, weights=weights)
+                  training=dict(json.loads(g.attrs["training"])), val_pred=val, test_pred=test, weights=weights, loss=float(g.attrs["loss"]))
 
 
 def check_consistent(stored: StoredEnsemble) -> None:

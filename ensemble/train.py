@@ -336,13 +336,13 @@ def latency_us(model: torch.nn.Module, data: DeviceData) -> float:
 
 
 def train_and_evaluate(
-    network: NetworkSpec | dict, training: TrainSpec, data: DeviceData, seed: int, keep: Callable[[float], bool] = lambda fitness: True,
+    network: NetworkSpec | dict, training: TrainSpec, data: DeviceData, seed: int, keep: Callable[[float, float], bool] = lambda fitness, loss: True,
     watch: Watch = Watch(),
 ) -> Evaluation:
     """Build, train and score one network; never raises for a diverging network.
 
-    The predictions and weights come back only if ``keep(fitness)`` (a worker asks whether the
-    network would enter the hall of fame). With ``watch.stop_below``, the validation fitness is
+    The predictions and weights come back only if ``keep(fitness, validation loss)`` (a worker asks
+    whether the network would enter the hall of fame). With ``watch.stop_below``, the validation fitness is
     measured after every epoch (the evaluation's ``curve``) and a network below the bar stops
     early; ``watch.time_limit`` bounds the training's seconds. A successful evaluation's metrics
     hold ``params``, the network's trainable parameters, and with ``watch.measure_latency``
@@ -396,6 +396,6 @@ def train_and_evaluate(
     if watch.measure_latency and data.x["val"].shape[0] > 0:
         metrics["latency_us"] = latency_us(model, data)
     ev = Evaluation(status="ok", fitness=fitness, metrics=metrics, seconds=seconds, epochs_done=epochs, curve=curve + [fitness] if watch.stop_below else [])
-    if keep(fitness):
+    if keep(fitness, ev.loss):
         ev.val_pred, ev.test_pred, ev.weights = preds["val"], preds["test"], state_arrays(model)
     return ev

@@ -35,7 +35,7 @@ def landscape(task: Task) -> Evaluation:
         if e + 1 >= task.watch.get("warmup", 0) and math.isfinite(bar) and curve[e] < bar:
             return Evaluation(status="stopped", fitness=curve[e], metrics={"val_accuracy": curve[e]}, seconds=1.0, epochs_done=e + 1, curve=curve[: e + 1])
     ev = Evaluation(status="ok", fitness=score, metrics=metrics, seconds=1.0, epochs_done=tr["epochs"], curve=curve if bars else [])
-    if clears(score, task.id, task.entry_bar):
+    if clears(score, metrics["val_loss"], task.id, task.entry_bar):
         rng = np.random.default_rng(task.id)
         ev.val_pred = rng.dirichlet(np.ones(2), VAL_SHAPE[0]).astype(np.float32)
         ev.test_pred = rng.dirichlet(np.ones(2), TEST_SHAPE[0]).astype(np.float32)

@@ -219,3 +219,74 @@ def test_the_command_prints_what_it_did(tmp_path, capsys):
     assert cli.main(["convert", src, str(tmp_path / "d.h5")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("evens: error:") and "--force" in err and len(err.splitlines()) == 1
+
+
+# --- series: (N, C, L) kept as it is; ragged series refused with how to pad them ---------------------------
+
+SERIES = np.random.default_rng(0).normal(size=(12, 6, 100))  # 6 channels of 100 steps
+
+
+@pytest.mark.parametrize("channels", [6, 1])
+def test_series_of_any_number_of_channels_are_kept_as_n_c_l(tmp_path, channels):
+    x = SERIES[:, :channels]
+    _, said, dst = convert(save(tmp_path, x=x, y=np.arange(12) % 3))
+    with h5py.File(dst) as f:
+        assert f["train/x"].shape == (12, channels, 100) and f["train/x"].dtype == np.float32
+        np.testing.assert_array_equal(f["train/x"][...], x.astype(np.float32))
+    assert load_dataset(dst)[0].sample_shape == (channels, 100)
+    assert not any("transpose" in line for line in said), said
+
+
+def test_series_with_more_channels_than_steps_get_a_note_on_channels_last(tmp_path):
+    _, said, dst = convert(save(tmp_path, x=SERIES.transpose(0, 2, 1), y=np.arange(12) % 3))
+    assert any("100 channels of 6 steps" in line and "x.transpose(0, 2, 1)" in line for line in said), said
+    with h5py.File(dst) as f:
+        assert f["train/x"].shape == (12, 100, 6)  # a note, not a change: the user decides
+
+
+def ragged(two_d: bool) -> np.ndarray:
+    """Series of lengths 90, 100 and 80 as numpy holds them: one object per series, or per series and channel."""
+    lengths = (90, 100, 80)
+    if two_d:
+        x = np.empty((3, 6), dtype=object)
+        for i, n in enumerate(lengths):
+            for c in range(6):
+                x[i, c] = SERIES[i, c, :n]
+        return x
+    x = np.empty(3, dtype=object)
+    x[:] = [SERIES[i, :, :n] for i, n in enumerate(lengths)]
+    return x
+
+
+@pytest.mark.parametrize("two_d", [False, True])
+def test_ragged_series_are_refused_in_one_line_that_says_how_to_pad(tmp_path, two_d):
+    message = error_of(save(tmp_path, x_train=ragged(two_d), y_train=np.array([0, 1, 0])))
+    shape = "(3, 6)" if two_d else "(3,)"
+    assert f"cannot read x_train: it is an object array of shape {shape}" in message, message
+    assert "pad every series to the longest length with zeros or its last value, or truncate" in message, message
+    assert "(N, C, L)" in message and "never loads" in message and "astype(str)" not in message, message
+
+
+def test_an_object_y_keeps_its_hint_on_string_labels(tmp_path):
+    message = error_of(save(tmp_path, x=X, y=np.array(["cat", "dog"] * 15, dtype=object)))
+    assert "of shape (30,)" in message and "astype(str)" in message and "pad" not in message, message
+
+
+def test_series_padded_with_nan_are_told_to_pad_with_numbers(tmp_path):
+    x = SERIES.copy()
+    x[2, :, 80:] = np.nan  # one series 80 steps long
+    x[5, 3, 95:] = np.nan  # one channel shorter than the others
+    message = error_of(save(tmp_path, x=x, y=np.arange(12) % 3))
+    assert "in 2 rows, first row 2" in message and "padded with NaN" in message and "zeros or each series' last value" in message
+    x[5, 3, 10] = np.nan  # a gap inside a series is missing data, not padding
+    message = error_of(save(tmp_path, x=x, y=np.arange(12) % 3))
+    assert "fill in or drop those rows" in message and "padded with NaN" not in message, message
+
+
+def test_the_command_refuses_ragged_series_in_one_line(tmp_path, capsys):
+    src, dst = save(tmp_path, x=ragged(False), y=np.array([0, 1, 0])), tmp_path / "d.h5"
+    assert cli.main(["convert", src, str(dst)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.splitlines()) == 1, captured
+    assert captured.err.startswith(f"evens: error: {src}: cannot read x") and "pad every series" in captured.err
+    assert not dst.exists()

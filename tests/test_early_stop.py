@@ -206,7 +206,7 @@ def spread(task: Task) -> Evaluation:
     if stop is not None:
         return Evaluation(status="stopped", fitness=curve[stop - 1], metrics={"val_accuracy": curve[stop - 1]}, seconds=1.0, epochs_done=stop, curve=curve[:stop])
     ev = Evaluation(status="ok", fitness=final, metrics={"val_accuracy": final, "test_accuracy": final}, seconds=1.0, epochs_done=epochs, curve=curve if bars else [])
-    if clears(final, task.id, task.entry_bar):
+    if clears(final, ev.loss, task.id, task.entry_bar):
         rng = np.random.default_rng(task.id)
         ev.val_pred = rng.dirichlet(np.ones(2), VAL_SHAPE[0]).astype(np.float32)
         ev.test_pred = rng.dirichlet(np.ones(2), TEST_SHAPE[0]).astype(np.float32)

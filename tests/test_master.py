@@ -9,6 +9,7 @@ from evolve.engine.loop import YOUNG_COLLECTION, run_search
 from evolve.engine.state import SearchState
 from evolve.runfile import checkpoint
 from evolve.runfile.checkpoint import RunInfo
+from evolve.search.records import best_first
 from evolve.search.space import GENE_NAMES
 from evolve.search.space_config import parse_space
 from evolve.transport.protocol import InProcessTransport
@@ -31,7 +32,7 @@ def test_budget_ids_population_and_members():
     assert len(state.records) == 25 and state.pending == []
     assert sorted(r.id for r in state.records) == list(range(25))
     assert len(state.population) == 6
-    best3 = sorted(state.records, key=lambda r: (-r.fitness, r.id))[:3]
+    best3 = sorted(state.records, key=best_first)[:3]
     assert state.hall_of_fame.ids == [r.id for r in best3]
     pop_scores = sorted(r.fitness for r in state.records if r.id in state.population)
     assert pop_scores == sorted(r.fitness for r in state.records)[-6:]  # steady state keeps the best
@@ -138,10 +139,10 @@ def test_the_hall_of_fame_never_shrinks_and_grows_on_resume():
     assert len(state.hall_of_fame) == 4
     run_search(state, in_process(2), SPACE, settings(16, k=2))
     assert len(state.hall_of_fame) == 4  # asking for fewer candidates drops none of the kept networks
-    ok = sorted((r for r in state.records if r.status == "ok"), key=lambda r: (-r.fitness, r.id))
+    ok = sorted((r for r in state.records if r.status == "ok"), key=best_first)
     assert state.hall_of_fame.ids == [r.id for r in ok[:4]]
     run_search(state, in_process(2), SPACE, settings(30, k=6))
-    ok = sorted((r for r in state.records if r.status == "ok"), key=lambda r: (-r.fitness, r.id))
+    ok = sorted((r for r in state.records if r.status == "ok"), key=best_first)
     assert state.hall_of_fame.capacity == 6 and state.hall_of_fame.ids == [r.id for r in ok[:6]]
 
 
@@ -156,12 +157,13 @@ def test_tasks_carry_the_entry_threshold_and_only_candidates_come_back_whole():
 
     state = SearchState.fresh(0, candidates=3)
     run_search(state, in_process(1, spy), SPACE, settings(60, k=3))
-    assert sent[:3] == [(float("-inf"), -1)] * 3  # room in the hall: everything comes back whole
+    assert sent[:3] == [(float("-inf"), float("inf"), -1)] * 3  # room in the hall: everything comes back whole
     assert all(b[0] >= a[0] for a, b in zip(sent, sent[1:]))  # a full hall's bar only rises
     # One worker, so the bar a task carried is still the bar when its result arrives: a result
     # came back whole exactly when it entered the hall (replayed here), and most did not.
     replay = HallOfFame(3)
-    entered = [replay.qualifies(r.fitness, r.id) and replay.offer(Member(r.id, r.fitness, {}, {}, None, None)) for r in state.records]
+    entered = [replay.qualifies(r.fitness, r.id, r.loss) and replay.offer(Member(r.id, r.fitness, {}, {}, None, None, loss=r.loss))
+               for r in state.records]
     assert whole == entered and sum(whole) < len(whole) / 2
     best3 = sorted(state.records, key=lambda r: (-r.fitness, r.id))[:3]
     assert state.hall_of_fame.ids == [r.id for r in best3]  # yet the hall holds exactly the best three
@@ -192,9 +194,9 @@ def test_a_stale_bar_costs_an_offer_never_a_payload():
     run_search(state, transport, SPACE, settings(120, k=3), clock=clock)
     assert sum(offered[:40]) == 40  # every first-wave result clears the open bar it left with
     replay = HallOfFame(3)
-    entered = {r.id for r in state.records if replay.offer(Member(r.id, r.fitness, {}, {}, None, None))}
+    entered = {r.id for r in state.records if replay.offer(Member(r.id, r.fitness, {}, {}, None, None, loss=r.loss))}
     assert sum(delivered) == len(entered) < sum(offered)  # a payload crosses only for an entry
-    assert state.hall_of_fame.ids == [r.id for r in sorted(state.records, key=lambda r: (-r.fitness, r.id))[:3]]
+    assert state.hall_of_fame.ids == [r.id for r in sorted(state.records, key=best_first)[:3]]
 
 
 @pytest.mark.parametrize("workers", [1, 5])

@@ -80,7 +80,7 @@ def test_regression_learns_targets_in_their_own_units(targets):
 def test_payload_only_for_networks_worth_keeping():
     data = data_for((10,))
     kept = train_and_evaluate(NetworkSpec("mlp", 1, 8), TrainSpec(1e-2, 32, 2), data, seed=0)
-    skipped = train_and_evaluate(NetworkSpec("mlp", 1, 8), TrainSpec(1e-2, 32, 2), data, seed=0, keep=lambda fitness: False)
+    skipped = train_and_evaluate(NetworkSpec("mlp", 1, 8), TrainSpec(1e-2, 32, 2), data, seed=0, keep=lambda fitness, loss: False)
     assert kept.has_payload and kept.weights and set(kept.weights) == {"1.weight", "1.bias", "3.weight", "3.bias"}
     assert not skipped.has_payload and skipped.weights is None and skipped.payload() == {}
     assert skipped.metrics == kept.metrics and skipped.fitness == kept.fitness
@@ -366,3 +366,24 @@ def test_shift_augmentation_moves_each_sample_by_its_own_offset_within_an_eighth
     assert torch.equal(out[:, 0], out[:, 1])
     ev = train_and_evaluate(NetworkSpec("cnn", 2, 8, head="average"), TrainSpec(1e-2, 32, 4, augment="shift"), data_for((1, 8, 8)), seed=0)
     assert ev.status == "ok" and ev.metrics["val_accuracy"] > 0.8
+
+
+def test_the_signal_presets_networks_read_every_channel_of_a_multichannel_series():
+    """Genomes of the signal preset for (6, 100) series build CNNs and RNNs whose output depends on all 6 channels."""
+    from evolve.search.presets import DataFacts, table
+
+    shape = (6, 100)
+    space = parse_space(table("signal", DataFacts(shape, "classification", 40))).for_data(shape, "classification")
+    rng = np.random.default_rng(0)
+    genomes = [np.zeros(len(space)), np.ones(len(space)), *rng.random((6, len(space)))]
+    families = set()
+    for genome in genomes:
+        network, _ = space.candidate(list(genome))
+        families.add(network.family)
+        model = build_network(network, shape, 4).eval()
+        x = torch.randn(3, *shape, requires_grad=True)
+        out = model(x)
+        assert out.shape == (3, 4), network
+        out.sum().backward()
+        assert (x.grad.abs().sum(dim=(0, 2)) > 0).all(), network  # no channel ignored, none read as a step
+    assert families == {"cnn", "rnn"}

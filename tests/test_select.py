@@ -82,24 +82,45 @@ def test_selection_round_trips_through_a_dict():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([0.1, 0.5, 0.5, 0.9, float("-inf")]), st.integers(0, 50)), max_size=40, unique_by=lambda t: t[1]),
+@given(st.lists(st.tuples(st.sampled_from([0.1, 0.5, 0.5, 0.9, float("-inf")]), st.sampled_from([0.2, 0.3, 0.3, float("inf")]),
+                          st.integers(0, 50)), max_size=40, unique_by=lambda t: t[2]),
        st.integers(1, 6))
 def test_hall_of_fame_keeps_exactly_the_best_and_its_bar_agrees(entries, capacity):
+    """Best first: higher fitness, then lower loss (ties on accuracy are common), then the earlier id."""
     hall = HallOfFame(capacity)
     offered = []
-    for fitness, ident in entries:
+    for fitness, loss, ident in entries:
         bar = hall.entry_bar()
-        member = Member(ident, fitness, {}, {}, None, None)
-        assert clears(fitness, ident, bar) == hall.qualifies(fitness, ident)
+        member = Member(ident, fitness, {}, {}, None, None, loss=loss)
+        assert clears(fitness, loss, ident, bar) == hall.qualifies(fitness, ident, loss)
         entered = hall.offer(member)
-        assert entered == clears(fitness, ident, bar)
-        if bar != OPEN:  # the bar never falls: the worst member only gets better (higher fitness, or earlier id)
+        assert entered == clears(fitness, loss, ident, bar)
+        if bar != OPEN:  # the bar never falls: the worst member only gets better
             new = hall.entry_bar()
-            assert (-new[0], new[1]) <= (-bar[0], bar[1])
+            assert (-new[0], new[1], new[2]) <= (-bar[0], bar[1], bar[2])
         if math.isfinite(fitness):
-            offered.append((fitness, ident))
-    best = sorted(offered, key=lambda t: (-t[0], t[1]))[:capacity]
-    assert [(m.fitness, m.id) for m in hall] == best
+            offered.append((fitness, loss, ident))
+    best = sorted(offered, key=lambda t: (-t[0], t[1], t[2]))[:capacity]
+    assert [(m.fitness, m.loss, m.id) for m in hall] == best
+
+
+def test_equal_fitness_is_settled_by_loss_in_the_hall_the_report_and_top_k():
+    """One order everywhere: the hall of fame, best_first (the report) and top_k rank networks tied on
+    accuracy by their validation log-loss, not by id."""
+    from evolve.search.records import Record, best_first
+
+    y = np.array([0, 1, 0, 1])
+    losses = {0: 0.40, 1: 0.10, 2: 0.25}
+    hall = HallOfFame(2)
+    records = []
+    for ident, loss in losses.items():
+        p = np.tile([0.5, 0.5], (4, 1)).astype(np.float32)
+        hall.offer(Member(ident, 1.0, {}, {}, p, p, loss=loss))
+        records.append(Record(id=ident, genome=[0.0], status="ok", fitness=1.0, metrics={"val_loss": loss}))
+    assert hall.ids == [1, 2]  # id 0 (the earliest, with the worst loss) is out
+    assert [r.id for r in sorted(records, key=best_first)] == [1, 2, 0]
+    sel = select_ensemble(list(hall), Classification(2), y, y, "top_k", 1)
+    assert sel.ids == [1]
 
 
 def weak_and_sure(n: int = 40):

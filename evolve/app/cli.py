@@ -181,6 +181,8 @@ def build_parser() -> Parser:
   (data.val_fraction, data.test_fraction, data.split_seed). Other keys are an error
   unless --ignore-extra. DST is never replaced without --force.
 x: (N, ...) numbers, stored as float32 (uint8 kept as bytes); NaN and infinities are refused.
+  A table is (N, F); a series (N, C, L), channels first: a univariate one (N, 1, L). Series
+  of different lengths must be padded (or truncated) to one length first.
 y: integers or strings are class labels: labels other than 0..C-1 are written as class
   indices 0..C-1 in sorted order, and the original labels as the dataset classes.
   Floats are regression targets, kept as they are."""

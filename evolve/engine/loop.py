@@ -181,9 +181,9 @@ class _Search:
         self.end_session()
         return not self.stopped
 
-    def wants(self, ident: int, fitness: float) -> bool:
+    def wants(self, ident: int, fitness: float, loss: float) -> bool:
         """Does the master want this result's payload: does it enter the hall of fame now?"""
-        return self.hall.qualifies(fitness, ident)
+        return self.hall.qualifies(fitness, ident, loss)
 
     def end_session(self) -> None:
         """Account for the trainings still out, and leave ``state`` ready for the caller's last checkpoint."""
@@ -262,7 +262,7 @@ class _Search:
         if record.status == "ok" and ev.has_payload:
             task = sent.task
             member = Member(id=record.id, fitness=record.fitness, network=task.network, training=task.training, val_pred=ev.val_pred,
-                            test_pred=ev.test_pred, weights=ev.weights or {})
+                            test_pred=ev.test_pred, weights=ev.weights or {}, loss=ev.loss)
         self.record(record, member)
 
     def record(self, record: Record, member: Member | None = None) -> None:

@@ -13,6 +13,7 @@ checkpoint keeps) and leaves the global state alone.
 """
 from __future__ import annotations
 
+import math
 import random
 from contextlib import contextmanager
 from typing import Callable, Iterator, Protocol
@@ -25,9 +26,12 @@ from deap.tools import selection as deap_selection
 
 
 class Fitness(base.Fitness):
-    """One objective, maximised: validation accuracy (or -RMSE)."""
+    """One objective, maximised: validation accuracy (or -RMSE); then, between equal values, the validation
+    log-loss, minimised (DEAP compares fitnesses value by value): the order of the hall of fame and the report
+    (ensemble.hall_of_fame.standing), so that a search choosing on a few validation rows separates the
+    confident right answers from the lucky ones."""
 
-    weights = (1.0,)
+    weights = (1.0, -1.0)
 
 
 class ParetoFitness(base.Fitness):
@@ -47,14 +51,19 @@ class Individual(list):
         self.ident = ident
 
     @classmethod
-    def evaluated(cls, genes, value: float, ident: int) -> Individual:
-        """An individual with one objective, ``value``."""
-        return cls(genes, Fitness((float(value),)), ident)
+    def evaluated(cls, genes, value: float, ident: int, loss: float = math.inf) -> Individual:
+        """An individual with one objective, ``value``, and its tie-break ``loss`` (NaN counts as infinite)."""
+        return cls(genes, Fitness((float(value), math.inf if loss != loss else float(loss))), ident)
 
     @property
     def value(self) -> float:
         """The first objective (the validation fitness)."""
         return self.fitness.values[0]
+
+    @property
+    def standing(self) -> tuple[float, ...]:
+        """Lower is better: the hall of fame's order (fitness, then loss for a single objective), then the id."""
+        return (*(-w for w in self.fitness.wvalues), self.ident)
 
 
 def pareto_individual(genes, fitness: float, cost: float, ident: int) -> Individual:
@@ -146,17 +155,16 @@ def breed_child(
 def admit(population: list[Individual], newcomer: Individual, capacity: int) -> Individual | None:
     """Steady-state replacement: fill up to ``capacity``, then replace the worst if the newcomer is better.
 
-    The worst is the lowest fitness, the latest id among equals. Returns the individual that left
-    (the replaced one, or the newcomer itself if it was not good enough), or None if the population
-    simply grew.
+    The worst is the lowest fitness, the highest loss among equals, then the latest id (the order of
+    :attr:`Individual.standing`). Returns the individual that left (the replaced one, or the newcomer
+    itself if it was not good enough), or None if the population simply grew.
     """
     if len(population) < capacity:
         population.append(newcomer)
         return None
-    lowest = min(ind.value for ind in population)
-    if not newcomer.value > lowest:
+    worst = max(range(len(population)), key=lambda i: population[i].standing)
+    if not newcomer.fitness.wvalues > population[worst].fitness.wvalues:
         return newcomer
-    worst = max((i for i, ind in enumerate(population) if ind.value == lowest), key=lambda i: population[i].ident)
     leaving = population[worst]
     population[worst] = newcomer
     return leaving

@@ -5,9 +5,9 @@ derived from these fields (see :mod:`evolve.runfile.columns` and :mod:`evolve.ap
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from ensemble.hall_of_fame import standing
 from ensemble.results import Outcome, column, kinds
 
 
@@ -47,10 +47,9 @@ SHARED = tuple(name for name in kinds(Pending) if name in kinds(Record))  # what
 
 
 def best_first(record: Record) -> tuple[float, float, int]:
-    """The sort key that puts successful records best first: higher fitness; among equal fitness (common
-    with accuracy on a few hundred validation samples), the lower validation loss, which separates a
-    confident right answer from a lucky one; then the earlier id. (The hall of fame keeps members by
-    fitness and id alone, so that its entry bar costs nothing on the wire; scripts/bench/study_calibration.py
-    measured the loss tie-break on the best single network.)"""
-    loss = record.metrics.get("val_loss", math.inf)
-    return (-record.fitness, math.inf if math.isnan(loss) else loss, record.id)
+    """The sort key that puts successful records best first, in the hall of fame's order
+    (:func:`ensemble.hall_of_fame.standing`): higher fitness; among equal fitness (common with accuracy on
+    a few hundred validation rows), the lower validation loss, which separates a confident right answer
+    from a lucky one; then the earlier id. (scripts/bench/study_calibration.py measured the loss
+    tie-break on the best single network.)"""
+    return standing(record.fitness, record.loss, record.id)

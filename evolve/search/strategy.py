@@ -187,7 +187,7 @@ class _Breeder:
 
 
 def _individual(record: Record) -> Individual:
-    return Individual.evaluated(record.genome, record.fitness, record.id)
+    return Individual.evaluated(record.genome, record.fitness, record.id, record.loss)
 
 
 class SteadyState(_Breeder):
@@ -298,7 +298,7 @@ class Generational(_Breeder):
             values = self.value([ind.ident for ind in pool])
             order = sorted(range(len(pool)), key=lambda i: (-values[i], -pool[i].value, pool[i].ident))
             return [pool[i] for i in order[: self.params.population]]
-        return sorted(pool, key=lambda ind: (-ind.value, ind.ident))[: self.params.population]
+        return sorted(pool, key=lambda ind: ind.standing)[: self.params.population]
 
     def _breed(self) -> list[Proposal]:
         n = self.params.population

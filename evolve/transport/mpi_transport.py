@@ -208,7 +208,7 @@ class MPIMasterTransport:
 
     def _offered(self, worker: int, result: Result, offer: list, wants: Wants) -> tuple[int, Result] | None:
         """Decide an offer: the result without its payload, or None: the payload is asked for and comes in the background."""
-        if not wants(result.task_id, result.evaluation.fitness):
+        if not wants(result.task_id, result.evaluation.fitness, result.evaluation.loss):
             self.comm.send(False, dest=worker, tag=TAG_WANT)
             return worker, result
         self.comm.send(True, dest=worker, tag=TAG_WANT)

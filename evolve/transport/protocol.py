@@ -12,14 +12,15 @@ task carried may be stale by then.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-Wants = Callable[[int, float], bool]  # (task id, fitness) -> does the master want this result's payload?
+Wants = Callable[[int, float, float], bool]  # (task id, fitness, validation loss) -> does the master want this result's payload?
 
 
-def want_all(task_id: int, fitness: float) -> bool:
+def want_all(task_id: int, fitness: float, loss: float = math.inf) -> bool:
     return True
 
 from ensemble.hall_of_fame import OPEN
@@ -41,7 +42,7 @@ class Task:
     __slots__ = ("id", "seed", "entry_bar", "watch", "key", "space", "_network", "_training")
 
     def __init__(self, id: int, network: dict | None = None, training: dict | None = None, seed: int = 0,  # noqa: A002
-                 entry_bar: tuple[float, int] = OPEN, watch: dict | None = None, *, key: tuple | None = None, space=None):
+                 entry_bar: tuple[float, float, int] = OPEN, watch: dict | None = None, *, key: tuple | None = None, space=None):
         if (network is None or training is None) and (key is None or space is None):
             raise ValueError("a task needs its network and training settings, or a key and the space that decodes it")
         self.id, self.seed, self.entry_bar = id, seed, tuple(entry_bar)
@@ -50,12 +51,12 @@ class Task:
         self.key, self.space = key, space  # the genome's SearchSpace.key, and that SearchSpace
 
     @classmethod
-    def build(cls, ident: int, network: NetworkSpec, training: TrainSpec, seed: int, entry_bar: tuple[float, int] = OPEN,
+    def build(cls, ident: int, network: NetworkSpec, training: TrainSpec, seed: int, entry_bar: tuple[float, float, int] = OPEN,
               watch: dict | None = None) -> Task:
         return cls(ident, _plain(network), _plain(training), seed, entry_bar, dict(watch or {}))
 
     @classmethod
-    def from_key(cls, ident: int, space, key: tuple, seed: int, entry_bar: tuple[float, int] = OPEN, watch: dict | None = None) -> Task:
+    def from_key(cls, ident: int, space, key: tuple, seed: int, entry_bar: tuple[float, float, int] = OPEN, watch: dict | None = None) -> Task:
         """The task of the genome whose ``space.key`` is ``key``; its settings are decoded when first asked for."""
         if key is None or space is None:
             raise ValueError("a task needs its network and training settings, or a key and the space that decodes it")
@@ -149,7 +150,7 @@ def evaluate_safely(evaluate: Callable[[Task], Evaluation], task: Task) -> Evalu
 
 def delivered(ev: Evaluation, task_id: int, wants: Wants) -> Evaluation:
     """``ev`` as the master receives it: without its payload unless the master wants it."""
-    return ev if not ev.has_payload or wants(task_id, ev.fitness) else ev.drop_payload()
+    return ev if not ev.has_payload or wants(task_id, ev.fitness, ev.loss) else ev.drop_payload()
 
 
 class InProcessTransport:

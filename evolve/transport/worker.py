@@ -100,7 +100,7 @@ def trainer_for(data: DeviceData) -> Callable[[Task], Evaluation]:
 
     def evaluate(task: Task) -> Evaluation:
         network, training = task.specs()
-        return train_and_evaluate(network, training, data, task.seed, keep=lambda fitness: clears(fitness, task.id, task.entry_bar),
+        return train_and_evaluate(network, training, data, task.seed, keep=lambda fitness, loss: clears(fitness, loss, task.id, task.entry_bar),
                                   watch=Watch(**task.watch))
 
     return with_faults(evaluate, injected_faults())

@@ -85,8 +85,8 @@ def evaluate_one(capture: Capture, hall: HallOfFame, seed: int, ident: int, netw
     """Train one network exactly as an evens worker does (no early stopping); offer it to ``hall``."""
     task = Task.build(ident, network, training, task_seed(seed, ident), hall.entry_bar())
     ev = evaluate_safely(capture, task)
-    if ev.status == "ok" and ev.has_payload and hall.qualifies(ev.fitness, ident):
-        hall.offer(Member(ident, ev.fitness, task.network, task.training, ev.val_pred, ev.test_pred, {}))
+    if ev.status == "ok" and ev.has_payload and hall.qualifies(ev.fitness, ident, ev.loss):
+        hall.offer(Member(ident, ev.fitness, task.network, task.training, ev.val_pred, ev.test_pred, {}, loss=ev.loss))
     return ev
 
 
