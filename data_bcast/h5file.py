@@ -224,6 +224,9 @@ def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0
                  allow_external: bool = False) -> DataPlan:
     """Validate ``path`` and plan the arrays to read. Raises :class:`DataError` with a one-line message.
 
+    ``val_fraction`` 0 for a file without a val split plans an empty one: every row not held out for test
+    stays in train (a run that cross-validates them chooses on them out of fold).
+
     Datasets that would make the reader open other files (external links, virtual datasets,
     external raw storage) are refused unless ``allow_external``.
     """
@@ -280,7 +283,9 @@ def _inspect(path: str, val_fraction: float, test_fraction: float, seed: int, al
     sources = {s: ("file" if s in present else "holdout") for s in SPLITS}
     holdout = {}
     for split, fraction in (("test", test_fraction), ("val", val_fraction)):
-        if sources[split] == "holdout":
+        if sources[split] == "holdout" and split == "val" and fraction == 0.0:
+            holdout[split] = 0  # no val split: the run cross-validates the training rows (evens' data.folds)
+        elif sources[split] == "holdout":
             if not 0.0 < fraction < 1.0:
                 raise DataError(f"{path}: no '{split}' group, and its holdout fraction {fraction} is not in (0, 1)")
             holdout[split] = max(1, int(round(fraction * n_file)))

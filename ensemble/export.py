@@ -76,6 +76,27 @@ class Applied(nn.Module):
         return torch.softmax(out, dim=1) if self.classification else out * self.scale + self.mean
 
 
+class Bagged(nn.Module):
+    """A folded member (``data.folds``) as ``evens predict`` applies it: its fold networks' predictions added in
+    fold order and divided once, in float32, as :func:`ensemble.folds.bagged` does."""
+
+    def __init__(self, folds: list[nn.Module]):
+        super().__init__()
+        self.folds = nn.ModuleList(folds)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.folds[0](x)
+        for fold in self.folds[1:]:
+            out = out + fold(x)
+        return out / len(self.folds)
+
+
+def applied(models: list[nn.Module], problem: Problem) -> nn.Module:
+    """A member's networks as one module: ``x`` in, the member's prediction out."""
+    each = [Applied(model, problem) for model in models]
+    return (each[0] if len(each) == 1 else Bagged(each)).eval()
+
+
 def check_destination(out: str) -> None:
     """EnsembleError unless ``out`` is a new or empty folder: an export replaces nothing."""
     if os.path.isdir(out):
@@ -239,7 +260,7 @@ def _export_members(ensemble: Ensemble, stored: StoredEnsemble, networks: dict[i
         name, network = f"member-{member.id}.{file_format}", networks[member.id]
         path = os.path.join(folder, name)
         try:
-            extra = export_member(Applied(member.model, stored.problem).eval(), stored.sample_shape, stored.x_dtype, path, file_format)
+            extra = export_member(applied(member.models, stored.problem), stored.sample_shape, stored.x_dtype, path, file_format)
         except OSError:  # the folder's, not the member's (a full disk)
             raise
         except Exception as exc:  # noqa: BLE001 -- torch.export's and the user's code: this member's failure, in one line
@@ -249,7 +270,8 @@ def _export_members(ensemble: Ensemble, stored: StoredEnsemble, networks: dict[i
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
             continue
-        written.append({"id": member.id, "file": name, "sha256": _sha256(path), **extra, "run_weight": member.weight, "network": network})
+        written.append({"id": member.id, "file": name, "sha256": _sha256(path), **extra, "run_weight": member.weight, "network": network,
+                        "folds": len(member.models)})
     return written, missing
 
 

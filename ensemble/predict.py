@@ -27,6 +27,7 @@ import torch
 from .builders import BuilderError, add_model_path, import_builders, network_from_settings
 from .combine import VALUE_LIMIT, Z_LIMIT, Allreduce, combine, sum_unit
 from .device import choose_device
+from .folds import bagged, split_fold_weights
 from .hall_of_fame import Member
 from .problem import Problem
 from .select import Selection
@@ -59,9 +60,17 @@ def as_input(x: np.ndarray, x_dtype: str, where: str = "x") -> np.ndarray:
 
 @dataclass
 class LoadedMember:
+    """A member rebuilt: its network, or with ``data.folds`` its fold networks, whose predictions it averages
+    (:func:`ensemble.folds.bagged`)."""
+
     id: int
     weight: float
-    model: torch.nn.Module
+    models: list[torch.nn.Module]
+
+    def predictions(self, head: Head, x: torch.Tensor) -> np.ndarray:
+        """The member's prediction for ``x`` (float, on the models' device): float32 (N, outputs)."""
+        preds = [head.predictions(model(x)).cpu().numpy() for model in self.models]
+        return preds[0] if len(preds) == 1 else bagged(preds)
 
 
 class Ensemble:
@@ -95,7 +104,7 @@ class Ensemble:
         xt = as_float(torch.from_numpy(x).to(self.device))
         preds = []
         for m in self.members:
-            pred = self.head.predictions(m.model(xt)).cpu().numpy()
+            pred = m.predictions(self.head, xt)
             if not np.isfinite(pred).all():
                 raise EnsembleError(f"member #{m.id} predicts NaN or infinite values; its stored weights are damaged")
             if self.problem.kind == "regression":  # the range the ensemble's exact sums hold (ensemble.combine)
@@ -132,10 +141,19 @@ class Ensemble:
         return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
 
-def rebuild(member: Member, problem: Problem, sample_shape: tuple[int, ...], device: torch.device) -> torch.nn.Module:
-    """A member's network with its trained weights, in eval mode on ``device``."""
+def rebuild(member: Member, problem: Problem, sample_shape: tuple[int, ...], device: torch.device) -> list[torch.nn.Module]:
+    """A member's network with its trained weights, in eval mode on ``device`` (a folded member: one per fold)."""
     if not member.weights:
         raise EnsembleError(f"member #{member.id} has no stored weights; this run cannot predict")
+    try:
+        parts = split_fold_weights(member.weights)
+    except ValueError as exc:
+        raise EnsembleError(f"member #{member.id}: {exc}") from None
+    return [_network(member, weights, problem, sample_shape, device) for weights in parts]
+
+
+def _network(member: Member, weights: dict[str, np.ndarray], problem: Problem, sample_shape: tuple[int, ...],
+             device: torch.device) -> torch.nn.Module:
     try:
         model = network_from_settings(member.network, sample_shape, problem.outputs)
     except BuilderError as exc:
@@ -145,7 +163,7 @@ def rebuild(member: Member, problem: Problem, sample_shape: tuple[int, ...], dev
     except (MemoryError, RuntimeError) as exc:  # a crafted spec's absurd size too: a MemoryError, often without a message
         raise EnsembleError(f"member #{member.id}: its network cannot be built here ({_why(exc)})") from None
     try:
-        model.load_state_dict({name: torch.from_numpy(np.asarray(w)) for name, w in member.weights.items()}, strict=True)
+        model.load_state_dict({name: torch.from_numpy(np.asarray(w)) for name, w in weights.items()}, strict=True)
     except (RuntimeError, TypeError) as exc:
         raise EnsembleError(f"member #{member.id}: stored weights do not fit its network ({_why(exc)})") from None
     return model.to(device).eval()

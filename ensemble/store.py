@@ -280,7 +280,8 @@ def _read_member(group: h5py.Group, ident: int, with_weights: bool, shape: tuple
     weights = None
     if with_weights:
         try:
-            weights = {name: d[...] for name, d in g["weights"].items()}
+            weights = {}  # (a folded member's are fold<j>/<name>: a group per fold)
+            g["weights"].visititems(lambda name, d: weights.__setitem__(name, d[...]) if isinstance(d, h5py.Dataset) else None)
         except (OSError, RuntimeError, KeyError) as exc:
             raise ValueError(f"its weights cannot be read ({type(exc).__name__}: {exc})") from None
     stored_preds, stored_weights = (int(c) for c in json.loads(g.attrs["checksums"]))

@@ -147,6 +147,18 @@ class DeviceData:
     def sample_shape(self) -> tuple[int, ...]:
         return tuple(self.x["train"].shape[1:])
 
+    def fold_view(self, fold: np.ndarray, held: int) -> DeviceData:
+        """This data for one fold training: trained on the training rows outside fold ``held`` (``fold``: each
+        training row's fold, :func:`ensemble.folds.assign_folds`) and validated on the rows inside it; test
+        as it is. The rows are gathered copies (cross-validation is for data small enough to copy)."""
+        inside = torch.from_numpy(np.flatnonzero(fold == held))
+        outside = torch.from_numpy(np.flatnonzero(fold != held))
+        x, y = self.x["train"], self.y["train"]
+        return DeviceData(self.problem, self.head, self.device,
+                          {"train": x[outside.to(x.device)], "val": x[inside.to(x.device)], "test": self.x["test"]},
+                          {"train": y[outside.numpy()], "val": y[inside.numpy()], "test": self.y["test"]},
+                          self.fit_target[outside.to(self.fit_target.device)], self.precision)
+
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], problem: Problem, device: torch.device | str = "cpu",
                     precision: str = "fp32", loss: str = "auto", class_weights: str = "none") -> DeviceData:

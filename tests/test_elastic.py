@@ -20,6 +20,7 @@ from evolve.engine.loop import run_search
 from evolve.engine.state import SearchState
 from evolve.runfile import checkpoint
 from evolve.runfile.checkpoint import RunInfo
+from evolve.search.records import best_first
 from evolve.search.space import GENE_NAMES
 from evolve.search.space_config import parse_space
 from evolve.transport.protocol import InProcessTransport
@@ -64,20 +65,21 @@ def _wait_until_the_master_is_gone(out, seconds=30):
         os.close(fd)
 
 
-def _replay_async(population, fitness, told):
+def _replay_async(population, records, told):
     """Steady-state replacement from ``population`` (ids) over the records ``told``, in the order told: fill up to
-    the population's size, then a better result replaces the worst (the lowest fitness, the latest id among equals)."""
-    population = list(population)
+    the population's size, then a better result replaces the worst (the lowest fitness, the highest validation
+    loss among equals, then the latest id)."""
+    population, records = list(population), dict(records)
     for r in told:
         if r.status != "ok":
             continue
-        fitness[r.id] = r.fitness
+        records[r.id] = r
         if len(population) < POPULATION:
             population.append(r.id)
             continue
-        lowest = min(fitness[i] for i in population)
-        if r.fitness > lowest:
-            worst = max((k for k, i in enumerate(population) if fitness[i] == lowest), key=lambda k: population[k])
+        worst = max(range(len(population)), key=lambda k: best_first(records[population[k]]))
+        w = records[population[worst]]
+        if (r.fitness, -r.loss) > (w.fitness, -w.loss):
             population[worst] = r.id
     return population
 
@@ -88,7 +90,7 @@ def _async_carries_on(before, after, final):
     assert len(before.population) == POPULATION
     assert [r.id for r in after.records[:len(before.records)]] == [r.id for r in before.records]
     told = after.records[len(before.records):]
-    assert _replay_async(before.population, {r.id: r.fitness for r in before.records}, told) == after.population
+    assert _replay_async(before.population, {r.id: r for r in before.records}, told) == after.population
     new = [r for r in final.records if r.id >= before.next_id]
     assert new and all(r.operators != "random" for r in new)
     return 0
@@ -115,7 +117,7 @@ def _generational_carries_on(before, after, final):
         assert (r.genome, list(r.parents), r.operators) == (genome, parents, operators), ident
     generation = s["told"] + [p.id for p in out] + queue_ids
     pool = [records[i] for i in set(s["population"]) | {i for i in generation if records[i].status == "ok"}]
-    survivors = [r.id for r in sorted(pool, key=lambda r: (-r.fitness, r.id))[:POPULATION]]
+    survivors = [r.id for r in sorted(pool, key=best_first)[:POPULATION]]
     next_ids = range(before.next_id + len(queue), before.next_id + len(queue) + POPULATION)
     bred = [records[i] for i in next_ids if i in records]
     assert bred and all(r.operators != "random" and set(r.parents) <= set(survivors) for r in bred), (survivors, bred)

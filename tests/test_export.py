@@ -200,7 +200,7 @@ def test_a_member_torch_export_cannot_capture_is_left_out_in_one_line_and_the_ma
     (mlp,) = [m for m in ens.members if m.id == 1]
     with torch.no_grad():
         got = torch.export.load(str(out / "member-1.pt2")).module()(torch.from_numpy(arrays["test/x"])).numpy()
-        want = ens.head.predictions(mlp.model(torch.from_numpy(arrays["test/x"]))).numpy()
+        want = ens.head.predictions(mlp.models[0](torch.from_numpy(arrays["test/x"]))).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 

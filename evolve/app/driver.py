@@ -55,9 +55,9 @@ def data_problem(comm, data: SharedDataset, metric: str = "auto") -> Problem:
     return problem
 
 
-def data_description(data: SharedDataset) -> DataFacts:
-    """What a preset is chosen and scaled by (the whole training split, in shard mode too)."""
-    return DataFacts(tuple(data.plan.sample_shape), data.plan.kind, int(data.plan.spec("train/y").shape[0]))
+def data_description(data: SharedDataset, folds: int = 0) -> DataFacts:
+    """What a preset is chosen and scaled by (the whole training split, in shard mode too, and the folds it is cut into)."""
+    return DataFacts(tuple(data.plan.sample_shape), data.plan.kind, int(data.plan.spec("train/y").shape[0]), folds)
 
 
 def setup_trainer(config: Config, data: SharedDataset, problem: Problem, local_index: int, ranks_here: int) -> DeviceData:
@@ -89,7 +89,7 @@ def start_trainer_process(config: Config, data: SharedDataset, problem: Problem,
         "problem": problem.to_dict(),
         "device": {"prefer": t.device, "local_index": local_index, "workers_per_gpu": t.workers_per_gpu,
                    "threads": trainer_threads(ranks_here, t.threads)},
-        "train": {"precision": t.precision, "loss": t.loss, "class_weights": t.class_weights},
+        "train": {"precision": t.precision, "loss": t.loss, "class_weights": t.class_weights, "split_seed": config.data.split_seed},
         "max_host_memory_gb": t.max_host_memory_gb,
     }
     trainer = TrainerProcess(setup, data.memory.fd)
@@ -163,7 +163,7 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
     try:
         problem = data_problem(comm, data, config.search.metric)
         if is_master:
-            config, chosen = config.resolved(data_description(data))  # a preset's space is made from the data
+            config, chosen = config.resolved(data_description(data, config.data.folds))  # a preset's space is made from the data
             prepared.config, prepared.preset = config, chosen or prepared.preset
             space = config.space.for_data(data.plan.sample_shape, data.plan.kind)
             if prepared.info is not None:
@@ -208,7 +208,7 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)  # the master decides when to stop
     if trainer is None:
-        serve(MPIWorkerChannel(comm, MASTER), trainer_for(trainer_data))
+        serve(MPIWorkerChannel(comm, MASTER), trainer_for(trainer_data, config.data.split_seed))
         return 0
     try:
         serve(MPIWorkerChannel(comm, MASTER), trainer.evaluate)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from data_bcast.broadcast import SharedDataset
-from data_bcast.h5file import DataError
+from data_bcast.h5file import DataError, inspect_file
 from ensemble.problem import Problem
 from evolve.config.schema import Config, load_config
 from evolve.engine.state import SearchState
@@ -55,7 +55,7 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
     if resume is None:
         if config_path is None:
             raise ConfigError("evens run needs a CONFIG file, or --resume RUN_DIR")
-        config = _absolute_data_path(load_config(config_path, overrides))
+        config = resolve_folds(_absolute_data_path(load_config(config_path, overrides)))
         check_trackers(config)
         claim = claim_default_run_dir(config_path) if out is None else claim_run_dir(out)
         return Prepared(config, claim.path, claim.lock, claim)
@@ -73,6 +73,35 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
         raise
 
 
+AUTO_FOLDS = 5  # data.folds = "auto": this many folds ...
+AUTO_FOLDS_UNDER = 1_000  # ... under this many training rows (with a val split carved from them, 150 would be left to choose on)
+
+
+def resolve_folds(config: Config) -> Config:
+    """The config with ``data.folds`` a number: "auto" is :data:`AUTO_FOLDS` for a file without its own val split
+    and under :data:`AUTO_FOLDS_UNDER` training rows (those left after any test holdout), else 0. With folds no
+    val split is carved (``data.val_fraction`` 0): every training row is chosen on, out of fold. ConfigError for
+    folds the data cannot have; a file that cannot be read is left for the broadcast to describe."""
+    data, folds = config.data, config.data.folds
+    if folds == 0:
+        return config
+    try:
+        plan = inspect_file(data.path, 0.0, data.test_fraction, data.split_seed, data.allow_external)
+    except DataError:
+        return replace(config, data=replace(data, folds=0)) if folds == "auto" else config  # the broadcast says what is wrong
+    rows, own_val = plan.spec("train/y").shape[0], plan.sources["val"] == "file"
+    if folds == "auto":
+        folds = AUTO_FOLDS if not own_val and data.mode != "shard" and 2 * AUTO_FOLDS <= rows < AUTO_FOLDS_UNDER else 0
+    elif own_val:
+        raise ConfigError(f"data.folds = {folds} cross-validates the training rows, but {data.path} holds its own val split; "
+                          "set data.folds = 0 to choose on that split, or write the file without it")
+    elif data.mode == "shard":
+        raise ConfigError(f"data.folds = {folds}: cross-validation needs every training row on every node, not data.mode = \"shard\"")
+    elif rows < folds:
+        raise ConfigError(f"data.folds = {folds} needs at least {folds} training rows; {data.path} has {rows}")
+    return replace(config, data=replace(data, folds=folds, val_fraction=0.0 if folds else data.val_fraction))
+
+
 def _absolute_data_path(config: Config) -> Config:
     """The config with absolute data and model paths, so that a resume from another directory finds the same files."""
     model = replace(config.model, path=os.path.abspath(config.model.path)) if config.model.path else config.model
@@ -82,22 +111,31 @@ def _absolute_data_path(config: Config) -> Config:
 def _prepare_resume(config_path: str | None, overrides: list[str], resume: str, path: str, lock: RunLock) -> Prepared:
     state, info = checkpoint.load(path)
     if config_path is not None:
-        config = _absolute_data_path(load_config(config_path, overrides))
+        config = resolve_folds(_absolute_data_path(load_config(config_path, overrides)))
     else:
         try:
             config = info.config.with_overrides(overrides)
         except ConfigError as exc:
             raise ConfigError(f"{resume}: {exc}") from None
     stored = info.config
-    config, _ = config.resolved(DataFacts(tuple(info.data["sample_shape"]), info.data["problem"]["kind"], info.data["sizes"]["train"]))
+    facts = DataFacts(tuple(info.data["sample_shape"]), info.data["problem"]["kind"], info.data["sizes"]["train"], config.data.folds)
+    config, _ = config.resolved(facts)
     if config.space != stored.space or list(info.gene_names) != list(config.space.names):
         raise ConfigError(f"{resume}: the search space differs from the run's; a resumed run keeps its space")
     for key in ("mode", "second_objective", "metric"):
         now, then = getattr(config.search, key), getattr(stored.search, key)
         if now != then:
             raise ConfigError(f"{resume}: search.{key} is {now!r}, but the run's is {then!r}; a resumed run keeps its {key.replace('_', ' ')}")
+    if config.data.folds != stored.data.folds:
+        raise ConfigError(f"{resume}: data.folds is {config.data.folds!r}, but the run's is {stored.data.folds!r}; a resumed run keeps its folds")
     check_trackers(config)
     return Prepared(config, resume, lock, None, state, info, preset=info.preset)
+
+
+def choice_labels(data: SharedDataset, config: Config) -> np.ndarray:
+    """The labels of the rows networks and the ensemble are chosen on: the val split's, or with ``data.folds``
+    the training split's (predicted out of fold). A run stores them as its ``val`` labels."""
+    return data.arrays["train/y" if config.data.folds else "val/y"]
 
 
 def data_facts(data: SharedDataset, problem: Problem) -> dict:
@@ -123,7 +161,7 @@ def check_same_data(info: RunInfo, data: SharedDataset, problem: Problem) -> Non
     if facts["fingerprint"] != then:
         raise DataError(f"{facts['path']}: the data differs from the run's (fingerprint {facts['fingerprint']}, the run's {then}); "
                         "a resumed run trains on the same data (same file, split fractions and split seed)")
-    if not (np.array_equal(data.arrays["val/y"], info.val_y) and np.array_equal(data.arrays["test/y"], info.test_y)):
+    if not (np.array_equal(choice_labels(data, info.config), info.val_y) and np.array_equal(data.arrays["test/y"], info.test_y)):
         raise DataError(f"{facts['path']}: the val/test labels differ from the run's; this is not the same data")
     if facts["problem"] != info.data["problem"]:
         raise DataError(f"{facts['path']}: the training targets differ from the run's ({facts['problem']} against {info.data['problem']})")

@@ -16,6 +16,7 @@ from data_bcast.h5file import first_line
 from ensemble.problem import Problem
 from evolve import __version__
 from evolve.config.schema import Config, SearchConfig
+from evolve.engine.evaluations import FoldPlan
 from evolve.engine.loop import HungWorker, run_search
 from evolve.engine.state import SearchState
 from evolve.errors import RunDirError
@@ -28,7 +29,7 @@ from evolve.transport.worker import trainer_for
 
 from .cli import StopFlag
 from .log import LOG
-from .prepare import Prepared, data_facts
+from .prepare import AUTO_FOLDS_UNDER, Prepared, choice_labels, data_facts
 from .progress import Progress
 from .report import describe_space, format_summary, summarize
 from .reselect import SelectionCache
@@ -111,8 +112,9 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
     """Search until the budget is spent or a signal stops it (``stop`` counts the signals since the job
     started: one that came during start-up stops the search before it sends anything); returns the exit status."""
     _say_data(comm, data)
+    _say_choice(config, data, problem)
     state, info = _session_state(config, data, problem, prepared)
-    transport = InProcessTransport(trainer_for(trainer_data), 1) if comm.size == 1 else MPIMasterTransport(comm, MASTER)
+    transport = InProcessTransport(trainer_for(trainer_data, config.data.split_seed), 1) if comm.size == 1 else MPIMasterTransport(comm, MASTER)
     budget = config.search.evaluations
     say(f"searching with {len(transport.workers)} worker(s), budget {budget} evaluations; run directory {prepared.run_dir}")
     write_json(os.path.join(prepared.run_dir, DEVICES_NAME), {"session": info.sessions, "workers": prepared.devices or []})
@@ -124,7 +126,8 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
         save(state)
         searched = replace(config, search=_DrainBySignal(config.search, stop))
         finished = run_search(state, transport, space, searched, checkpoint=track.checkpoints(save), on_result=track.results(progress),
-                              should_stop=stop, journal=save.open_journal(), say=say, validation=(problem, info.val_y))
+                              should_stop=stop, journal=save.open_journal(), say=say, validation=(problem, info.val_y),
+                              folds=fold_plan(config, data, problem))
         progress.close()
         save(state)
         track.ensemble(state, always=True)  # the session's last
@@ -150,6 +153,28 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
     return 0
 
 
+def fold_plan(config: Config, data: SharedDataset, problem: Problem) -> FoldPlan | None:
+    """How the run cross-validates (``data.folds``), or None."""
+    if not config.data.folds:
+        return None
+    return FoldPlan.of(config.data.folds, data.arrays["train/y"], data.arrays["test/y"], problem, config.data.split_seed)
+
+
+def _say_choice(config: Config, data: SharedDataset, problem: Problem) -> None:
+    """What networks and the ensemble are chosen on, and how far to trust it: all training rows out of fold,
+    or a val split (a small one said so, with the standard error of an accuracy measured on it)."""
+    rows = {s: data.plan.spec(f"{s}/y").shape[0] for s in ("train", "val")}
+    if config.data.folds:
+        say(f"cross-validation: {config.data.folds} folds of the {rows['train']} training rows; networks are scored, and the "
+            f"ensemble chosen, on their out-of-fold predictions over all {rows['train']} (data.folds)")
+        return
+    n, source = rows["val"], "the file's own val split" if data.plan.sources["val"] == "file" else "held out of train"
+    if problem.kind == "classification" and n < AUTO_FOLDS_UNDER:
+        say(f"validation: {n} rows ({source}); an accuracy measured on them has a standard error of up to "
+            f"{0.5 / n ** 0.5:.3f}, so networks closer than that are told apart by chance"
+            + ("; data.folds = 5 would choose on every training row instead" if data.plan.sources["val"] != "file" else ""))
+
+
 def _say_data(comm, data: SharedDataset) -> None:
     stats = data.stats
     say(
@@ -166,7 +191,7 @@ def _session_state(config: Config, data: SharedDataset, problem: Problem, prepar
     if state is None:
         state = SearchState.fresh(config.search.seed, config.ensemble.candidates)
         info = RunInfo(config=config, gene_names=list(config.space.names), data=data_facts(data, problem),
-                       val_y=data.arrays["val/y"].copy(), test_y=data.arrays["test/y"].copy(), version=__version__,
+                       val_y=choice_labels(data, config).copy(), test_y=data.arrays["test/y"].copy(), version=__version__,
                        preset=prepared.preset)
         say(f"search space: {describe_space(info.preset)}")
     else:

@@ -51,6 +51,7 @@ class DataConfig:
     shared_memory: bool = LoadOptions.shared_memory  # one host copy per node (a /dev/shm file the node's ranks map, unlinked at once)
     allow_external: bool = LoadOptions.allow_external  # read datasets whose data lives in other files (external links, virtual, external storage)
     mode: str = LoadOptions.mode  # "replicate": every node holds all of train; "shard": each node a disjoint 1/nodes of train, for data beyond a node's memory (val/test stay whole; docs/data-format.md)
+    folds: int | str = "auto"  # cross-validation: each network trained k times, each without one fold of the training rows, chosen and ensembled on its out-of-fold predictions over all of them (docs/folds.md); 0: a val split instead; "auto": 5 folds on a file without its own val split and under 1,000 training rows, else 0
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,14 @@ def _type_name(t: type) -> str:
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[t]
 
 
+MAX_FOLDS = 20
+
+
 def _check_value(key: str, value, expected: type):
+    if key == "data.folds":  # "auto" or a number of folds
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and (value == 0 or 2 <= value <= MAX_FOLDS)):
+            return value
+        raise ConfigError(f"data.folds must be \"auto\", 0 (a val split) or a number of folds from 2 to {MAX_FOLDS}, got {value!r}")
     ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         value, ok = float(value), True

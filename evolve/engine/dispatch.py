@@ -116,13 +116,17 @@ class Dispatcher:
         self.idle.append(worker)
         self.inflight -= 1
         self.suspects -= sent.individual.attempts > 0
-        if self.journal is not None and result.evaluation.status != SKIPPED:
-            self.journal.done(result.task_id)
         if tasks:  # the worker starts its next task now: a job death from here on counts against it
             tasks[0].since, tasks[0].started = self.clock(), self.wall_clock()
             if self.journal is not None:
                 self.journal.sent(tasks[0].individual, tasks[0].individual.attempts + 1)
         return sent
+
+    def finished(self, ident: int) -> None:
+        """Individual ``ident`` is recorded: nothing of it is to be redone (noted in the journal; written with
+        its next flush)."""
+        if self.journal is not None:
+            self.journal.done(ident)
 
     def running(self) -> list[tuple[int, float]]:
         """(worker, clock when its training started) of every worker training."""

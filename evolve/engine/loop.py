@@ -17,15 +17,14 @@ from __future__ import annotations
 import gc
 import math
 import time
-from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from ensemble.contribution import EnsembleValue
-from ensemble.hall_of_fame import Member
+from ensemble.hall_of_fame import OPEN, Member
 from ensemble.problem import Problem
 from ensemble.results import failed_evaluation
 from evolve.config.schema import Config
@@ -36,6 +35,7 @@ from evolve.search.strategy import make_strategy
 from evolve.transport.protocol import SKIPPED, Result, Task, Transport
 
 from .dispatch import Dispatcher, Journal, Sent
+from .evaluations import Evaluations, FoldPlan, Open
 from .state import SearchState
 
 CRASHED_MESSAGE = "in flight when 2 jobs ended; not sent again"
@@ -44,9 +44,10 @@ YOUNG_COLLECTION = 50_000  # the garbage collector's first threshold while a sea
 _MASK64 = (1 << 64) - 1
 
 
-def task_seed(search_seed: int, ident: int) -> int:
-    """The torch seed of evaluation ``ident``: fixed by the search seed and the id alone (splitmix64 of the pair)."""
-    z = (search_seed * 0x9E3779B97F4A7C15 + ident + 1) * 0x9E3779B97F4A7C15 & _MASK64
+def task_seed(search_seed: int, ident: int, part: int = 0) -> int:
+    """The torch seed of evaluation ``ident`` (of its fold ``part - 1``, for a fold training): fixed by the search
+    seed, the id and the part alone (splitmix64)."""
+    z = (search_seed * 0x9E3779B97F4A7C15 + (ident ^ (part << 40)) + 1) * 0x9E3779B97F4A7C15 & _MASK64
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
     z = (z ^ (z >> 27)) * 0x94D049BB133111EB & _MASK64
     return (z ^ (z >> 31)) >> 32  # 32 bits, as torch.manual_seed and numpy take them
@@ -79,6 +80,7 @@ def run_search(
     journal: Journal | None = None,
     say: Callable[[str], None] = lambda line: None,
     validation: tuple[Problem, np.ndarray] | None = None,
+    folds: FoldPlan | None = None,
 ) -> bool:
     """Evaluate until ``config.search.evaluations`` evaluations are recorded; True if finished, False if stopped.
 
@@ -97,9 +99,10 @@ def run_search(
     ``search.hang_seconds`` (only with a time limit), after leaving ``state`` ready to checkpoint.
 
     ``validation`` (the problem and the validation labels) is what ``search.selection = "ensemble"``
-    values individuals on; that selection needs it.
+    values individuals on; that selection needs it. ``folds`` (``data.folds``): each network is evaluated
+    by that many fold trainings (:mod:`evolve.engine.evaluations`); None: by one training.
     """
-    search = _Search(state, transport, space, config, checkpoint, on_result, say, clock, wall_clock, journal, validation)
+    search = _Search(state, transport, space, config, checkpoint, on_result, say, clock, wall_clock, journal, validation, folds)
     with _history_frozen():
         return search.run(should_stop, poll_seconds)
 
@@ -130,7 +133,7 @@ class _Search:
     """One session of :func:`run_search`: its parts, and the steps of its loop."""
 
     def __init__(self, state: SearchState, transport: Transport, space: SearchSpace, config: Config, checkpoint, on_result, say,
-                 clock, wall_clock, journal, validation):
+                 clock, wall_clock, journal, validation, folds):
         self.state, self.space, self.search = state, space, config.search
         self.checkpoint, self.on_result, self.say, self.clock, self.wall_clock = checkpoint, on_result, say, clock, wall_clock
         search = self.search
@@ -146,7 +149,7 @@ class _Search:
         self.transport = transport
         self.hall = state.hall_of_fame
         self.hall.grow(config.ensemble.candidates)  # a resume may ask for more candidates; members kept are never dropped
-        self.redo: deque[Pending] = deque()  # sent before and never answered: they go out first
+        self.evaluations = Evaluations(folds)  # networks being evaluated, each one task or one per fold
         self.watch = {"time_limit": search.eval_timeout_seconds}
         self.epochs_at = space.names.index("epochs")  # the key holds epochs like any other gene
         if search.mode == "nsga2" and search.second_objective == "latency":
@@ -182,8 +185,10 @@ class _Search:
         return not self.stopped
 
     def wants(self, ident: int, fitness: float, loss: float) -> bool:
-        """Does the master want this result's payload: does it enter the hall of fame now?"""
-        return self.hall.qualifies(fitness, ident, loss)
+        """Does the master want this result's payload: does it enter the hall of fame now (every fold of a network
+        being cross-validated: its payload is theirs together)?"""
+        wanted = self.evaluations.wants(ident)
+        return self.hall.qualifies(fitness, ident, loss) if wanted is None else wanted
 
     def end_session(self) -> None:
         """Account for the trainings still out, and leave ``state`` ready for the caller's last checkpoint."""
@@ -199,65 +204,78 @@ class _Search:
         crashed = False
         for p in self.state.pending:
             if p.attempts < MAX_ATTEMPTS:
-                self.redo.append(p if p.operators.endswith("+redo") else replace(p, operators=f"{p.operators}+redo"))
+                self.evaluations.start(p, self.space.key(p.genome), self.state.folding.get(p.id)).mark_redo()
                 continue
             now = self.wall_clock()
             self.say(f"warning: evaluation {p.id} was in flight when {p.attempts} jobs ended; recorded as crashed, not sent again")
             self.record(Record.of(p, failed_evaluation(CRASHED_MESSAGE, "crashed"), started=now, finished=now))
             crashed = True
-        self.state.pending = []
+        self.state.pending, self.state.folding = [], {}
         if crashed and self.checkpoint is not None:
             self.save(deaths=lambda worker: 1)
 
     def fill_idle_workers(self) -> None:
+        evaluations = self.evaluations
         while True:
-            remaining = self.search.evaluations - len(self.state.records) - self.dispatch.inflight
-            worker = self.dispatch.free_worker(remaining) if remaining > 0 else None
+            begun = [e for e in evaluations.open.values() if e.begun]
+            room = self.search.evaluations - len(self.state.records) - len(begun)  # networks the budget lets begin
+            tasks = sum(len(e.unsent) for e in begun) + max(room, 0) * evaluations.parts
+            worker = self.dispatch.free_worker(tasks) if tasks > 0 else None
             if worker is None:
                 break
-            proposed = self.propose(room=remaining - len(self.redo))
-            if proposed is None:
+            evaluation = self.propose(room)
+            if evaluation is None:
                 break  # the strategy waits for results (a generation's barrier), or a suspect for another
-            individual, key = proposed
-            self.dispatch.send(worker, individual, self.task(individual, key))
+            fold = evaluations.take_part(evaluation)
+            self.dispatch.send(worker, evaluation.individual, self.task(evaluation, fold))
         self.dispatch.flush()
 
-    def propose(self, room: int) -> tuple[Pending, tuple] | None:
-        """The next individual and its key (what it decodes to: see SearchSpace.key): one to redo first, else
-        (while the budget has ``room`` beyond those) a new one from the strategy; None if none may go now.
+    def propose(self, room: int) -> Open | None:
+        """The network whose part goes out next: an open one with parts not yet out (the next fold of one being
+        cross-validated, or one to redo, while the budget has ``room`` for networks to begin) first, else (with
+        ``room``) a new one from the strategy; None if none may go now.
 
         A suspect (an individual out when a job died) goes out only while no other is out: two suspects
         out together at another death would both be blamed, though one killed the job."""
-        for i, individual in enumerate(self.redo):
-            if individual.attempts == 0 or not self.dispatch.suspects:
-                del self.redo[i]
-                return individual, self.space.key(individual.genome)
-        if room <= 0:
+        waiting = 0  # open networks not begun: they take the room before new ones
+        for evaluation in self.evaluations.waiting():
+            if (evaluation.begun or room > 0) and (evaluation.individual.attempts == 0 or not self.dispatch.suspects):
+                return evaluation
+            waiting += not evaluation.begun
+        if room - waiting <= 0:
             return None
         proposal = self.strategy.ask()
         if proposal is None:
             return None
         self.state.next_id += 1
         individual = Pending(id=self.state.next_id - 1, genome=proposal.genome, parents=proposal.parents, operators=proposal.operators)
-        return individual, proposal.key
+        return self.evaluations.start(individual, proposal.key)
 
-    def task(self, individual: Pending, key: tuple) -> Task:
-        """The task of an individual: its genome's key (the worker decodes its settings), seed, entry bar and watch."""
+    def task(self, evaluation: Open, fold: tuple) -> Task:
+        """The task of one part of a network: its genome's key (the worker decodes its settings), seed, entry bar
+        and watch; a fold training comes back whole (see :meth:`wants`), so it carries an open bar."""
         watch = dict(self.watch)
+        key, ident = evaluation.key, evaluation.individual.id
         if self.bars is not None:
             watch.update(stop_below=self.bars.bars(key[self.epochs_at]), warmup=self.search.early_stopping_warmup)
-        return Task.from_key(individual.id, self.space, key, task_seed(self.search.seed, individual.id), self.hall.entry_bar(), watch)
+        seed = task_seed(self.search.seed, ident, fold[0] + 1 if fold else 0)
+        return Task.from_key(ident, self.space, key, seed, OPEN if fold else self.hall.entry_bar(), watch, fold)
 
     def take(self, worker: int, result: Result, sent: Sent) -> None:
-        """A result back: recorded, told, offered to the hall of fame (a task skipped at a drain is redone instead)."""
+        """A result back: recorded, told, offered to the hall of fame once its network's evaluation is complete
+        (a task skipped at a drain is redone instead)."""
         ev = result.evaluation
         if ev.status == SKIPPED:
-            self.redo.append(sent.individual)
+            self.evaluations.skipped(sent.individual.id, sent.task.fold)
             return
         self.state.busy_seconds += self.clock() - sent.since
         if ev.status == "ok" and not math.isfinite(ev.fitness):  # a worker's bug must not put NaN into the search
             ev = failed_evaluation(f"the worker returned a fitness of {ev.fitness}", seconds=ev.seconds, epochs_done=ev.epochs_done)
-        record = Record.of(sent.individual, ev, worker, sent.started, self.wall_clock())
+        complete = self.evaluations.returned(sent.individual.id, sent.task.fold, ev)
+        if complete is None:
+            return  # more parts to come, or a part of a network recorded already
+        evaluation, ev = complete
+        record = Record.of(evaluation.individual, ev, worker, sent.started, self.wall_clock())
         member = None
         if record.status == "ok" and ev.has_payload:
             task = sent.task
@@ -268,6 +286,7 @@ class _Search:
     def record(self, record: Record, member: Member | None = None) -> None:
         """Remember a result, tell the strategy and the early-stopping bars, and offer ``member`` to the hall of fame."""
         self.state.records.append(record)
+        self.dispatch.finished(record.id)
         if member is not None:  # first: ensemble selection values the newcomer by its predictions
             self.hall.offer(member)
         self.strategy.tell(record)
@@ -339,7 +358,8 @@ class _Search:
     def save_point(self, deaths: Callable[[int], int]) -> None:
         """Bring ``state`` up to date for a checkpoint: its accounts, what is out (see Dispatcher.outstanding), the strategy."""
         self.state.capacity_seconds = self.capacity_before + len(self.transport.workers) * (self.clock() - self.loop_start)
-        self.state.pending = self.dispatch.outstanding(deaths) + list(self.redo)
+        self.state.pending = self.evaluations.pending(self.dispatch.outstanding(deaths))
+        self.state.folding = self.evaluations.folding()
         self.state.strategy = self.strategy.to_state()
         self.state.dispatch = {**self.dispatch.view(), "session_started": self.session_started, "saved_at": self.wall_clock()}
 

@@ -22,6 +22,9 @@ class SearchState:
     records: list[Record] = field(default_factory=list)
     strategy: dict = field(default_factory=dict)  # the strategy's own state, plain JSON (see evolve.search.strategy)
     pending: list[Pending] = field(default_factory=list)
+    # data.folds: the fold trainings each pending network has back (id -> fold -> its Evaluation, payload
+    # included), so that a resume trains only the rest (evolve.engine.evaluations)
+    folding: dict = field(default_factory=dict)
     hall_of_fame: HallOfFame = field(default_factory=lambda: HallOfFame(EnsembleConfig().candidates))
     selection: Selection | None = None  # the ensemble chosen from the hall of fame, as last saved
     next_id: int = 0

@@ -15,6 +15,8 @@ Layout::
                      (see :mod:`evolve.runfile.segments`)
     /pending/*       individuals sent out but not finished: one column per field of
                      :class:`~evolve.search.records.Pending` (see :mod:`evolve.runfile.columns`); attr crc32
+    /folds           with data.folds: the fold trainings pending networks have back, with their
+                     predictions and weights (see :mod:`evolve.runfile.folding`); attr crc32
     /ensemble        the hall of fame with weights, the labels, and the chosen ensemble
                      (written by :mod:`ensemble.store`, which documents it)
 
@@ -50,6 +52,7 @@ from evolve.search.records import Pending, Record
 from evolve.search.space import SearchSpace
 
 from . import columns as table
+from .folding import read_folding, write_folding
 from .inflight import InFlightLog, inflight_path, merge_into  # noqa: F401 (InFlightLog, inflight_path: the run's API)
 from .segments import Segment, append, merged, read_columns, read_segment, remove_unlisted
 from .tempfiles import exclusive_temp
@@ -60,7 +63,7 @@ FORMAT_VERSION = 14  # the one format this evens reads; every change to the run 
 # the run file: tests/test_segments.py pins this to FORMAT_VERSION, so the version moves with it.
 SCHEMA = {"record": kinds(Record), "pending": kinds(Pending)}
 CHECKPOINT_NAME = RUN_FILE_NAME
-ROOT_OWN = ("segments", "pending", GROUP)  # what the seal of / leaves to their own seals (so it covers the attributes and /rng)
+ROOT_OWN = ("segments", "pending", "folds", GROUP)  # what the seal of / leaves to their own seals (so it covers the attributes and /rng)
 
 
 @dataclass
@@ -265,6 +268,7 @@ def _write_state(f: h5py.File, state: SearchState, info: RunInfo, segments: list
     for name, column in table.encode(state.pending, Pending, len(info.gene_names)).items():
         checksummed(pending, name, column)
     store.seal(pending)
+    write_folding(f, state.folding)
     store.seal(f, ROOT_OWN, attrs=attrs)
 
 
@@ -341,6 +345,8 @@ def _check_consistent(state: SearchState, info: RunInfo) -> None:
     out = [p.id for p in state.pending]
     if len(set(recorded)) != len(recorded) or len(set(out)) != len(out) or set(recorded) & set(out):
         raise ValueError("an evaluation id is recorded or pending twice")
+    if set(state.folding) - set(out):
+        raise ValueError(f"fold trainings are kept for evaluations {sorted(set(state.folding) - set(out))[:5]} that are not pending")
     if state.next_id <= max(recorded + out, default=-1):
         raise ValueError(f"next_id {state.next_id} is not past every evaluation id")
     named = {key: state.strategy.get(key, []) for key in ("population", "told", "front")}
@@ -384,6 +390,7 @@ def _read(f: h5py.File, weights: bool, dropped: list[str]) -> tuple[SearchState,
         busy_seconds=float(f.attrs["busy_seconds"]),
         capacity_seconds=float(f.attrs["capacity_seconds"]),
         dispatch=json.loads(f.attrs["dispatch"]),
+        folding=read_folding(f),
     )
     info = RunInfo(
         config=_config(f.attrs["config"]),

@@ -27,6 +27,12 @@ class DataFacts:
     sample_shape: tuple[int, ...]
     problem: str  # "classification" or "regression"
     n_train: int  # training rows (all nodes' together)
+    folds: int = 0  # data.folds: each training fits on all but one fold of them
+
+    @property
+    def fit_rows(self) -> int:
+        """The rows one training fits on."""
+        return self.n_train * (self.folds - 1) // self.folds if self.folds > 1 else self.n_train
 
 
 def choose(facts: DataFacts) -> tuple[str, str]:

@@ -138,7 +138,7 @@ class MPIMasterTransport:
     def send(self, worker: int, task: Task) -> None:
         if task.key is not None and self._decodes(worker, task.space):
             # id, seed, bar, watch and the key: the worker builds the settings (specs) from the key itself
-            self.comm.send((task.id, task.seed, task.entry_bar, task.watch, task.key), dest=worker, tag=TAG_KEYED)
+            self.comm.send((task.id, task.seed, task.entry_bar, task.watch, task.key, task.fold), dest=worker, tag=TAG_KEYED)
         else:
             self.comm.send(task.plain(), dest=worker, tag=TAG_TASK)
 
@@ -315,8 +315,8 @@ class MPIWorkerChannel:
         if tag == TAG_STOP:
             return None
         if tag == TAG_KEYED:
-            ident, seed, entry_bar, watch, key = message
-            return Task.from_key(ident, self._space, key, seed, entry_bar, watch)
+            ident, seed, entry_bar, watch, key, fold = message
+            return Task.from_key(ident, self._space, key, seed, entry_bar, watch, fold)
         return Task(**message)
 
     def _wanted(self) -> bool:

@@ -31,7 +31,8 @@ from ensemble.specs import NetworkSpec, TrainSpec, network_spec
 class Task:
     """One network to train: its settings as plain values, the seed for its weights and batches,
     and the hall of fame's entry bar (see :func:`ensemble.hall_of_fame.clears`): a result that does
-    not clear it comes back without its payload.
+    not clear it comes back without its payload. ``fold`` is ``(j, k)`` for one fold training of a
+    cross-validated network (trained without fold j of k, scored on it: :mod:`ensemble.folds`), or ``()``.
 
     ``network`` and ``training`` are the settings as dicts of plain values (NetworkSpec and
     TrainSpec fields). The master makes its tasks from a genome's :meth:`~evolve.search.space.SearchSpace.key`
@@ -39,13 +40,14 @@ class Task:
     builds them from the key (see :mod:`evolve.transport.mpi_transport`), so the master never does.
     """
 
-    __slots__ = ("id", "seed", "entry_bar", "watch", "key", "space", "_network", "_training")
+    __slots__ = ("id", "seed", "entry_bar", "watch", "fold", "key", "space", "_network", "_training")
 
     def __init__(self, id: int, network: dict | None = None, training: dict | None = None, seed: int = 0,  # noqa: A002
-                 entry_bar: tuple[float, float, int] = OPEN, watch: dict | None = None, *, key: tuple | None = None, space=None):
+                 entry_bar: tuple[float, float, int] = OPEN, watch: dict | None = None, fold: tuple = (), *, key: tuple | None = None,
+                 space=None):
         if (network is None or training is None) and (key is None or space is None):
             raise ValueError("a task needs its network and training settings, or a key and the space that decodes it")
-        self.id, self.seed, self.entry_bar = id, seed, tuple(entry_bar)
+        self.id, self.seed, self.entry_bar, self.fold = id, seed, tuple(entry_bar), tuple(fold)
         self.watch = {} if watch is None else watch  # ensemble.train.Watch fields: early-stopping bars, time limit
         self._network, self._training = network, training
         self.key, self.space = key, space  # the genome's SearchSpace.key, and that SearchSpace
@@ -56,12 +58,13 @@ class Task:
         return cls(ident, _plain(network), _plain(training), seed, entry_bar, dict(watch or {}))
 
     @classmethod
-    def from_key(cls, ident: int, space, key: tuple, seed: int, entry_bar: tuple[float, float, int] = OPEN, watch: dict | None = None) -> Task:
+    def from_key(cls, ident: int, space, key: tuple, seed: int, entry_bar: tuple[float, float, int] = OPEN, watch: dict | None = None,
+                 fold: tuple = ()) -> Task:
         """The task of the genome whose ``space.key`` is ``key``; its settings are decoded when first asked for."""
         if key is None or space is None:
             raise ValueError("a task needs its network and training settings, or a key and the space that decodes it")
         task = cls.__new__(cls)  # what __init__ does, without its checks: once per evaluation on the master
-        task.id, task.seed, task.entry_bar, task.watch = ident, seed, tuple(entry_bar), {} if watch is None else watch
+        task.id, task.seed, task.entry_bar, task.watch, task.fold = ident, seed, tuple(entry_bar), {} if watch is None else watch, tuple(fold)
         task._network = task._training = None
         task.key, task.space = key, space
         return task
@@ -88,7 +91,7 @@ class Task:
     def plain(self) -> dict:
         """Every field as plain values: what ``Task(**plain)`` builds back (settings decoded)."""
         return {"id": self.id, "network": self.network, "training": self.training, "seed": self.seed,
-                "entry_bar": self.entry_bar, "watch": self.watch}
+                "entry_bar": self.entry_bar, "watch": self.watch, "fold": list(self.fold)}
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Task) and self.plain() == other.plain()
@@ -96,7 +99,7 @@ class Task:
     __hash__ = None
 
     def __repr__(self) -> str:
-        return f"Task(id={self.id}, seed={self.seed}, entry_bar={self.entry_bar}, watch={self.watch}, network={self.network}, training={self.training})"
+        return f"Task(id={self.id}, seed={self.seed}, entry_bar={self.entry_bar}, watch={self.watch}, fold={self.fold}, network={self.network}, training={self.training})"
 
 
 def _plain(spec) -> dict:

@@ -106,7 +106,7 @@ def _set_up(setup: dict):
     device = choose_device(d["local_index"], d["prefer"], d["workers_per_gpu"])
     data = DeviceData.from_arrays(arrays, problem_from_dict(setup["problem"]), device, t["precision"], t["loss"], t["class_weights"])
     limit_memory(setup.get("max_host_memory_gb", 0.0))
-    return memory_errors_crash(trainer_for(data)), describe_device(device)
+    return memory_errors_crash(trainer_for(data, t["split_seed"])), describe_device(device)
 
 
 def limit_memory(gigabytes: float) -> None:

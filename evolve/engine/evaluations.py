@@ -1,0 +1,164 @@
+"""A network's evaluation as the tasks it takes: one training, or one per fold of a cross-validation.
+
+The search loop proposes networks; the :class:`Evaluations` turn each into its parts and put the
+parts' results back together, so the :class:`~evolve.engine.dispatch.Dispatcher` sends tasks and
+knows nothing of folds. A network is *open* from its first part out until its record is made:
+
+* with ``data.folds = k``, its k fold trainings are k tasks, each sent to whichever worker is free;
+  when all are back the network's evaluation is their combination (:func:`ensemble.folds.combine_folds`:
+  the mean fitness, the out-of-fold predictions over every training row, the bagged test predictions
+  and the k models). A part that fails, times out or is stopped early ends the network as a whole, as
+  that part ended: its parts not yet sent never go, and those still out are let go when they come back;
+* otherwise it is one task, and its result is the network's.
+
+What an open network has done survives a checkpoint (``SearchState.folding``: its parts back, with their
+payloads), so a resumed search trains only the folds still missing.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Iterator
+
+import numpy as np
+
+from ensemble.folds import assign_folds, combine_folds
+from ensemble.problem import Problem
+from ensemble.results import Evaluation
+from evolve.search.records import Pending
+
+
+@dataclass(frozen=True)
+class FoldPlan:
+    """How the run cross-validates: ``folds`` k, each training row's fold, and what scores a combination."""
+
+    folds: int
+    fold: np.ndarray  # (n_train,) fold of each training row
+    problem: Problem
+    train_y: np.ndarray
+    test_y: np.ndarray
+
+    @classmethod
+    def of(cls, folds: int, train_y: np.ndarray, test_y: np.ndarray, problem: Problem, seed: int) -> FoldPlan:
+        """The plan every worker follows: the folds :func:`ensemble.folds.assign_folds` deals with ``seed``."""
+        return cls(folds, assign_folds(train_y, folds, seed, problem.kind == "classification"), problem, train_y, test_y)
+
+    def combine(self, parts: list[Evaluation]) -> Evaluation:
+        return combine_folds(parts, self.fold, self.problem, self.train_y, self.test_y)
+
+
+@dataclass
+class Open:
+    """A network being evaluated: its individual, its key, and its parts (fold indices; ``[-1]`` for one whole training)."""
+
+    individual: Pending
+    key: tuple
+    unsent: deque = field(default_factory=deque)  # parts not out
+    out: int = 0  # parts out now
+    done: dict[int, Evaluation] = field(default_factory=dict)  # parts back, in the order they came
+
+    @property
+    def begun(self) -> bool:
+        """Has a part of it gone out (in this session), or come back (in any)? Then it counts against the budget."""
+        return self.out > 0 or bool(self.done)
+
+    def mark_redo(self) -> None:
+        """Sent again after a stop or a job's end: its operators say so (as a record will)."""
+        if not self.individual.operators.endswith("+redo"):
+            self.individual = replace(self.individual, operators=f"{self.individual.operators}+redo")
+
+
+WHOLE = -1  # the part of a network that is not cross-validated: its one training
+
+
+class Evaluations:
+    """The open networks, in the order they were opened. ``plan`` None: every network is one task."""
+
+    def __init__(self, plan: FoldPlan | None = None):
+        self.plan = plan
+        self.open: dict[int, Open] = {}
+        self.let_go: dict[int, int] = {}  # networks recorded while parts of them were out: id -> parts still out
+
+    @property
+    def parts(self) -> int:
+        return self.plan.folds if self.plan is not None else 1
+
+    def start(self, individual: Pending, key: tuple, done: dict[int, Evaluation] | None = None) -> Open:
+        """Open ``individual``'s evaluation; ``done``: the parts a previous job finished (a resume)."""
+        parts = range(self.plan.folds) if self.plan is not None else [WHOLE]
+        done = dict(done or {})
+        evaluation = Open(individual, key, deque(p for p in parts if p not in done), 0, done)
+        self.open[individual.id] = evaluation
+        return evaluation
+
+    def waiting(self) -> Iterator[Open]:
+        """The open networks with parts not yet out, oldest first."""
+        return (e for e in self.open.values() if e.unsent)
+
+    def take_part(self, evaluation: Open) -> tuple[int, ...]:
+        """The next part of ``evaluation`` to send: ``(j, k)`` for fold j of k, ``()`` for a whole training."""
+        part = evaluation.unsent.popleft()
+        evaluation.out += 1
+        return () if part == WHOLE else (part, self.plan.folds)
+
+    def skipped(self, ident: int, fold: tuple) -> None:
+        """A part that never ran (dropped at a drain): it goes out again first."""
+        if ident in self.let_go:
+            self._release(ident)
+            return
+        evaluation = self.open[ident]
+        evaluation.out -= 1
+        evaluation.unsent.appendleft(fold[0] if fold else WHOLE)
+
+    def wants(self, ident: int) -> bool | None:
+        """Does a part of network ``ident`` come back whole? True for a fold of an open network (the
+        network's payload is made of them all), False for a part let go; None: the hall of fame decides."""
+        if ident in self.let_go:
+            return False
+        return True if self.plan is not None and ident in self.open else None
+
+    def returned(self, ident: int, fold: tuple, ev: Evaluation) -> tuple[Open, Evaluation] | None:
+        """A part back. The network's evaluation once it is complete, or ended by a part that was not ``ok``;
+        None while parts are still to come (or for a part of a network already recorded)."""
+        if ident in self.let_go:
+            self._release(ident)
+            return None
+        evaluation = self.open[ident]
+        evaluation.out -= 1
+        if not fold:
+            return self._close(evaluation), ev
+        held, k = fold
+        if ev.status != "ok":
+            ev.message = f"fold {held + 1} of {k}: {ev.message}" if ev.message else f"fold {held + 1} of {k}"
+            ev.epochs_done += sum(p.epochs_done for p in evaluation.done.values())
+            ev.seconds += sum(p.seconds for p in evaluation.done.values())
+            return self._close(evaluation), ev.drop_payload()
+        evaluation.done[held] = ev
+        if len(evaluation.done) < k:
+            return None
+        return self._close(evaluation), self.plan.combine([evaluation.done[j] for j in range(k)])
+
+    def _close(self, evaluation: Open) -> Open:
+        del self.open[evaluation.individual.id]
+        if evaluation.out:
+            self.let_go[evaluation.individual.id] = evaluation.out
+        return evaluation
+
+    def _release(self, ident: int) -> None:
+        self.let_go[ident] -= 1
+        if not self.let_go[ident]:
+            del self.let_go[ident]
+
+    def pending(self, out: list[Pending]) -> list[Pending]:
+        """Every open network once, as a resume must redo it: ``out`` (the dispatcher's tasks out, each with its
+        attempts) gives the attempts of those with parts out; networks already recorded are left out."""
+        attempts: dict[int, Pending] = {}
+        for p in out:
+            if p.id in self.open and (p.id not in attempts or p.attempts > attempts[p.id].attempts):
+                attempts[p.id] = p
+        return [attempts.get(ident, e.individual) for ident, e in self.open.items()]
+
+    def folding(self) -> dict[int, dict[int, Evaluation]]:
+        """The parts each open network has back (fold -> its evaluation, payload included): what a checkpoint keeps."""
+        return {ident: dict(e.done) for ident, e in self.open.items() if e.done}
+
