@@ -67,6 +67,7 @@ class LoadedMember:
     weight: float
     models: list[torch.nn.Module]
 
+    @torch.no_grad()
     def predictions(self, head: Head, x: torch.Tensor) -> np.ndarray:
         """The member's prediction for ``x`` (float, on the models' device): float32 (N, outputs)."""
         preds = [head.predictions(model(x)).cpu().numpy() for model in self.models]

@@ -52,8 +52,9 @@ class Progress:
 
     def __init__(self, total: int, done: int, metric: str = "accuracy", quiet: bool = False, every: float = 60.0,
                  workers: int = 0, stream=sys.stderr, clock=time.monotonic, higher_is_better: bool | None = None,
-                 choose: Callable[[HallOfFame], Selection | None] | None = None):
+                 choose: Callable[[HallOfFame], Selection | None] | None = None, rows: str = "val"):
         self.metric = metric  # the name of the search's metric: fitness is it, or minus it where lower is better
+        self.rows = rows  # what the rows networks are scored on are called: "val", or "oof" (out of fold)
         self.higher = metric in ("accuracy", "balanced_accuracy", "macro_f1", "r2") if higher_is_better is None else higher_is_better
         self.quiet = quiet
         self.stream = stream
@@ -93,7 +94,7 @@ class Progress:
     def line(self, f: dict) -> str:
         name = self.metric
         parts = [f"status {f['done']}/{self.total} ({100 * f['done'] / max(1, self.total):.0f} %)",
-                 f"best val {name} {score_text(f['best'], name)}", f"ensemble {score_text(f['ensemble'], name)}"]
+                 f"best {self.rows} {name} {score_text(f['best'], name)}", f"ensemble {score_text(f['ensemble'], name)}"]
         if self.workers:
             parts.append(f"{self.workers} workers")
         parts += [f"{f['per_minute']:.1f}/min", f"ETA {_duration(f['eta'])}"]

@@ -86,13 +86,15 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
         "space": info.preset,
         "data": info.data,
         "hall_of_fame": {"members": len(hall), "capacity": hall.capacity, "ids": hall.ids},
+        "chosen_on": chosen_on(info, problem),
         "best": None,
         "ensemble": ensemble_scores(state, info, problem),
     }
     space = info.space()
     stopped = [r for r in state.records if r.status == "stopped"]
     if stopped:
-        planned = {r.id: space.candidate(r.genome)[1].epochs for r in stopped}
+        folds = max(info.config.data.folds, 1)  # a folded network planned its epochs once per fold
+        planned = {r.id: space.candidate(r.genome)[1].epochs * folds for r in stopped}
         summary["early_stopping"] = {
             "stopped": len(stopped),
             "epochs_saved": epochs_saved(stopped, planned),
@@ -108,6 +110,17 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
         if problem.kind == "classification" and kept is not None:
             summary["best"]["test_calibration"] = problem.calibration(kept.test_pred, info.test_y)
     return summary
+
+
+def chosen_on(info: RunInfo, problem: Problem) -> dict:
+    """The rows that decided which networks were kept and what the ensemble is: how many, which, and (for a
+    classification) the standard error of an accuracy measured on them, at most 0.5 / sqrt(rows)."""
+    rows, folds = len(info.val_y), info.config.data.folds
+    facts = {"rows": rows, "folds": folds, "split": "training rows, out of fold" if folds else "validation rows",
+             "word": "oof" if folds else "val"}
+    if problem.kind == "classification" and rows:
+        facts["accuracy_se_max"] = 0.5 / math.sqrt(rows)
+    return facts
 
 
 SCALARS = ("integer", "real", "label", "text")
@@ -194,21 +207,24 @@ def format_pareto(front: list[dict], metric: str) -> list[str]:
     return lines
 
 
-def _scores_text(s: dict, metric: str, searched: dict | None = None) -> str:
-    """Val and test scores: the headline, and the search's own metric beside it where that is another."""
+def _scores_text(s: dict, metric: str, searched: dict | None = None, val: str = "val") -> str:
+    """Val and test scores: the headline, and the search's own metric beside it where that is another. ``val``
+    names the rows chosen on ("oof": the training rows out of fold, with data.folds)."""
     if metric == "accuracy":
-        text = f"val {score_text(s['val_accuracy'])}  test {score_text(s['test_accuracy'])}"
+        text = f"{val} {score_text(s['val_accuracy'])}  test {score_text(s['test_accuracy'])}"
     else:
-        text = (f"val rmse {score_text(s['val_rmse'], 'rmse')} r2 {score_text(s['val_r2'], 'r2')}  "
+        text = (f"{val} rmse {score_text(s['val_rmse'], 'rmse')} r2 {score_text(s['val_r2'], 'r2')}  "
                 f"test rmse {score_text(s['test_rmse'], 'rmse')} r2 {score_text(s['test_r2'], 'r2')}")
     key = (searched or {}).get("key", metric)
     if key not in (metric, "r2") and f"val_{key}" in s and f"test_{key}" in s:
-        text += f"  ({key}: val {score_text(s[f'val_{key}'], key)}  test {score_text(s[f'test_{key}'], key)})"
+        text += f"  ({key}: {val} {score_text(s[f'val_{key}'], key)}  test {score_text(s[f'test_{key}'], key)})"
+    if s.get("fold_std") is not None:
+        text += f"  (spread over folds {score_text(s['fold_std'], key)})"
     return text
 
 
-def format_curve(e: dict) -> list[str]:
-    """The ensemble curve: the headline metric on val and test after each pick."""
+def format_curve(e: dict, val: str = "val") -> list[str]:
+    """The ensemble curve: the headline metric on val (``val``: the rows' name) and test after each pick."""
     c = e["curve"]
     n = len(c["path"])
     stride = math.ceil(n / CURVE_LINES)  # bagged selection pools up to bags x size picks: every stride-th is shown
@@ -217,7 +233,7 @@ def format_curve(e: dict) -> list[str]:
     lines = [f"ensemble curve ({e['method']}, {c['metric']} after {every}; * = the ensemble kept):"]
     for i in shown:
         mark = "*" if i + 1 == e["picks"] else " "
-        lines.append(f"  {mark}{i + 1:>3}  +#{c['path'][i]:<6} val {score_text(c['val'][i], c['metric'])}  test {score_text(c['test'][i], c['metric'])}")
+        lines.append(f"  {mark}{i + 1:>3}  +#{c['path'][i]:<6} {val} {score_text(c['val'][i], c['metric'])}  test {score_text(c['test'][i], c['metric'])}")
     return lines
 
 
@@ -245,9 +261,15 @@ def format_summary(s: dict) -> str:
         lines.append(f"early stopping: {counted(e['stopped'], 'network')} stopped below the median, saving {counted(e['epochs_saved'], 'epoch')} "
                      f"({e['epochs_trained']} trained in all)")
     metric = s["metric"]
+    chosen = s.get("chosen_on") or {"word": "val"}
+    word = chosen["word"]
+    if "rows" in chosen:
+        se = f"; an accuracy on them has a standard error of up to {chosen['accuracy_se_max']:.3f}" if "accuracy_se_max" in chosen else ""
+        how = f" ({chosen['folds']} folds)" if chosen["folds"] else ""
+        lines.append(f"chosen on: {chosen['rows']} {chosen['split']}{how}{se}")
     if s["best"]:
         b = s["best"]
-        lines.append(f"best network #{b['id']}: {_scores_text(b, metric, s.get('search_metric'))}  ({describe(b['genome'])})")
+        lines.append(f"best network #{b['id']}: {_scores_text(b, metric, s.get('search_metric'), word)}  ({describe(b['genome'])})")
     if s.get("pareto"):
         lines.extend(format_pareto(s["pareto"], metric))
     e = s["ensemble"]
@@ -261,9 +283,9 @@ def format_summary(s: dict) -> str:
         )
         lines.append(
             f"ensemble ({e['method']}, {counted(e['picks'], 'pick')} of {counted(len(e['members']), 'network')}: {members}): "
-            f"{_scores_text(e, metric, s.get('search_metric'))}  ({spread})"
+            f"{_scores_text(e, metric, s.get('search_metric'), word)}  ({spread})"
         )
-        lines.extend(format_curve(e))
+        lines.extend(format_curve(e, word))
         if e.get("test_calibration") and s["best"] and s["best"].get("test_calibration"):
             b, c = s["best"]["test_calibration"], e["test_calibration"]
             lines.append(f"calibration on test (negative log-likelihood, expected calibration error): best network {b['nll']:.4f}, "
@@ -302,15 +324,16 @@ def failures_by_kind(state: SearchState) -> dict[str, dict]:
     return kinds
 
 
-def format_top(top: list[dict], metric: str, k: int, picks: int = 0) -> list[str]:
-    """The table of :func:`top_networks` (``k`` asked for), with each member's share of the ensemble's ``picks``."""
+def format_top(top: list[dict], metric: str, k: int, picks: int = 0, val: str = "val") -> list[str]:
+    """The table of :func:`top_networks` (``k`` asked for), with each member's share of the ensemble's ``picks``
+    (``val``: what the rows chosen on are called, "oof" with data.folds)."""
     if not top:
         return []
     key = "accuracy" if metric == "accuracy" else "rmse"
     best = [t for t in top if t["rank"] <= k]
     marks = f"* = in the ensemble, with its picks of the {picks}" if picks else "no ensemble chosen"
     lines = [f"top {len(best)} networks ({marks}):",
-             f"  {'id':>6}  {'rank':>4}  {'val ' + key:>12}  {'test ' + key:>13}  {'params':>9}  {'train s':>8}  {'picks':>5}  network"]
+             f"  {'id':>6}  {'rank':>4}  {val + ' ' + key:>12}  {'test ' + key:>13}  {'params':>9}  {'train s':>8}  {'picks':>5}  network"]
     for i, t in enumerate(top):
         if i == len(best):
             lines.append(f"  and the ensemble's other {counted(len(top) - len(best), 'member')}:")
@@ -363,7 +386,7 @@ def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | N
         return json.dumps(summary, indent=2, sort_keys=True)
     text = format_summary(summary)
     picks = summary["ensemble"]["picks"] if summary["ensemble"] else 0
-    extra = format_top(summary["top"], summary["metric"], top, picks) + format_failures(summary["failures"])
+    extra = format_top(summary["top"], summary["metric"], top, picks, summary["chosen_on"]["word"]) + format_failures(summary["failures"])
     return "\n".join([text, *extra, *notes])
 
 

@@ -120,7 +120,8 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
     write_json(os.path.join(prepared.run_dir, DEVICES_NAME), {"session": info.sessions, "workers": prepared.devices or []})
     save = Checkpointer(prepared, info, started)
     progress = Progress(budget, len(state.records), problem.metric_key, higher_is_better=problem.higher_is_better, quiet=quiet,
-                        every=prepared.status_seconds, workers=len(transport.workers), choose=save.choose)
+                        every=prepared.status_seconds, workers=len(transport.workers), choose=save.choose,
+                        rows="oof" if config.data.folds else "val")
     track = open_tracker(config, prepared.run_dir, space, problem, state, say)  # [track]: TensorBoard, or nothing
     try:
         save(state)

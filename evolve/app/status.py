@@ -108,6 +108,10 @@ def status(run_dir: str, now: float | None = None) -> dict:
         "longest_training": None,
         "worker_utilization": summary["worker_utilization"],
         "sessions": summary["sessions"],
+        "chosen_on": summary["chosen_on"],
+        "folds": info.config.data.folds,  # with cross-validation: networks begun, and their fold trainings back
+        "networks_open": len(state.pending) if info.config.data.folds else None,
+        "folds_back": sum(len(parts) for parts in state.folding.values()) if info.config.data.folds else None,
     }
     if view.get("training"):
         rank, ident, started = min(view["training"], key=lambda t: t[2])
@@ -142,10 +146,16 @@ def _duration(seconds: float) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
-def _scores(s: dict, metric: str) -> str:
+def _scores(s: dict, metric: str, val: str = "val") -> str:
     if metric == "accuracy":
-        return f"val {score_text(s['val_accuracy'])}  test {score_text(s['test_accuracy'])}"
-    return f"val rmse {score_text(s['val_rmse'], 'rmse')}  test rmse {score_text(s['test_rmse'], 'rmse')}"
+        return f"{val} {score_text(s['val_accuracy'])}  test {score_text(s['test_accuracy'])}"
+    return f"{val} rmse {score_text(s['val_rmse'], 'rmse')}  test rmse {score_text(s['test_rmse'], 'rmse')}"
+
+
+def _folds_line(s: dict) -> str:
+    """Cross-validation: the folds, the rows chosen on, and the networks begun with their fold trainings back."""
+    return (f"cross-validation: {s['folds']} folds of {s['chosen_on']['rows']} training rows; at the last checkpoint "
+            f"{counted(s['networks_open'], 'network')} begun and not recorded, with {counted(s['folds_back'], 'fold training')} back")
 
 
 def _evaluations_line(s: dict) -> str:
@@ -203,12 +213,15 @@ def format_status(s: dict) -> str:
         held = "no job holds the run"
     lines = [f"{s['run_dir']}: {held}; last checkpoint {_duration(s['checkpoint_age_seconds'])} ago",
              _evaluations_line(s), _workers_line(s)]
+    if s.get("folds"):
+        lines.append(_folds_line(s))
+    word = s["chosen_on"]["word"]
     best = s["best"]
     if best:
-        lines.append(f"best network: #{best['id']} {_scores(best, metric)}")
+        lines.append(f"best network: #{best['id']} {_scores(best, metric, word)}")
     e = s["ensemble"]
     if e:
-        lines.append(f"ensemble: {counted(len(set(e['members'])), 'network')} ({e['method']}), {_scores(e, metric)}")
+        lines.append(f"ensemble: {counted(len(set(e['members'])), 'network')} ({e['method']}), {_scores(e, metric, word)}")
     failures = ", ".join(f"{n} {k}" for k, n in sorted(s["failures"].items()))
     lines.append(f"not ok: {failures}" if failures else "not ok: none")
     return "\n".join(lines)
