@@ -16,9 +16,13 @@ classification accuracy with ties broken by the lower log-loss, or (``"loss"``)
 the lower log-loss, which keeps improving where accuracy has saturated on a
 small validation split; RMSE for regression. With ``bags`` > 0, greedy selection
 runs that many times, each on a random half of the members (at least ``BAG_MIN``; Caruana et al.,
-"Getting the most out of ensemble selection", ICDM 2006), and the ensemble is all
-their picks together: a member's weight is its share of every bag's picks, which
-keeps one lucky member from taking the whole ensemble. With ``min_members`` > 1,
+"Getting the most out of ensemble selection", ICDM 2006), and the ensemble is their
+picks together: a member's weight is its share of the picks, which keeps one lucky
+member from taking the whole ensemble. Of the bags, the ensemble keeps the first j
+that score best (the most bags among equals), so that no bag is kept whose picks leave
+the score unchanged while the log-loss gets worse; and should that still score below
+the best member alone, one plain greedy pass (which starts from it) is the ensemble
+instead: it never scores below the best network on the rows that decide. With ``min_members`` > 1,
 greedy selection (bagged or not) that kept fewer distinct members runs again,
 once on all members, with its first ``min_members`` picks forced to be distinct
 (each the best of those not yet picked), and that ensemble is taken if its
@@ -99,14 +103,16 @@ def select_ensemble(
     test = [np.asarray(m.test_pred, dtype=np.float64) for m in members] if test_y is not None else None
     key = lambda scores: problem.selection_key(scores, criterion)  # noqa: E731
     if method == "top_k":
-        order = list(range(min(size, len(members))))
+        chosen = _scored(list(range(min(size, len(members)))), val, test, problem, val_y, test_y, key, keep_best=False)
     elif bags:
-        order = _bagged(val, problem, val_y, size, key, bags, np.random.default_rng(seed))
+        order, ends = _bagged(val, problem, val_y, size, key, bags, np.random.default_rng(seed))
+        chosen = _scored(order, val, test, problem, val_y, test_y, key, keep_best=True, ends=ends)
+        if key(problem.scores(val[0], val_y)) > key(chosen.kept_scores):  # below the best network: one pass from it instead
+            chosen = _scored(_greedy(val, problem, val_y, size, key), val, test, problem, val_y, test_y, key, keep_best=True)
     else:
-        order = _greedy(val, problem, val_y, size, key)
-    chosen = _scored(order, val, test, problem, val_y, test_y, key, keep_best=method == "greedy" and not bags)
+        chosen = _scored(_greedy(val, problem, val_y, size, key), val, test, problem, val_y, test_y, key, keep_best=True)
     distinct = min(min_members, size, len(members))
-    if method == "greedy" and len(set(order[: chosen.picks])) < distinct:
+    if method == "greedy" and len(set(chosen.order[: chosen.picks])) < distinct:
         forced = _scored(_greedy(val, problem, val_y, size, key, distinct), val, test, problem, val_y, test_y, key, keep_best=True,
                          at_least=distinct)
         loss = lambda c: problem.selection_key(c.kept_scores, "loss")  # noqa: E731, the kept prefix's validation loss
@@ -124,9 +130,11 @@ class _Scored(NamedTuple):
     order: list[int]
 
 
-def _scored(order: list[int], val, test, problem: Problem, val_y, test_y, key, keep_best: bool, at_least: int = 1) -> _Scored:
-    """``order`` scored pick by pick: every pick is kept unless ``keep_best``, else the best-scoring prefix
-    (the shortest among equals) that holds ``at_least`` distinct members."""
+def _scored(order: list[int], val, test, problem: Problem, val_y, test_y, key, keep_best: bool, at_least: int = 1,
+            ends: list[int] | None = None) -> _Scored:
+    """``order`` scored pick by pick: every pick is kept unless ``keep_best``, else the best-scoring prefix that
+    holds ``at_least`` distinct members: the shortest among equals, or with ``ends`` (the picks at which each
+    bag's end: pooled bags) the prefix of whole bags, the most bags among equals."""
     val_sum = np.zeros_like(val[0])
     test_sum = np.zeros_like(test[0]) if test is not None else None
     keys, scores, curve_val, curve_test, distinct = [], [], [], [], []
@@ -140,22 +148,27 @@ def _scored(order: list[int], val, test, problem: Problem, val_y, test_y, key, k
             curve_test.append(problem.scores(test_sum / p, test_y)[problem.metric_key])
         distinct.append(len(set(order[:p])))
     allowed = [p for p in range(len(order)) if distinct[p] >= at_least] or [len(order) - 1]
-    picks = 1 + max(allowed, key=lambda p: (keys[p], -p)) if keep_best else len(order)
+    if ends is not None:
+        allowed = [end - 1 for end in ends]
+        picks = 1 + max(allowed, key=lambda p: (keys[p], p))
+    else:
+        picks = 1 + max(allowed, key=lambda p: (keys[p], -p)) if keep_best else len(order)
     return _Scored(picks, curve_val, curve_test, scores[picks - 1], order)
 
 
-def _bagged(val: list[np.ndarray], problem: Problem, val_y: np.ndarray, size: int, key, bags: int, rng) -> list[int]:
-    """Every bag's greedy picks (indices into ``val``), one bag after the other; each bag is a random half of the
-    members (but at least :data:`BAG_MIN`, or all), in their order (so it starts from its best), and keeps the
-    prefix of its picks that scored best."""
-    order = []
+def _bagged(val: list[np.ndarray], problem: Problem, val_y: np.ndarray, size: int, key, bags: int, rng) -> tuple[list[int], list[int]]:
+    """Every bag's greedy picks (indices into ``val``), one bag after the other, and where each bag's end in
+    that order; each bag is a random half of the members (but at least :data:`BAG_MIN`, or all), in their order
+    (so it starts from its best), and keeps the prefix of its picks that scored best."""
+    order, ends = [], []
     for _ in range(bags):
         bag = sorted(rng.choice(len(val), size=min(len(val), max(len(val) // 2, BAG_MIN)), replace=False).tolist())
         in_bag = [val[i] for i in bag]
         picks = _greedy(in_bag, problem, val_y, size, key)
         kept = _scored(picks, in_bag, None, problem, val_y, None, key, keep_best=True).picks
         order += [bag[i] for i in picks[:kept]]
-    return order
+        ends.append(len(order))
+    return order, ends
 
 
 def _greedy(val: list[np.ndarray], problem: Problem, val_y: np.ndarray, size: int, key, distinct: int = 1) -> list[int]:

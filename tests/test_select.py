@@ -216,3 +216,31 @@ def test_evens_select_chooses_again_by_log_loss_and_the_run_keeps_the_setting(tm
     assert loaded.selection == expected and summary["ensemble"]["members"] == expected.ids
     with pytest.raises(Exception, match="criterion"):
         reselect(str(folder), criterion="nonsense")
+
+
+def test_pooled_bags_keep_no_bag_that_leaves_the_score_unchanged_and_the_loss_worse():
+    """Accuracy saturates on a few rows; a bag whose picks leave it unchanged while the log-loss gets worse is cut."""
+    from ensemble.select import _scored
+
+    problem, y = Classification(2), np.array([0, 1, 0, 1])
+    sure = np.array([[0.95, 0.05], [0.05, 0.95]] * 2, dtype=np.float32)
+    unsure = np.array([[0.6, 0.4], [0.4, 0.6]] * 2, dtype=np.float32)
+    key = lambda scores: problem.selection_key(scores, "accuracy")  # noqa: E731
+    assert _scored([0, 1], [sure, unsure], None, problem, y, None, key, keep_best=True, ends=[1, 2]).picks == 1
+    assert _scored([1, 0], [sure, unsure], None, problem, y, None, key, keep_best=True, ends=[1, 2]).picks == 2  # the sure one helps
+    assert _scored([0, 0], [sure, unsure], None, problem, y, None, key, keep_best=True, ends=[1, 2]).picks == 2  # equal: more bags
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 10_000), st.integers(11, 32), st.sampled_from(["accuracy", "loss"]))  # (more than BAG_MIN: bags of halves)
+def test_a_bagged_ensemble_scores_at_least_the_best_network_on_the_rows_that_decide(seed, n_members, criterion):
+    rng = np.random.default_rng(seed)
+    problem, y = Classification(3), rng.integers(0, 3, 30)
+    preds = [rng.dirichlet(np.ones(3) * rng.uniform(0.3, 3), 30).astype(np.float32) for _ in range(n_members)]
+    key = lambda p: problem.selection_key(problem.scores(p, y), criterion)  # noqa: E731
+    members = sorted((Member(i, problem.fitness(problem.scores(p, y)), {}, {}, p, p) for i, p in enumerate(preds)),
+                     key=lambda m: (-m.fitness, m.id))
+    sel = select_ensemble(members, problem, y, None, "greedy", 5, criterion=criterion, bags=8, seed=seed)
+    ensemble = sum(w * preds[i].astype(np.float64) for i, w in zip(sel.ids, sel.weights))
+    got, best = key(ensemble), key(members[0].val_pred)
+    assert got >= best or (np.isclose(got[0], best[0], rtol=0, atol=1e-9) and got[1] >= best[1] - 1e-9), (got, best)
