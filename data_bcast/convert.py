@@ -62,8 +62,10 @@ def npz_to_h5(src: str, dst: str, overwrite: bool = False, ignore_extra: bool = 
     missing = [split for split in ("val", "test") if split not in splits]
     if missing:
         fractions = " and ".join(f"data.{split}_fraction" for split in missing)
+        folds = (" (or, without val and under 1,000 training rows, cross-validates them: data.folds = \"auto\")"
+                 if "val" in missing else "")
         say(f"{src}: no {' or '.join(missing)} split; evens run takes {'it' if len(missing) == 1 else 'them'} from train, "
-            f"held out by {fractions} with data.split_seed")
+            f"held out by {fractions} with data.split_seed{folds}")
     try:
         write_dataset(dst, splits, overwrite=overwrite, classes=classes)
     except OSError as exc:

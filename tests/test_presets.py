@@ -84,3 +84,33 @@ def test_the_preset_examples_have_only_data_and_search_and_get_the_preset_their_
     config = load_config(path)
     resolved, chosen = config.resolved(DataFacts(shape, "classification", 1000))
     assert chosen["chosen"] == preset and chosen["asked"] == "auto" and resolved.space is not None
+
+
+@pytest.mark.parametrize("rows, batches", [(31, [2, 4, 8]), (200, [8, 16, 32]), (4000, [32, 64, 128]), (1_000_000, [64, 128, 256, 512])])
+def test_batch_sizes_fit_the_rows_a_training_fits_on(rows, batches):
+    from evolve.search.presets import batch_sizes
+
+    assert batch_sizes(facts((2, 64), n=rows)) == batches
+    assert batch_sizes(DataFacts((2, 64), "classification", 250, folds=5)) == batch_sizes(facts((2, 64), n=200))  # 4 folds of 5
+
+
+def test_a_model_builders_training_genes_follow_the_data_unless_its_space_declares_them():
+    """A builder's own genes are the user's; its training genes are the presets' (batches and epochs scaled to the
+    data), not the classic 2-12 epochs, and a training gene the [space] table declares stays as declared."""
+    from evolve.search import presets
+
+    raw = {"model": {"builder": "mynets:build"}, "space": {"channels": [16, 32]}}
+    config = config_from_dict(raw)
+    assert config.space is None  # made from the data
+    small = DataFacts((1, 100), "classification", 255)
+    resolved, chosen = config.resolved(small)
+    assert chosen["chosen"] == "builder" and resolved.space.builder == "mynets:build"
+    assert resolved.space.gene("batch_size").domain.options == tuple(presets.batch_sizes(small))
+    assert resolved.space.gene("epochs").to_config() == parse_space({"epochs": presets.training(small)["epochs"]}).gene("epochs").to_config()
+    assert resolved.space.gene("channels").domain.options == (16, 32)
+    own = config_from_dict({**raw, "space": {"channels": [16], "epochs": {"low": 3, "high": 4}}}).resolved(small)[0]
+    assert (own.space.gene("epochs").domain.low, own.space.gene("epochs").domain.high) == (3, 4)
+    again = config_from_dict(resolved.to_dict())  # a run's stored config parses back to the same space
+    assert again.space == resolved.space
+    with pytest.raises(ConfigError, match="presets are for the built-in families"):
+        config_from_dict({**raw, "space": {"preset": "signal"}})

@@ -244,6 +244,8 @@ def describe_space(preset: dict | None) -> str:
     """Which search space a run searches, and why, in one line."""
     if preset is None:
         return "the config's own [space] table (the classic space under its genes)"
+    if preset["chosen"] == "builder":
+        return f"your model builder's genes, with the training genes scaled to the data ({preset['why']})"
     how = f"preset {preset['chosen']}" + (f", chosen for {preset['why']}" if preset["asked"] == "auto" else ", named in the config")
     return how + (f"; the config sets {', '.join(preset['overrides'])}" if preset["overrides"] else "")
 

@@ -21,6 +21,7 @@ from data_bcast.h5file import DataError, DataPlan, inspect_file
 from ensemble.problem import check_metric, user_metric
 from ensemble.references import UserCodeError, add_model_path, find_by_name, first_line, import_by_name, is_reference
 from evolve.config.schema import Config
+from evolve.search.space_config import parse_space
 
 # torch, and ensemble's modules that import it, are imported where a check needs them: a worker rank
 # whose trainings run in a process of their own, with no user code to check, imports no torch.
@@ -57,7 +58,7 @@ def check_builder(config: Config, plan: DataPlan) -> None:
     class (or target); UserCodeError in one line."""
     from ensemble.builders import check_network
 
-    space = config.space
+    space = config.space if config.space is not None else parse_space(config.space_table, config.model.builder)  # (before the data scales its training genes)
     network, _ = space.settings(space.key([0.5] * len(space)))
     check_network(network, plan.sample_shape, outputs_of(plan.kind, plan.num_classes, tuple(plan.target_shape)))
 

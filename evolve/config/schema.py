@@ -32,7 +32,7 @@ from ensemble.references import is_reference
 from ensemble.select import select_ensemble
 from evolve.errors import ConfigError
 from evolve.search import presets
-from evolve.search.space import DEFAULT_SPACE, SearchSpace
+from evolve.search.space import DEFAULT_SPACE, TRAINING_GENES, SearchSpace
 from evolve.search.space_config import parse_space
 
 
@@ -151,6 +151,10 @@ class Config:
         record (None for a config's own space)."""
         if self.space is not None:
             return self, None
+        if self.model.builder:  # the user's genes as declared, the training genes the table leaves out scaled to the data
+            space = parse_space({**presets.training(facts), **self.space_table}, self.model.builder)
+            chosen = {"asked": "auto", "chosen": "builder", "why": f"{facts.fit_rows} rows per training", "overrides": sorted(self.space_table)}
+            return dataclasses.replace(self, space=space, preset="", space_table={}), chosen
         name, why = presets.choose(facts) if self.preset == "auto" else (self.preset, "named in the config")
         space = parse_space({**presets.table(name, facts), **self.space_table})
         chosen = {"asked": self.preset, "chosen": name, "why": why, "overrides": sorted(self.space_table)}
@@ -275,9 +279,13 @@ def _space(raw: dict, builder: str = "") -> dict:
     if not isinstance(table, dict):
         raise ConfigError("[space] must be a table")
     if builder:
-        if "preset" in table:
+        if table.get("preset", "auto") != "auto":
             raise ConfigError("space.preset: presets are for the built-in families; with model.builder, declare your genes in [space]")
-        return {"space": parse_space(table, builder), "preset": ""}
+        genes = {k: v for k, v in table.items() if k != "preset"}
+        parse_space(genes, builder)  # the genes are checked either way
+        if all(name in genes for name in TRAINING_GENES):
+            return {"space": parse_space(genes, builder), "preset": ""}
+        return {"space": None, "preset": "auto", "space_table": genes}  # training genes scaled to the data (resolved)
     if "space" not in raw:
         return {"space": None, "preset": "auto"}
     genes = {k: v for k, v in table.items() if k != "preset"}

@@ -12,6 +12,7 @@ fast networks. Why each range: docs/search-space.md, "Presets".
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from evolve.errors import ConfigError
@@ -55,7 +56,7 @@ def table(name: str, facts: DataFacts) -> dict:
     fits = {"tabular": 1, "signal": 2, "image": 3}[name]
     if len(facts.sample_shape) != fits:
         raise ConfigError(f"space.preset {name!r} is for samples of {fits} dimension(s); the data's are {tuple(facts.sample_shape)}")
-    return {"tabular": _tabular, "signal": _signal, "image": _image}[name](facts) | _training(facts)
+    return {"tabular": _tabular, "signal": _signal, "image": _image}[name](facts) | training(facts)
 
 
 def _widths(facts: DataFacts, top: int) -> list[int]:
@@ -72,8 +73,21 @@ def _epochs(facts: DataFacts) -> dict:
     return {"low": low, "high": high}
 
 
-def _training(facts: DataFacts) -> dict:
-    batches = [32, 64, 128] if facts.n_train <= 20_000 else [64, 128, 256, 512]
+def batch_sizes(facts: DataFacts) -> list[int]:
+    """Batches that fit the rows a training fits on: about a tenth of them in the middle (the published
+    small-series recipes' min(n / 10, 16), Wang et al. 2017), a power of two from 4 to 64, with half and
+    twice it beside; 64 to 512 past 20,000 rows. (A batch of 128 on 31 rows is one optimiser step an epoch.)"""
+    rows = facts.fit_rows
+    if rows > 20_000:
+        return [64, 128, 256, 512]
+    middle = int(min(64, max(4, 2 ** round(math.log2(max(rows, 1) / 10)))))
+    return [max(2, middle // 2), middle, 2 * middle]
+
+
+def training(facts: DataFacts) -> dict:
+    """The training genes every preset has, scaled to the data: a user's model builder gets them too, unless its
+    ``[space]`` declares them."""
+    batches = batch_sizes(facts)
     return {
         "optimizer": ["adam", "adamw"],
         "learning_rate": {"low": 3e-4, "high": 1e-2, "log": True},
