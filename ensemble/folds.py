@@ -75,28 +75,32 @@ def split_fold_weights(weights: dict[str, np.ndarray]) -> list[dict[str, np.ndar
 
 
 def combine_folds(parts: Sequence[Evaluation], fold: np.ndarray, problem: Problem, train_y: np.ndarray,
-                  test_y: np.ndarray) -> Evaluation:
+                  test_y: np.ndarray, refit: Evaluation | None = None) -> Evaluation:
     """One network's evaluation from its k successful fold trainings (``parts[j]``: fold j's, with its payload:
     predictions on fold j's rows and on test, and weights), given each training row's ``fold``.
 
     Fitness is the mean of the folds' (and so is each ``val_`` metric); ``fold_std`` is the folds' spread
     (sample standard deviation); ``oof_`` metrics score the out-of-fold predictions over every training row,
     and ``test_`` ones the bagged test predictions (what the member predicts). The payload: the
-    out-of-fold predictions as ``val_pred`` (row order), the bagged ``test_pred``, and the fold weights."""
+    out-of-fold predictions as ``val_pred`` (row order), the bagged ``test_pred``, and the fold weights. With
+    ``refit`` (the network trained once more on every training row: ``ensemble.refit``), the member is that one
+    model: its test predictions and weights replace the bagged ones (the choice is still made out of fold)."""
     k = len(parts)
     fitness = [p.fitness for p in parts]
     metrics = {name: float(np.mean([p.metrics[name] for p in parts])) for name in parts[0].metrics}  # (test_: replaced below)
     metrics["fold_std"] = float(np.std(fitness, ddof=1)) if k > 1 else 0.0
-    ev = Evaluation(status="ok", fitness=float(np.mean(fitness)), metrics=metrics, seconds=sum(p.seconds for p in parts),
-                    epochs_done=sum(p.epochs_done for p in parts), curve=mean_curve([p.curve for p in parts]))
+    spent = list(parts) + ([refit] if refit is not None else [])
+    ev = Evaluation(status="ok", fitness=float(np.mean(fitness)), metrics=metrics, seconds=sum(p.seconds for p in spent),
+                    epochs_done=sum(p.epochs_done for p in spent), curve=mean_curve([p.curve for p in parts]))
     if all(p.has_payload for p in parts):
         oof = np.zeros((len(fold), parts[0].val_pred.shape[1]), dtype=np.float32)
         for j, p in enumerate(parts):
             oof[fold == j] = p.val_pred
-        test = bagged([p.test_pred for p in parts])
+        test = bagged([p.test_pred for p in parts]) if refit is None else refit.test_pred
         metrics.update({f"oof_{name}": v for name, v in problem.scores(oof, train_y).items()})
         metrics.update({f"test_{name}": v for name, v in problem.scores(test, test_y).items()})
-        ev.val_pred, ev.test_pred, ev.weights = oof, test, fold_weights([p.weights or {} for p in parts])
+        ev.val_pred, ev.test_pred = oof, test
+        ev.weights = fold_weights([p.weights or {} for p in parts]) if refit is None else dict(refit.weights or {})
     return ev
 
 

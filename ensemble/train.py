@@ -401,9 +401,9 @@ def train_and_evaluate(
     seconds = time.perf_counter() - start
     if status != "ok":
         return Evaluation(status=status, fitness=-math.inf, seconds=seconds, epochs_done=epochs, message="loss became NaN or infinite")
-    scores = {s: data.problem.scores(preds[s], data.y[s]) for s in ("val", "test")}
-    metrics = {f"{s}_{name}": value for s in ("val", "test") for name, value in scores[s].items()}
-    fitness = data.problem.fitness(scores["val"])
+    scores = {s: data.problem.scores(preds[s], data.y[s]) for s in ("val", "test") if len(data.y[s])}
+    metrics = {f"{s}_{name}": value for s in scores for name, value in scores[s].items()}
+    fitness = data.problem.fitness(scores["val"]) if "val" in scores else math.nan  # no validation rows: a refit on all of them
     metrics["params"] = float(sum(p.numel() for p in model.parameters() if p.requires_grad))
     if watch.measure_latency and data.x["val"].shape[0] > 0:
         metrics["latency_us"] = latency_us(model, data)

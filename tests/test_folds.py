@@ -30,8 +30,8 @@ FOLD = assign_folds(TRAIN_Y, K, 0, stratified=True)
 SPACE = parse_space({}).for_sample_shape((1, 8, 8))
 
 
-def plan(k: int = K) -> FoldPlan:
-    return FoldPlan.of(k, TRAIN_Y, TEST_Y, PROBLEM, seed=0)
+def plan(k: int = K, refit: bool = False) -> FoldPlan:
+    return FoldPlan.of(k, TRAIN_Y, TEST_Y, PROBLEM, seed=0, refit=refit)
 
 
 def fold_landscape(task, faults=None) -> Evaluation:
@@ -48,6 +48,11 @@ def fold_landscape(task, faults=None) -> Evaluation:
         p[np.arange(len(y)), y] += strength
         return p.astype(np.float32)
 
+    if held == k:  # the refit on every row: no validation rows, so no fitness
+        test = predictions(TEST_Y)
+        return Evaluation(status="ok", fitness=math.nan, metrics={f"test_{n}": v for n, v in PROBLEM.scores(test, TEST_Y).items()},
+                          seconds=2.0, epochs_done=task.training["epochs"], val_pred=np.zeros((0, 3), np.float32), test_pred=test,
+                          weights={"w": np.full(3, 99.0, np.float32), "b": np.array(task.id)})
     status = (faults or {}).get(task.id, {}).get(held)
     if status == "error":
         raise RuntimeError(f"made-up failure in fold {held}")
@@ -72,19 +77,19 @@ class Counting:
         return fold_landscape(task, self.faults)
 
 
-def search(budget, workers=1, mode="async", state=None, evaluate=None, **settings):
+def search(budget, workers=1, mode="async", state=None, evaluate=None, refit=False, **settings):
     state = state or SearchState.fresh(0, candidates=6)
     evaluate = evaluate or Counting()
     config = search_config(budget, population=4, candidates=6, mode=mode, checkpoint_seconds=0, **settings)
     if workers == 1:
         transport = InProcessTransport(evaluate, 1)
-        finished = run_search(state, transport, SPACE, config, folds=plan(), validation=(PROBLEM, TRAIN_Y))
+        finished = run_search(state, transport, SPACE, config, folds=plan(refit=refit), validation=(PROBLEM, TRAIN_Y))
     else:
         from fakes import SimulatedTransport
 
         clock = VirtualClock()
         transport = SimulatedTransport({w: 1.0 + 0.37 * (w % 3) + 0.11 * w for w in range(1, workers + 1)}, evaluate=evaluate, clock=clock)
-        finished = run_search(state, transport, SPACE, config, folds=plan(), validation=(PROBLEM, TRAIN_Y), clock=clock)
+        finished = run_search(state, transport, SPACE, config, folds=plan(refit=refit), validation=(PROBLEM, TRAIN_Y), clock=clock)
     return state, evaluate, finished
 
 
@@ -125,6 +130,18 @@ def _task_of(record, held):
     from evolve.transport.protocol import Task
 
     return Task.from_key(record.id, SPACE, SPACE.key(record.genome), 0, fold=(held, K))
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_with_refit_a_member_is_the_network_trained_on_every_row_chosen_out_of_fold(workers):
+    state, counted, finished = search(8, workers=workers, refit=True)
+    assert finished and sorted(counted.trained) == sorted((i, (j, K)) for i in range(8) for j in range(K + 1))  # folds, then the refit
+    best = state.hall_of_fame.members[0]
+    record = state.by_id()[best.id]
+    parts = [fold_landscape(_task_of(record, j)) for j in range(K + 1)]
+    assert record.fitness == pytest.approx(np.mean([p.fitness for p in parts[:K]]))  # chosen out of fold all the same
+    assert np.array_equal(best.test_pred, parts[K].test_pred) and set(best.weights) == {"w", "b"} and best.weights["w"][0] == 99.0
+    assert record.metrics["test_accuracy"] == parts[K].metrics["test_accuracy"] and record.seconds == K + 2.0
 
 
 @pytest.mark.parametrize("status", ["error", "timeout", "stopped"])

@@ -26,7 +26,7 @@ def trainer_setup(arrays: dict, prefer: str) -> tuple[dict, NodeMemory]:
     setup = {"sys_path": [MODELS], "data": {"size": memory.size, "specs": specs},
              "problem": problem_for("classification", arrays["train/y"], 3).to_dict(),
              "device": {"prefer": prefer, "local_index": 0, "threads": 1, "workers_per_gpu": 0},
-             "train": {"precision": "fp32", "loss": "auto", "class_weights": "none"}}
+             "train": {"precision": "fp32", "loss": "auto", "class_weights": "none", "split_seed": 0}}
     return setup, memory
 
 

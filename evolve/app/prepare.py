@@ -126,8 +126,10 @@ def _prepare_resume(config_path: str | None, overrides: list[str], resume: str, 
         now, then = getattr(config.search, key), getattr(stored.search, key)
         if now != then:
             raise ConfigError(f"{resume}: search.{key} is {now!r}, but the run's is {then!r}; a resumed run keeps its {key.replace('_', ' ')}")
-    if config.data.folds != stored.data.folds:
-        raise ConfigError(f"{resume}: data.folds is {config.data.folds!r}, but the run's is {stored.data.folds!r}; a resumed run keeps its folds")
+    for section, key in (("data", "folds"), ("ensemble", "refit")):
+        now, then = getattr(getattr(config, section), key), getattr(getattr(stored, section), key)
+        if now != then:
+            raise ConfigError(f"{resume}: {section}.{key} is {now!r}, but the run's is {then!r}; a resumed run keeps its {key}")
     check_trackers(config)
     return Prepared(config, resume, lock, None, state, info, preset=info.preset)
 

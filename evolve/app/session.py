@@ -158,7 +158,8 @@ def fold_plan(config: Config, data: SharedDataset, problem: Problem) -> FoldPlan
     """How the run cross-validates (``data.folds``), or None."""
     if not config.data.folds:
         return None
-    return FoldPlan.of(config.data.folds, data.arrays["train/y"], data.arrays["test/y"], problem, config.data.split_seed)
+    return FoldPlan.of(config.data.folds, data.arrays["train/y"], data.arrays["test/y"], problem, config.data.split_seed,
+                       config.ensemble.refit)
 
 
 def _say_choice(config: Config, data: SharedDataset, problem: Problem) -> None:

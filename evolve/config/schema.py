@@ -87,6 +87,7 @@ class EnsembleConfig:
     criterion: str = "auto"  # what greedy selection maximises on the validation split: "accuracy" (ties: lower log-loss), "loss" (log-loss; regression: RMSE either way), "metric" (search.metric); "auto": metric if search.metric is set, else accuracy
     bags: int = 8  # greedy selection on this many random halves of the candidates, their picks pooled (0: once, on all); 8: measured best (docs/benchmarks.md)
     min_members: int = 1  # greedy: at least this many distinct networks, when they cost nothing in validation loss (log-loss; RMSE)
+    refit: bool = False  # with data.folds: each network is also trained once on every training row (one more task), and that model, not its fold models averaged, is its member; it is chosen out of fold all the same
 
 
 @dataclass(frozen=True)

@@ -37,14 +37,26 @@ class FoldPlan:
     problem: Problem
     train_y: np.ndarray
     test_y: np.ndarray
+    refit: bool = False  # ensemble.refit: one more part, the network trained on every training row, is the member
 
     @classmethod
-    def of(cls, folds: int, train_y: np.ndarray, test_y: np.ndarray, problem: Problem, seed: int) -> FoldPlan:
+    def of(cls, folds: int, train_y: np.ndarray, test_y: np.ndarray, problem: Problem, seed: int, refit: bool = False) -> FoldPlan:
         """The plan every worker follows: the folds :func:`ensemble.folds.assign_folds` deals with ``seed``."""
-        return cls(folds, assign_folds(train_y, folds, seed, problem.kind == "classification"), problem, train_y, test_y)
+        return cls(folds, assign_folds(train_y, folds, seed, problem.kind == "classification"), problem, train_y, test_y, refit)
 
-    def combine(self, parts: list[Evaluation]) -> Evaluation:
-        return combine_folds(parts, self.fold, self.problem, self.train_y, self.test_y)
+    @property
+    def parts(self) -> list[int]:
+        """The parts of a network: its folds, and with ``refit`` the part :data:`folds` (every row, no validation)."""
+        return list(range(self.folds + self.refit))
+
+    def combine(self, done: dict[int, Evaluation]) -> Evaluation:
+        return combine_folds([done[j] for j in range(self.folds)], self.fold, self.problem, self.train_y, self.test_y,
+                             done.get(self.folds))
+
+
+def is_refit(fold: tuple) -> bool:
+    """Is this task's part the refit on every training row (``(k, k)``)?"""
+    return bool(fold) and fold[0] == fold[1]
 
 
 @dataclass
@@ -81,11 +93,11 @@ class Evaluations:
 
     @property
     def parts(self) -> int:
-        return self.plan.folds if self.plan is not None else 1
+        return len(self.plan.parts) if self.plan is not None else 1
 
     def start(self, individual: Pending, key: tuple, done: dict[int, Evaluation] | None = None) -> Open:
         """Open ``individual``'s evaluation; ``done``: the parts a previous job finished (a resume)."""
-        parts = range(self.plan.folds) if self.plan is not None else [WHOLE]
+        parts = self.plan.parts if self.plan is not None else [WHOLE]
         done = dict(done or {})
         evaluation = Open(individual, key, deque(p for p in parts if p not in done), 0, done)
         self.open[individual.id] = evaluation
@@ -129,14 +141,15 @@ class Evaluations:
             return self._close(evaluation), ev
         held, k = fold
         if ev.status != "ok":
-            ev.message = f"fold {held + 1} of {k}: {ev.message}" if ev.message else f"fold {held + 1} of {k}"
+            where = "the refit on every training row" if held == k else f"fold {held + 1} of {k}"
+            ev.message = f"{where}: {ev.message}" if ev.message else where
             ev.epochs_done += sum(p.epochs_done for p in evaluation.done.values())
             ev.seconds += sum(p.seconds for p in evaluation.done.values())
             return self._close(evaluation), ev.drop_payload()
         evaluation.done[held] = ev
-        if len(evaluation.done) < k:
+        if len(evaluation.done) < len(self.plan.parts):
             return None
-        return self._close(evaluation), self.plan.combine([evaluation.done[j] for j in range(k)])
+        return self._close(evaluation), self.plan.combine(evaluation.done)
 
     def _close(self, evaluation: Open) -> Open:
         del self.open[evaluation.individual.id]

@@ -35,7 +35,7 @@ from evolve.search.strategy import make_strategy
 from evolve.transport.protocol import SKIPPED, Result, Task, Transport
 
 from .dispatch import Dispatcher, Journal, Sent
-from .evaluations import Evaluations, FoldPlan, Open
+from .evaluations import Evaluations, FoldPlan, Open, is_refit
 from .state import SearchState
 
 CRASHED_MESSAGE = "in flight when 2 jobs ended; not sent again"
@@ -256,7 +256,7 @@ class _Search:
         and watch; a fold training comes back whole (see :meth:`wants`), so it carries an open bar."""
         watch = dict(self.watch)
         key, ident = evaluation.key, evaluation.individual.id
-        if self.bars is not None:
+        if self.bars is not None and not is_refit(fold):  # (a refit has no validation rows to judge it by)
             watch.update(stop_below=self.bars.bars(key[self.epochs_at]), warmup=self.search.early_stopping_warmup)
         seed = task_seed(self.search.seed, ident, fold[0] + 1 if fold else 0)
         return Task.from_key(ident, self.space, key, seed, OPEN if fold else self.hall.entry_bar(), watch, fold)
@@ -269,7 +269,7 @@ class _Search:
             self.evaluations.skipped(sent.individual.id, sent.task.fold)
             return
         self.state.busy_seconds += self.clock() - sent.since
-        if ev.status == "ok" and not math.isfinite(ev.fitness):  # a worker's bug must not put NaN into the search
+        if ev.status == "ok" and not math.isfinite(ev.fitness) and not is_refit(sent.task.fold):  # a worker's bug must not put NaN into the search
             ev = failed_evaluation(f"the worker returned a fitness of {ev.fitness}", seconds=ev.seconds, epochs_done=ev.epochs_done)
         complete = self.evaluations.returned(sent.individual.id, sent.task.fold, ev)
         if complete is None:

@@ -96,7 +96,8 @@ def with_faults(evaluate: Callable[[Task], Evaluation], faults: Faults) -> Calla
 def trainer_for(data: DeviceData, split_seed: int = 0) -> Callable[[Task], Evaluation]:
     """The evaluation function of a worker whose data is ``data`` (with the test faults of
     :data:`FAULTS_VARIABLE`, if it is set). A fold task trains on its fold's view of the data, the folds
-    dealt by ``split_seed`` (``data.split_seed``) as every rank deals them (:func:`ensemble.folds.assign_folds`)."""
+    dealt by ``split_seed`` (``data.split_seed``) as every rank deals them (:func:`ensemble.folds.assign_folds`);
+    fold ``(k, k)`` is a refit on every training row. A fold task always comes back whole (the master combines them)."""
     from ensemble.folds import assign_folds
     from ensemble.train import Watch, train_and_evaluate  # (here: a rank that only serves a training process imports no torch)
 
@@ -110,8 +111,8 @@ def trainer_for(data: DeviceData, split_seed: int = 0) -> Callable[[Task], Evalu
             if k not in folds:
                 folds[k] = assign_folds(data.y["train"], k, split_seed, data.problem.kind == "classification")
             seen = data.fold_view(folds[k], held)
-        return train_and_evaluate(network, training, seen, task.seed, keep=lambda fitness, loss: clears(fitness, loss, task.id, task.entry_bar),
-                                  watch=Watch(**task.watch))
+        keep = (lambda fitness, loss: True) if task.fold else lambda fitness, loss: clears(fitness, loss, task.id, task.entry_bar)
+        return train_and_evaluate(network, training, seen, task.seed, keep=keep, watch=Watch(**task.watch))
 
     return with_faults(evaluate, injected_faults())
 

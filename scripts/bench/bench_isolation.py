@@ -63,7 +63,7 @@ def latency(n: int) -> dict:
     memory.buffer[:] = buffer
     setup = {"sys_path": [], "data": {"size": memory.size, "specs": specs}, "problem": problem.to_dict(),
              "device": {"prefer": "cpu", "local_index": 0, "threads": 1, "workers_per_gpu": 0},
-             "train": {"precision": "fp32", "loss": "auto", "class_weights": "none"}}
+             "train": {"precision": "fp32", "loss": "auto", "class_weights": "none", "split_seed": 0}}
     process = TrainerProcess(setup, memory.fd)
     t0 = time.perf_counter()
     process.start()

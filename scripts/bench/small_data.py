@@ -41,7 +41,7 @@ import numpy as np
 
 from data_bcast.convert import npz_to_h5
 
-AEON_VERSION = "1.6.0"  # the earliest checked; its wheel holds aeon/datasets/data/<name>/<name>_TRAIN.ts
+AEON_VERSION = "1.6.0"  # the version checked: its wheel holds aeon/datasets/data/<name>/<name>_TRAIN.ts
 AEON_WHEEL = f"aeon-{AEON_VERSION}-py3-none-any.whl"
 AEON_SHA256 = "d05227086706f80111ac5fee8de4d5d3115bb3bcfd1c786c8629393055816409"
 ARCHIVE_FOLDER = "aeon/datasets/data"

@@ -6,7 +6,8 @@ Run from the repository root (the datasets come from scripts/bench/small_data.py
     .venv/bin/python scripts/bench/study_steps.py --tables-from docs/measurements/steps.jsonl
 
 For each dataset, ``--networks`` random genomes of the preset the data fits (signal or tabular, as evens
-makes it for the data, with the step budget's genes replaced) are each trained with every step budget of
+makes it for the data; a series' networks of ``--family`` only, CNNs by default: an RNN's step costs 2 to 10
+times a CNN's on these series) are each trained with every step budget of
 ``--steps`` (its epochs: the budget times its batch size over the rows it fits on, rounded up). Each training
 is a 3-fold cross-validation over the training split only, with evens' own trainer on fold views
 (ensemble.train.DeviceData.fold_view): what is measured is the mean held-out fold accuracy, which is what
@@ -41,12 +42,13 @@ from evolve.search.space_config import parse_space  # noqa: E402
 FOLDS = 3
 
 
-def space_for(name: str, path: str):
-    """The preset space evens makes for this data (with 3 folds), and its training rows."""
+def space_for(name: str, path: str, family: str = ""):
+    """The preset space evens makes for this data (with 3 folds; ``family`` alone, if given), and its training rows."""
     plan, arrays = load_dataset(path, val_fraction=0.0, test_fraction=0.15)
     facts = presets.DataFacts(tuple(plan.sample_shape), plan.kind, len(arrays["train/y"]), FOLDS)
     chosen, _ = presets.choose(facts)
-    space = parse_space(presets.table(chosen, facts)).for_data(facts.sample_shape, facts.problem)
+    table = presets.table(chosen, facts) | ({"family": family} if family and chosen != "tabular" else {})
+    space = parse_space(table).for_data(facts.sample_shape, facts.problem)
     return space, arrays, facts
 
 
@@ -58,7 +60,7 @@ def train_one(job: dict) -> dict:
     from ensemble.train import DeviceData, train_and_evaluate
 
     torch.set_num_threads(1)
-    space, arrays, facts = space_for(job["dataset"], job["path"])
+    space, arrays, facts = space_for(job["dataset"], job["path"], job["family"])
     network, training = space.specs(space.key(job["genome"]))
     fit_rows = facts.fit_rows
     epochs = max(1, math.ceil(job["steps"] * training.batch_size / fit_rows))
@@ -77,9 +79,10 @@ def train_one(job: dict) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--datasets", default="GunPoint,ItalyPowerDemand,BasicMotions,JapaneseVowels,wine,breast_cancer")
+    parser.add_argument("--datasets", default="GunPoint,ItalyPowerDemand,BasicMotions,wine")
     parser.add_argument("--steps", default="100,300,1000,3000")
-    parser.add_argument("--networks", type=int, default=8)
+    parser.add_argument("--networks", type=int, default=4)
+    parser.add_argument("--family", default="cnn", help="the family of a series' networks (\"\": the preset's families)")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--out", help="a JSON line per training, appended as each finishes")
     parser.add_argument("--tables-from", help="only print the tables of a JSON-lines file")
@@ -93,11 +96,11 @@ def main(argv=None) -> int:
     jobs = []
     for name in args.datasets.split(","):
         path = small_data.prepare(name, folder)
-        space, _, _ = space_for(name, path)
+        space, _, _ = space_for(name, path, args.family)
         rng = random.Random(f"steps-{name}")
         for n in range(args.networks):
             genome = random_genome(rng, len(space))
-            jobs += [{"dataset": name, "path": path, "network": n, "genome": genome, "steps": int(s), "seed": 1000 * n}
+            jobs += [{"dataset": name, "path": path, "network": n, "genome": genome, "steps": int(s), "seed": 1000 * n, "family": args.family}
                      for s in args.steps.split(",")]
     rows = []
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
