@@ -308,7 +308,7 @@ def predict(model: torch.nn.Module, head: Head, x: torch.Tensor, batch_size: int
         with autocast():
             raw = model(as_float(x[i : i + batch_size]))
         out.append(head.predictions(raw))
-    return torch.cat(out)
+    return torch.cat(out) if out else torch.empty((0, head.problem.outputs), device=x.device)  # (no rows: a refit's validation)
 
 
 def state_arrays(model: torch.nn.Module) -> dict[str, np.ndarray]:

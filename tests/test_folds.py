@@ -267,6 +267,9 @@ def test_a_folded_member_predicts_in_evens_predict_and_export_what_the_master_re
     spec, training = NetworkSpec("cnn", 2, 8), TrainSpec(1e-2, 16, 2)
     parts = [train_and_evaluate(spec, training, data.fold_view(fold, j), seed=j) for j in range(3)]
     assert all(p.status == "ok" and p.val_pred.shape == (np.count_nonzero(fold == j), 3) for j, p in enumerate(parts))
+    refit = train_and_evaluate(spec, training, data.fold_view(fold, 3), seed=3)  # fold k of k: every row, none to validate on
+    assert refit.status == "ok" and math.isnan(refit.fitness) and refit.val_pred.shape == (0, 3) and refit.has_payload
+    assert np.array_equal(combine_folds(parts, fold, problem, arrays["train/y"], arrays["test/y"], refit).test_pred, refit.test_pred)
     ev = combine_folds(parts, fold, problem, arrays["train/y"], arrays["test/y"])
     hall = HallOfFame(2)
     hall.offer(Member(0, ev.fitness, vars(spec), vars(training), ev.val_pred, ev.test_pred, ev.weights, loss=ev.loss))

@@ -66,10 +66,22 @@ def _widths(facts: DataFacts, top: int) -> list[int]:
     return [w for w in widths if w <= top][-4:]
 
 
+STEPS = (1_000, 3_000)  # optimiser steps a training takes on small data (scripts/bench/study_steps.py; docs/search-space.md)
+STEPS_FULL_UNDER, STEPS_NONE_FROM = 200, 1_000  # fit rows: the step budget holds in full under the first, fades out by the second
+
+
 def _epochs(facts: DataFacts) -> dict:
-    """Tens of epochs on small data, fewer as an epoch grows: about the same number of optimiser steps."""
+    """Epochs enough for :data:`STEPS` optimiser steps at the middle batch size on small data (hundreds of epochs
+    on 40 rows: a network needs thousands of steps to converge, not the few dozen that tens of epochs of a few
+    batches give), fading out between :data:`STEPS_FULL_UNDER` and :data:`STEPS_NONE_FROM` rows per training
+    into tens of epochs, fewer as an epoch grows (about the same number of optimiser steps)."""
     n = facts.n_train
     low, high = (20, 60) if n <= 2_000 else (10, 40) if n <= 20_000 else (5, 20) if n <= 200_000 else (2, 10)
+    rows = max(facts.fit_rows, 1)
+    share = min(1.0, max(0.0, math.log(STEPS_NONE_FROM / rows) / math.log(STEPS_NONE_FROM / STEPS_FULL_UNDER)))
+    if share > 0:
+        per_epoch = math.ceil(rows / batch_sizes(facts)[1])
+        low, high = max(low, math.ceil(share * STEPS[0] / per_epoch)), max(high, math.ceil(share * STEPS[1] / per_epoch))
     return {"low": low, "high": high}
 
 

@@ -109,6 +109,7 @@ def _epoch(model, optimizer, x, y, batch: int, generator, penalty=None) -> float
     model.train()
     total = 0.0
     for rows in torch.randperm(len(y), generator=generator).split(batch):
+        rows = rows.to(x.device)
         loss = F.cross_entropy(model(x[rows]), y[rows])
         if penalty is not None:
             loss = loss + penalty(len(rows))
@@ -131,8 +132,9 @@ def _one_thread(run):
 
 
 def train_resnet(x_train, y_train, x_test, y_test, seed: int = 0, epochs: int = 1500,
-                 curve_at: tuple[int, ...] = ()) -> RecipeResult:
+                 curve_at: tuple[int, ...] = (), device: str = "cpu") -> RecipeResult:
     """Fawaz et al.'s ResNet recipe on series (N, C, L) with class indices; ``epochs`` fewer for a quick run only.
+    ``device``: where it trains ("cuda" as the published runs did; the batches are drawn on the CPU either way).
 
     ``curve_at``: epochs at which to note the test accuracy of the weights kept so far (on a copy of
     the model, so the training is unchanged), to see what a shorter recipe would have given.
@@ -142,9 +144,9 @@ def train_resnet(x_train, y_train, x_test, y_test, seed: int = 0, epochs: int = 
     """
     def run():
         g = torch.Generator().manual_seed(seed)
-        x, y = torch.from_numpy(znorm_univariate(x_train)), torch.from_numpy(y_train).long()
-        x_eval, y_eval = torch.from_numpy(znorm_univariate(x_test)), torch.from_numpy(y_test).long()
-        model = resnet1d(x.shape[1], int(max(y_train.max(), y_test.max())) + 1, g)
+        x, y = torch.from_numpy(znorm_univariate(x_train)).to(device), torch.from_numpy(y_train).long().to(device)
+        x_eval, y_eval = torch.from_numpy(znorm_univariate(x_test)).to(device), torch.from_numpy(y_test).long().to(device)
+        model = resnet1d(x.shape[1], int(max(y_train.max(), y_test.max())) + 1, g).to(device)
         lr, min_lr, optimizer = 1e-3, 1e-4, torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
         batch = int(min(len(y) / 10, 64))
         best, plateau_best, wait, kept, curve = math.inf, math.inf, 0, (None, 0), {}
@@ -203,3 +205,39 @@ def train_mlp(x_train, y_train, x_test, y_test, seed: int = 0, epochs: int = 200
 
 
 RECIPES = {"series": train_resnet, "table": train_mlp}  # by SmallDataset.kind
+
+
+def main(argv=None) -> int:
+    """Each recipe on prepared evens files (small_data.prepare), a JSON line per run: for a machine where only the
+    recipes run (a GPU machine without evens' dependencies), whose rows bench_small.py --recipe-rows reads."""
+    import argparse
+    import json
+    import os
+
+    import small_data
+
+    p = argparse.ArgumentParser(description=main.__doc__.split(":")[0])
+    p.add_argument("folder", help="where <dataset>.h5 lie")
+    p.add_argument("--datasets", default=",".join(small_data.DATASETS))
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    for seed in range(args.seeds):
+        for name in args.datasets.split(","):
+            data = small_data.DATASETS[name]
+            splits = small_data.read_splits(os.path.join(args.folder, f"{name}.h5"))
+            device = {"device": args.device} if data.kind == "series" else {}
+            r = RECIPES[data.kind](*splits, seed=seed, **device)
+            row = {"dataset": name, "contender": "recipe", "seed": seed, "evaluations": 0, "ensemble_test": r.accuracy,
+                   "best_test": r.accuracy, "ensemble_nll": r.log_loss, "cpu": r.cpu_seconds, "device": args.device if device else "cpu"}
+            with open(args.out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
