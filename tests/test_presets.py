@@ -16,8 +16,8 @@ def facts(shape, problem="classification", n=1000):
     return DataFacts(tuple(shape), problem, n)
 
 
-@pytest.mark.parametrize("shape, preset, families", [((30,), "tabular", ("mlp",)), ((2, 128), "signal", ("cnn", "rnn")),
-                                                     ((3, 16, 16), "image", ("cnn",))])
+@pytest.mark.parametrize("shape, preset, families", [((30,), "tabular", ("mlp",)), ((2, 64), "signal", ("cnn", "rnn")),
+                                                     ((2, 128), "signal", ("cnn",)), ((3, 16, 16), "image", ("cnn",))])
 def test_a_config_without_a_space_table_gets_the_preset_for_its_datas_shape(shape, preset, families):
     config = config_from_dict({"search": {"evaluations": 20}})
     assert config.space is None and config.preset == "auto"

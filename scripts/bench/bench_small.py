@@ -84,7 +84,7 @@ def run_recipe(job: dict) -> dict:
 
 def run_job(job: dict) -> dict:
     result = run_recipe(job) if job["contender"] == "recipe" else run_evens(job)
-    return {k: job[k] for k in ("dataset", "contender", "seed", "evaluations")} | result
+    return {k: job[k] for k in ("dataset", "contender", "seed", "evaluations")} | result | ({"device": "cpu"} if job["contender"] == "recipe" else {})
 
 
 def prepare(datasets: list[str], folder: str) -> dict[str, str]:
@@ -106,6 +106,7 @@ def main(argv=None) -> int:
     p.add_argument("--recipe-epochs", type=int, default=0, help="the series recipe's epochs (default: its published 1,500)")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--rows", help="a JSON line per finished run, appended; runs already there are not run again")
+    p.add_argument("--recipe-rows", help="recipe runs made elsewhere (small_recipes.py --out, on a GPU say): taken as they are")
     p.add_argument("--tables-from", help="only print the tables of a rows file")
     args = p.parse_args(argv)
     if args.quick:
@@ -121,7 +122,10 @@ def main(argv=None) -> int:
     if args.rows and os.path.exists(args.rows):
         with open(args.rows) as f:
             done = [json.loads(line) for line in f if line.strip()]
-    have = {(r["dataset"], r["contender"], r["seed"], r["evaluations"]) for r in done}
+    if args.recipe_rows:
+        with open(args.recipe_rows) as f:
+            done += [json.loads(line) for line in f if line.strip()]
+    have = {(r["dataset"], r["contender"], r["seed"], r["evaluations"] if r["contender"] != "recipe" else args.evaluations) for r in done}
     folder = tempfile.mkdtemp(prefix="bench-small-")
     paths = prepare(datasets, folder)
     jobs = [{"dataset": d, "contender": c, "seed": s, "evaluations": args.evaluations, "folder": folder, "path": paths[d],
