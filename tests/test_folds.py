@@ -356,3 +356,16 @@ def test_a_cross_validated_run_reports_its_folds_and_predicts_what_it_reports(tm
     assert exported.returncode == 0, exported.stderr
     manifest = json.loads((tmp_path / "ex" / "manifest.json").read_text())
     assert all(m["folds"] == 5 for m in manifest["members"])
+
+
+@pytest.mark.e2e
+def test_a_files_own_small_val_split_is_named_at_start_up_with_the_error_an_accuracy_on_it_has(tmp_path, small_config):
+    from cli_fixture import SMALL
+    from conftest import ROOT, evens_cmd, launch
+
+    proc = launch(2, evens_cmd() + ["run", small_config, "--out", str(tmp_path / "run"), "--set", "search.evaluations=1", *SMALL],
+                  timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert ("validation: 30 rows (the file's own val split); an accuracy measured on them has a standard error of up to 0.091, "
+            "so networks closer than that are told apart by chance") in proc.stderr
+    assert "chosen on: 30 validation rows; an accuracy on them has a standard error of up to 0.091" in proc.stdout

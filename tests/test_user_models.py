@@ -145,3 +145,24 @@ def test_a_users_3d_cnn_searches_volumes_and_predicts(tmp_path):
     assert proc.returncode == 0, proc.stderr
     with h5py.File(tmp_path / "p.h5") as f:
         assert float(f.attrs["accuracy"]) == summary["ensemble"]["test_accuracy"]
+
+
+@pytest.mark.slow
+def test_a_users_network_is_cross_validated_like_a_built_in_one(tmp_path):
+    """A small file without a val split: the builder's networks are 5 fold trainings each, a member is their 5 models
+    averaged, and the ensemble rebuilt from the run predicts what the report says."""
+    cfg, _ = user_config(tmp_path, evaluations=3)
+    data = write_blobs(tmp_path / "small.h5", sample_shape=(2, 16), n=(60, 40), splits=("train", "test"))
+    out = str(tmp_path / "run")
+    proc = launch(3, evens_cmd() + ["run", cfg, "--out", out, "--set", f"data.path={data}"], timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "cross-validation: 5 folds of the 60 training rows" in proc.stderr
+    summary = report(out)
+    assert summary["chosen_on"] == {**summary["chosen_on"], "rows": 60, "folds": 5}
+    with h5py.File(os.path.join(out, "checkpoint.h5")) as f:
+        member = f["ensemble"]["members"][str(summary["ensemble"]["members"][0])]
+        assert sorted(member["weights"]) == [f"fold{j}" for j in range(5)] and member["val_pred"].shape == (60, 3)
+    ensemble = load_ensemble(out, device="cpu", model_path=MODELS)
+    with h5py.File(data) as f:
+        x, y = f["test/x"][()], f["test/y"][()]
+    assert float(np.mean(ensemble.predict(x)["label"] == y)) == summary["ensemble"]["test_accuracy"]
