@@ -17,8 +17,8 @@ its figures are the run's own ``summary.json`` and the CPU seconds of its proces
 
 * ``evens``: today's defaults (``data.folds = "auto"``: 5 folds on these sets, steps scaled to the data);
 * ``evens-before``: the defaults before issue 32: no folds (a val split of 15 %), 20-60 epochs, batches
-  of 32-128 (``--set data.folds=0`` and the preset's old ``epochs`` and ``batch_size``; the selection's
-  tie-breaks and the bag rule of this commit are in both);
+  of 32-128, GRU/LSTM networks on series of any length (:data:`BEFORE`; the selection's tie-breaks and
+  the bag rule of this commit are in both);
 * ``evens-refit``: ``evens`` with ``ensemble.refit = true`` (each member one network refit on every row);
 * ``recipe``: the hand-designed network with its published recipe (small_recipes.py): ResNet-1D of Wang
   et al. 2017 as Fawaz et al. 2019 train it, for series; scikit-learn's default MLP, for tables.
@@ -45,8 +45,16 @@ import small_data
 from quality_stats import mean_std, paired
 
 CONTENDERS = ("evens", "evens-before", "evens-refit", "recipe")
-BEFORE = ["data.folds=0", "space.epochs={low = 20, high = 60}", "space.batch_size=[32, 64, 128]"]  # issue 32's "as today"
+# issue 32's "as today": no folds, the presets' old epochs and batches, and recurrent networks on series of any length
+# (space.preset = "auto" keeps the preset: genes set without it would make the classic space)
+BEFORE = ["data.folds=0", "space.preset=auto", "space.epochs={low = 20, high = 60}", "space.batch_size=[32, 64, 128]"]
+BEFORE_SERIES = ["space.family=['cnn', 'rnn']"]
 OVERRIDES = {"evens": [], "evens-before": BEFORE, "evens-refit": ["ensemble.refit=true"]}
+
+
+def overrides(contender: str, dataset: str) -> list[str]:
+    kind = small_data.DATASETS[dataset].kind
+    return OVERRIDES[contender] + (BEFORE_SERIES if contender == "evens-before" and kind == "series" else [])
 
 
 def run_evens(job: dict) -> dict:
@@ -54,7 +62,7 @@ def run_evens(job: dict) -> dict:
     out = os.path.join(job["folder"], f"{job['dataset']}-{job['contender']}-{job['seed']}")
     cfg = os.path.join(job["folder"], f"{job['dataset']}.toml")
     sets = [f"search.evaluations={job['evaluations']}", f"search.seed={job['seed']}", f"data.split_seed={job['seed']}",
-            "train.threads=1", *OVERRIDES[job["contender"]]]
+            "train.threads=1", *overrides(job["contender"], job["dataset"])]
     command = [sys.executable, "-m", "evolve", "run", cfg, "--out", out, "--quiet", *[a for s in sets for a in ("--set", s)]]
     began = time.perf_counter()
     proc = subprocess.Popen(command, cwd=harness.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
