@@ -369,3 +369,44 @@ def test_a_files_own_small_val_split_is_named_at_start_up_with_the_error_an_accu
     assert ("validation: 30 rows (the file's own val split); an accuracy measured on them has a standard error of up to 0.091, "
             "so networks closer than that are told apart by chance") in proc.stderr
     assert "chosen on: 30 validation rows; an accuracy on them has a standard error of up to 0.091" in proc.stdout
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_open_networks_counters_agree_with_counting_them(seed):
+    """Evaluations keeps its budget counts without scanning (the master at scale): after any sequence of opening,
+    sending, skipping, failing and completing parts, they equal what counting the networks gives."""
+    import random as stdlib_random
+
+    from evolve.engine.evaluations import Evaluations
+    from evolve.search.records import Pending
+
+    rng = stdlib_random.Random(seed)
+    ev = Evaluations(plan())
+    out: list[tuple[int, tuple]] = []
+    next_id = 0
+    for _ in range(300):
+        action = rng.random()
+        if action < 0.15 or not ev.open:
+            done = {j: fold_landscape(_task_of_genome([0.5] * len(SPACE), next_id, j)) for j in range(rng.randrange(3))}
+            redo = rng.random() < 0.5
+            ev.start(Pending(id=next_id, genome=[0.5] * len(SPACE)), (), done if redo else None, redo=redo)
+            next_id += 1
+        elif action < 0.55 and ev.queue:
+            evaluation = rng.choice(list(ev.queue.values()))
+            out.append((evaluation.individual.id, ev.take_part(evaluation)))
+        elif out:
+            ident, fold = out.pop(rng.randrange(len(out)))
+            if rng.random() < 0.1:
+                ev.skipped(ident, fold)
+            else:
+                status = "ok" if rng.random() < 0.9 else "error"
+                part = fold_landscape(_task_of_genome([0.5] * len(SPACE), ident, fold[0])) if status == "ok" else \
+                    Evaluation(status="error", fitness=-math.inf, message="x")
+                ev.returned(ident, fold, part)
+        assert all(not ev.open[i].out and not ev.open[i].done and ev.open[i].individual.operators.endswith("+redo") for i in ev.unstarted)
+        begun = [e for e in ev.open.values() if e.individual.id not in ev.unstarted]
+        assert ev.counted() == len(begun)
+        assert ev.parts_left() == sum(len(e.unsent) for e in begun)
+        assert ev.unsent == sum(len(e.unsent) for e in ev.open.values())
+        assert set(ev.queue) == {i for i, e in ev.open.items() if e.unsent}
+        assert all(e.out == sum(i == e.individual.id for i, _ in out) for e in ev.open.values())

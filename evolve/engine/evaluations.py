@@ -69,11 +69,6 @@ class Open:
     out: int = 0  # parts out now
     done: dict[int, Evaluation] = field(default_factory=dict)  # parts back, in the order they came
 
-    @property
-    def begun(self) -> bool:
-        """Has a part of it gone out (in this session), or come back (in any)? Then it counts against the budget."""
-        return self.out > 0 or bool(self.done)
-
     def mark_redo(self) -> None:
         """Sent again after a stop or a job's end: its operators say so (as a record will)."""
         if not self.individual.operators.endswith("+redo"):
@@ -84,43 +79,78 @@ WHOLE = -1  # the part of a network that is not cross-validated: its one trainin
 
 
 class Evaluations:
-    """The open networks, in the order they were opened. ``plan`` None: every network is one task."""
+    """The open networks, in the order they were opened. ``plan`` None: every network is one task.
+
+    Kept at O(1) per task however many workers there are: the networks with parts not yet out wait in
+    :attr:`queue`, and :meth:`counted` (the open networks the budget counts) and :meth:`parts_left` are
+    counters, not scans."""
 
     def __init__(self, plan: FoldPlan | None = None):
         self.plan = plan
         self.open: dict[int, Open] = {}
+        self.queue: dict[int, Open] = {}  # open networks with parts not yet out, in the order they began waiting
+        self.unstarted: set[int] = set()  # networks to redo (a resume) with nothing out or back yet: not yet counted
+        self.unsent = 0  # parts not yet out, over every open network
         self.let_go: dict[int, int] = {}  # networks recorded while parts of them were out: id -> parts still out
 
     @property
     def parts(self) -> int:
         return len(self.plan.parts) if self.plan is not None else 1
 
-    def start(self, individual: Pending, key: tuple, done: dict[int, Evaluation] | None = None) -> Open:
-        """Open ``individual``'s evaluation; ``done``: the parts a previous job finished (a resume)."""
+    def start(self, individual: Pending, key: tuple, done: dict[int, Evaluation] | None = None, redo: bool = False) -> Open:
+        """Open ``individual``'s evaluation; ``done``: the parts a previous job finished, ``redo``: it was out when the
+        last job ended (a resume). A redone network counts against the budget once a part of it goes out."""
         parts = self.plan.parts if self.plan is not None else [WHOLE]
         done = dict(done or {})
         evaluation = Open(individual, key, deque(p for p in parts if p not in done), 0, done)
+        if redo:
+            evaluation.mark_redo()
+            if not done:
+                self.unstarted.add(individual.id)
         self.open[individual.id] = evaluation
+        self.unsent += len(evaluation.unsent)
+        self._wait(evaluation)
         return evaluation
 
+    def counted(self) -> int:
+        """The open networks the budget counts: all but redone ones not yet begun in this session."""
+        return len(self.open) - len(self.unstarted)
+
+    def parts_left(self) -> int:
+        """Parts not yet out of the networks counted (what they still need of the workers)."""
+        return self.unsent - len(self.unstarted) * self.parts
+
     def waiting(self) -> Iterator[Open]:
-        """The open networks with parts not yet out, oldest first."""
-        return (e for e in self.open.values() if e.unsent)
+        """The open networks with parts not yet out, in the order they began waiting."""
+        return iter(self.queue.values())
+
+    def is_started(self, evaluation: Open) -> bool:
+        return evaluation.individual.id not in self.unstarted
 
     def take_part(self, evaluation: Open) -> tuple[int, ...]:
         """The next part of ``evaluation`` to send: ``(j, k)`` for fold j of k, ``()`` for a whole training."""
         part = evaluation.unsent.popleft()
         evaluation.out += 1
+        self.unsent -= 1
+        self.unstarted.discard(evaluation.individual.id)
+        if not evaluation.unsent:
+            del self.queue[evaluation.individual.id]
         return () if part == WHOLE else (part, self.plan.folds)
 
     def skipped(self, ident: int, fold: tuple) -> None:
-        """A part that never ran (dropped at a drain): it goes out again first."""
+        """A part that never ran (dropped at a drain): it goes out again, before new networks."""
         if ident in self.let_go:
             self._release(ident)
             return
         evaluation = self.open[ident]
         evaluation.out -= 1
         evaluation.unsent.appendleft(fold[0] if fold else WHOLE)
+        self.unsent += 1
+        self._wait(evaluation)
+
+    def _wait(self, evaluation: Open) -> None:
+        if evaluation.unsent:
+            self.queue[evaluation.individual.id] = evaluation
 
     def wants(self, ident: int) -> bool | None:
         """Does a part of network ``ident`` come back whole? True for a fold of an open network (the
@@ -152,7 +182,10 @@ class Evaluations:
         return self._close(evaluation), self.plan.combine(evaluation.done)
 
     def _close(self, evaluation: Open) -> Open:
-        del self.open[evaluation.individual.id]
+        ident = evaluation.individual.id
+        del self.open[ident]
+        if self.queue.pop(ident, None) is not None:  # parts never sent: a part before them ended the network
+            self.unsent -= len(evaluation.unsent)
         if evaluation.out:
             self.let_go[evaluation.individual.id] = evaluation.out
         return evaluation

@@ -204,7 +204,7 @@ class _Search:
         crashed = False
         for p in self.state.pending:
             if p.attempts < MAX_ATTEMPTS:
-                self.evaluations.start(p, self.space.key(p.genome), self.state.folding.get(p.id)).mark_redo()
+                self.evaluations.start(p, self.space.key(p.genome), self.state.folding.get(p.id), redo=True)
                 continue
             now = self.wall_clock()
             self.say(f"warning: evaluation {p.id} was in flight when {p.attempts} jobs ended; recorded as crashed, not sent again")
@@ -217,9 +217,8 @@ class _Search:
     def fill_idle_workers(self) -> None:
         evaluations = self.evaluations
         while True:
-            begun = [e for e in evaluations.open.values() if e.begun]
-            room = self.search.evaluations - len(self.state.records) - len(begun)  # networks the budget lets begin
-            tasks = sum(len(e.unsent) for e in begun) + max(room, 0) * evaluations.parts
+            room = self.search.evaluations - len(self.state.records) - evaluations.counted()  # networks the budget lets begin
+            tasks = evaluations.parts_left() + max(room, 0) * evaluations.parts
             worker = self.dispatch.free_worker(tasks) if tasks > 0 else None
             if worker is None:
                 break
@@ -237,12 +236,11 @@ class _Search:
 
         A suspect (an individual out when a job died) goes out only while no other is out: two suspects
         out together at another death would both be blamed, though one killed the job."""
-        waiting = 0  # open networks not begun: they take the room before new ones
-        for evaluation in self.evaluations.waiting():
-            if (evaluation.begun or room > 0) and (evaluation.individual.attempts == 0 or not self.dispatch.suspects):
+        evaluations = self.evaluations
+        for evaluation in evaluations.waiting():
+            if (room > 0 or evaluations.is_started(evaluation)) and (evaluation.individual.attempts == 0 or not self.dispatch.suspects):
                 return evaluation
-            waiting += not evaluation.begun
-        if room - waiting <= 0:
+        if room - len(evaluations.unstarted) <= 0:  # networks to redo take the room before new ones
             return None
         proposal = self.strategy.ask()
         if proposal is None:
