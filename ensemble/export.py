@@ -305,7 +305,9 @@ def build_manifest(run: str, file_format: str, stored: StoredEnsemble, written: 
                       "float32; cast other float types to float32, as evens predict does") + "). "
                       "A member that standardises its inputs does it itself, with the training split's statistics."},
         "output": output,
-        "combine": {**combine, "weights": "each member's weight in the manifest; they sum to 1"},
+        "combine": {**combine, "weights": "each member's weight in the manifest; they sum to 1",
+                    "folds": "a member whose folds is k > 1 was cross-validated (data.folds): its file holds its k fold networks "
+                             "and gives the mean of their outputs, added in fold order and divided once; use it as one member"},
         "selection": {"method": stored.selection.method, "picks": stored.selection.picks},
         "complete": not missing,
         "members": members,
