@@ -60,7 +60,7 @@ def top_band(values: list[float], higher: bool) -> tuple[float, float]:
     return lo - margin, hi + margin
 
 
-def plot_search(plt, state: SearchState, metric: str):
+def plot_search(plt, state: SearchState, metric: str, rows: str = "validation"):
     """Two panels zoomed onto the better networks (against evaluations, against time) and one of the whole range."""
     records = sorted(state.records, key=lambda r: r.id)
     start = min(r.started for r in records)
@@ -97,7 +97,7 @@ def plot_search(plt, state: SearchState, metric: str):
             ax.axhspan(*band, color="#ffd54f", alpha=0.3, label="the left panels' range: the better 3/4 of the ok networks")
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel(_label(metric))
+    axes[0].set_ylabel(_label(metric, rows))
     axes[0].set_title("Every evaluation, and the best so far (zoomed)", fontsize=10)
     axes[1].set_title("The same against time", fontsize=10)
     axes[2].set_title("The whole range", fontsize=10)
@@ -106,11 +106,11 @@ def plot_search(plt, state: SearchState, metric: str):
     return fig
 
 
-def plot_ensemble(plt, ensemble: dict, best: dict | None, metric: str):
+def plot_ensemble(plt, ensemble: dict, best: dict | None, metric: str, rows: str = "validation"):
     curve = ensemble["curve"]
     picks = list(range(1, len(curve["val"]) + 1))
     fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
-    ax.plot(picks, curve["val"], "o-", label="ensemble, validation")
+    ax.plot(picks, curve["val"], "o-", label=f"ensemble, {rows}")
     ax.plot(picks, curve["test"], "s-", label="ensemble, test")
     if best:
         key = "accuracy" if metric == "accuracy" else "rmse"
@@ -150,7 +150,7 @@ def plot_workers(plt, state: SearchState):
     return fig
 
 
-def plot_pareto(plt, state: SearchState, front: list[dict], key: str, metric: str):
+def plot_pareto(plt, state: SearchState, front: list[dict], key: str, metric: str, rows: str = "validation"):
     ok = [r for r in state.records if r.status == "ok" and key in r.metrics]
     fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
     ax.scatter([r.metrics[key] for r in ok], [_value(metric, r.fitness) for r in ok], s=14, alpha=0.5, color="#9e9e9e",
@@ -160,14 +160,14 @@ def plot_pareto(plt, state: SearchState, front: list[dict], key: str, metric: st
     ax.set_xscale("log")
     ax.set_xlabel("trainable parameters (log scale, fewer is better)" if key == "params"
                   else "inference latency, microseconds per sample (log scale, lower is better)")
-    ax.set_ylabel(_label(metric))
+    ax.set_ylabel(_label(metric, rows))
     ax.set_title("Trade-off found by NSGA-II")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig
 
 
-def plot_hyperparameters(plt, state: SearchState, space: SearchSpace, metric: str):
+def plot_hyperparameters(plt, state: SearchState, space: SearchSpace, metric: str, rows: str = "validation"):
     """Parallel coordinates of the best :data:`TOP` networks: an axis per gene that varies, every category
     of a choice ticked; colour by the metric over :func:`top_band` (worse ones at its end), the best drawn
     last, thickest and most opaque, so that a crowd of lines leaves the best ones readable."""
@@ -201,7 +201,7 @@ def plot_hyperparameters(plt, state: SearchState, space: SearchSpace, metric: st
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
     ax.set_title(f"Hyperparameters of the best {n} networks (the best drawn last and thickest)")
-    fig.colorbar(plt.cm.ScalarMappable(cmap=cmap, norm=norm), ax=ax, label=_label(metric), extend="min" if metric == "accuracy" else "max")
+    fig.colorbar(plt.cm.ScalarMappable(cmap=cmap, norm=norm), ax=ax, label=_label(metric, rows), extend="min" if metric == "accuracy" else "max")
     return fig
 
 
@@ -247,6 +247,7 @@ def write_plots(state: SearchState, summary: dict, space: SearchSpace, folder: s
     except OSError as exc:
         raise EvensError(f"{folder}: cannot create the folder ({exc.strerror or exc})") from None
     metric = summary["metric"]
+    rows = "out-of-fold" if (summary.get("chosen_on") or {}).get("folds") else "validation"  # what the choices were made on
     written: list[str] = []
 
     def save(fig, name: str) -> None:
@@ -254,12 +255,12 @@ def write_plots(state: SearchState, summary: dict, space: SearchSpace, folder: s
         plt.close(fig)
         written.append(os.path.join(folder, name))
 
-    save(plot_search(plt, state, metric), "search.png")
+    save(plot_search(plt, state, metric, rows), "search.png")
     if summary["ensemble"]:
-        save(plot_ensemble(plt, summary["ensemble"], summary["best"], metric), "ensemble.png")
+        save(plot_ensemble(plt, summary["ensemble"], summary["best"], metric, rows), "ensemble.png")
     save(plot_workers(plt, state), "workers.png")
     if summary.get("pareto") and objective:
-        save(plot_pareto(plt, state, summary["pareto"], objective, metric), "pareto.png")
+        save(plot_pareto(plt, state, summary["pareto"], objective, metric, rows), "pareto.png")
     if any(r.status == "ok" for r in state.records):
-        save(plot_hyperparameters(plt, state, space, metric), "hyperparameters.png")
+        save(plot_hyperparameters(plt, state, space, metric, rows), "hyperparameters.png")
     return written
