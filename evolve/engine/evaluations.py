@@ -59,7 +59,7 @@ def is_refit(fold: tuple) -> bool:
     return bool(fold) and fold[0] == fold[1]
 
 
-@dataclass
+@dataclass(slots=True)
 class Open:
     """A network being evaluated: its individual, its key, and its parts (fold indices; ``[-1]`` for one whole training)."""
 
@@ -76,6 +76,7 @@ class Open:
 
 
 WHOLE = -1  # the part of a network that is not cross-validated: its one training
+WHOLE_PART = (WHOLE,)
 
 
 class Evaluations:
@@ -100,9 +101,11 @@ class Evaluations:
     def start(self, individual: Pending, key: tuple, done: dict[int, Evaluation] | None = None, redo: bool = False) -> Open:
         """Open ``individual``'s evaluation; ``done``: the parts a previous job finished, ``redo``: it was out when the
         last job ended (a resume). A redone network counts against the budget once a part of it goes out."""
-        parts = self.plan.parts if self.plan is not None else [WHOLE]
-        done = dict(done or {})
-        evaluation = Open(individual, key, deque(p for p in parts if p not in done), 0, done)
+        if self.plan is None:
+            evaluation = Open(individual, key, deque(WHOLE_PART), 0, {})
+        else:
+            done = dict(done or {})
+            evaluation = Open(individual, key, deque(p for p in self.plan.parts if p not in done), 0, done)
         if redo:
             evaluation.mark_redo()
             if not done:
