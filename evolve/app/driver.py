@@ -163,7 +163,7 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
     try:
         problem = data_problem(comm, data, config.search.metric)
         if is_master:
-            config, chosen = config.resolved(data_description(data, config.data.folds))  # a preset's space is made from the data
+            config, chosen = config.resolved(data_description(data, config.data.fold_count))  # a preset's space is made from the data
             prepared.config, prepared.preset = config, chosen or prepared.preset
             space = config.space.for_data(data.plan.sample_shape, data.plan.kind)
             if prepared.info is not None:

@@ -118,7 +118,7 @@ def _prepare_resume(config_path: str | None, overrides: list[str], resume: str, 
         except ConfigError as exc:
             raise ConfigError(f"{resume}: {exc}") from None
     stored = info.config
-    facts = DataFacts(tuple(info.data["sample_shape"]), info.data["problem"]["kind"], info.data["sizes"]["train"], config.data.folds)
+    facts = DataFacts(tuple(info.data["sample_shape"]), info.data["problem"]["kind"], info.data["sizes"]["train"], config.data.fold_count)
     config, _ = config.resolved(facts)
     if config.space != stored.space or list(info.gene_names) != list(config.space.names):
         raise ConfigError(f"{resume}: the search space differs from the run's; a resumed run keeps its space")
@@ -137,7 +137,7 @@ def _prepare_resume(config_path: str | None, overrides: list[str], resume: str, 
 def choice_labels(data: SharedDataset, config: Config) -> np.ndarray:
     """The labels of the rows networks and the ensemble are chosen on: the val split's, or with ``data.folds``
     the training split's (predicted out of fold). A run stores them as its ``val`` labels."""
-    return data.arrays["train/y" if config.data.folds else "val/y"]
+    return data.arrays["train/y" if config.data.fold_count else "val/y"]
 
 
 def data_facts(data: SharedDataset, problem: Problem) -> dict:

@@ -93,7 +93,7 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
     space = info.space()
     stopped = [r for r in state.records if r.status == "stopped"]
     if stopped:
-        folds = max(info.config.data.folds, 1)  # a folded network planned its epochs once per fold
+        folds = max(info.config.data.fold_count, 1)  # a folded network planned its epochs once per fold
         planned = {r.id: space.candidate(r.genome)[1].epochs * folds for r in stopped}
         summary["early_stopping"] = {
             "stopped": len(stopped),
@@ -115,7 +115,7 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
 def chosen_on(info: RunInfo, problem: Problem) -> dict:
     """The rows that decided which networks were kept and what the ensemble is: how many, which, and (for a
     classification) the standard error of an accuracy measured on them, at most 0.5 / sqrt(rows)."""
-    rows, folds = len(info.val_y), info.config.data.folds
+    rows, folds = len(info.val_y), info.config.data.fold_count
     facts = {"rows": rows, "folds": folds, "split": "training rows, out of fold" if folds else "validation rows",
              "word": "oof" if folds else "val"}
     if problem.kind == "classification" and rows:

@@ -121,7 +121,7 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
     save = Checkpointer(prepared, info, started)
     progress = Progress(budget, len(state.records), problem.metric_key, higher_is_better=problem.higher_is_better, quiet=quiet,
                         every=prepared.status_seconds, workers=len(transport.workers), choose=save.choose,
-                        rows="oof" if config.data.folds else "val")
+                        rows="oof" if config.data.fold_count else "val")
     track = open_tracker(config, prepared.run_dir, space, problem, state, say)  # [track]: TensorBoard, or nothing
     try:
         save(state)
@@ -156,9 +156,9 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
 
 def fold_plan(config: Config, data: SharedDataset, problem: Problem) -> FoldPlan | None:
     """How the run cross-validates (``data.folds``), or None."""
-    if not config.data.folds:
+    if not config.data.fold_count:
         return None
-    return FoldPlan.of(config.data.folds, data.arrays["train/y"], data.arrays["test/y"], problem, config.data.split_seed,
+    return FoldPlan.of(config.data.fold_count, data.arrays["train/y"], data.arrays["test/y"], problem, config.data.split_seed,
                        config.ensemble.refit)
 
 
@@ -166,8 +166,8 @@ def _say_choice(config: Config, data: SharedDataset, problem: Problem) -> None:
     """What networks and the ensemble are chosen on, and how far to trust it: all training rows out of fold,
     or a val split (a small one said so, with the standard error of an accuracy measured on it)."""
     rows = {s: data.plan.spec(f"{s}/y").shape[0] for s in ("train", "val")}
-    if config.data.folds:
-        say(f"cross-validation: {config.data.folds} folds of the {rows['train']} training rows; networks are scored, and the "
+    if config.data.fold_count:
+        say(f"cross-validation: {config.data.fold_count} folds of the {rows['train']} training rows; networks are scored, and the "
             f"ensemble chosen, on their out-of-fold predictions over all {rows['train']} (data.folds)")
         return
     n, source = rows["val"], "the file's own val split" if data.plan.sources["val"] == "file" else "held out of train"

@@ -109,9 +109,9 @@ def status(run_dir: str, now: float | None = None) -> dict:
         "worker_utilization": summary["worker_utilization"],
         "sessions": summary["sessions"],
         "chosen_on": summary["chosen_on"],
-        "folds": info.config.data.folds,  # with cross-validation: networks begun, and their fold trainings back
-        "networks_open": len(state.pending) if info.config.data.folds else None,
-        "folds_back": sum(len(parts) for parts in state.folding.values()) if info.config.data.folds else None,
+        "folds": info.config.data.fold_count,  # with cross-validation: networks begun, and their fold trainings back
+        "networks_open": len(state.pending) if info.config.data.fold_count else None,
+        "folds_back": sum(len(parts) for parts in state.folding.values()) if info.config.data.fold_count else None,
     }
     if view.get("training"):
         rank, ident, started = min(view["training"], key=lambda t: t[2])
@@ -215,7 +215,7 @@ def format_status(s: dict) -> str:
              _evaluations_line(s), _workers_line(s)]
     if s.get("folds"):
         lines.append(_folds_line(s))
-    word = s["chosen_on"]["word"]
+    word = (s.get("chosen_on") or {}).get("word", "val")
     best = s["best"]
     if best:
         lines.append(f"best network: #{best['id']} {_scores(best, metric, word)}")

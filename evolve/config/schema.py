@@ -54,6 +54,12 @@ class DataConfig:
     folds: int | str = "auto"  # cross-validation: each network trained k times, each without one fold of the training rows, chosen and ensembled on its out-of-fold predictions over all of them (docs/folds.md); 0: a val split instead; "auto": 5 folds on a file without its own val split and under 1,000 training rows, else 0
 
 
+    @property
+    def fold_count(self) -> int:
+        """The folds as a number: 0 without cross-validation, and while ``"auto"`` waits for the data (evolve.app.prepare)."""
+        return self.folds if isinstance(self.folds, int) else 0
+
+
 @dataclass(frozen=True)
 class SearchConfig:
     evaluations: int = 40  # total networks trained, across resumes

@@ -29,15 +29,14 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import small_data  # noqa: E402
+import small_data
 
-from data_bcast import load_dataset  # noqa: E402
-from ensemble.folds import assign_folds  # noqa: E402
-from ensemble.problem import Classification  # noqa: E402
-from evolve.search import presets  # noqa: E402
-from evolve.search.ga import random_genome  # noqa: E402
-from evolve.search.space_config import parse_space  # noqa: E402
+from data_bcast import load_dataset
+from ensemble.folds import assign_folds
+from ensemble.problem import Classification
+from evolve.search import presets
+from evolve.search.ga import random_genome
+from evolve.search.space_config import parse_space
 
 FOLDS = 3
 
