@@ -211,6 +211,31 @@ def test_a_failed_start_leaves_the_users_empty_directory_and_a_dead_start_can_be
     assert os.listdir(mine) == []
 
 
+def test_a_start_killed_while_writing_its_first_checkpoint_leaves_a_directory_a_new_run_takes_over(tmp_path):
+    """Killed after its devices and while its first checkpoint was being written (seen under load in the chaos test):
+    the claim, lock, devices, in-flight log, segments folder and the state file's temporary are evens' own, and a
+    new run there clears them; a file of the user's, or the same files without evens' claim, keep it refused."""
+    dead = tmp_path / "dead"
+    claim = claim_run_dir(str(dead))
+    claim.lock._fd, fd = -1, claim.lock._fd
+    os.close(fd)
+    (dead / "devices.json").write_text("{}")
+    (dead / "checkpoint.inflight").write_bytes(b"")
+    (dead / "checkpoint.evaluations").mkdir()
+    (dead / "checkpoint.evaluations" / ".seg-000001.abc.tmp").write_bytes(b"x")
+    (dead / ".checkpoint.h5.41288f7083b09c80.tmp").write_bytes(b"partial")
+    again = claim_run_dir(str(dead))
+    assert sorted(os.listdir(dead)) == [".evens-lock", ".evens-run"]
+    again.release()
+    for name in ("mine.txt", "devices.json"):
+        other = tmp_path / f"other-{name}"
+        other.mkdir()
+        (other / name).write_text("the user's")
+        with pytest.raises(RunDirError, match="directory is not empty"):
+            claim_run_dir(str(other))
+        assert (other / name).read_text() == "the user's"
+
+
 def test_a_symlink_planted_as_the_lock_is_refused(tmp_path):
     (tmp_path / "run").mkdir()
     victim = tmp_path / "victim.txt"

@@ -20,20 +20,45 @@ SUMMARY_NAME = "summary.json"
 
 
 CLAIM_NAME = ".evens-run"  # a new run's mark; it says whether the run created the directory
-OWN_FILES = {CLAIM_NAME, LOCK_NAME}  # what a start that died before its first checkpoint leaves
+OWN_FILES = {CLAIM_NAME, LOCK_NAME}  # what a start that died before its first checkpoint leaves ...
+DEVICES_NAME = "devices.json"  # each worker's rank, host, device and GPU UUID, for the latest session
+# ... and, beside the claim, what one killed while writing its first checkpoint may leave: the workers' devices,
+# the in-flight log, the segments' folder and the state file's temporary (tempfiles.exclusive_temp)
+STARTED_FILES = {DEVICES_NAME, os.path.splitext(CHECKPOINT_NAME)[0] + ".inflight", os.path.splitext(CHECKPOINT_NAME)[0] + ".evaluations"}
+
+
+def _leftovers(names: set[str]) -> set[str]:
+    """Of ``names`` (a directory's), those a start of evens that never completed a checkpoint left: its claim and
+    lock, and with its claim there, what it wrote before its first checkpoint was complete."""
+    claimed = CLAIM_NAME in names
+    return {n for n in names if n in OWN_FILES or (claimed and (n in STARTED_FILES or (n.startswith(".") and n.endswith(".tmp"))))}
 
 
 def check_new_run_dir(path: str) -> None:
     """A new run may use ``path`` only if it does not exist, is empty, or holds only what a start that
-    died before its first checkpoint left (its claim and lock: such a directory is taken over)."""
+    died before its first checkpoint was complete left (:func:`_leftovers`: such a directory is taken over)."""
     if not os.path.exists(path):
         return
     if not os.path.isdir(path):
         raise RunDirError(f"{path}: exists and is not a directory")
     if os.path.exists(os.path.join(path, CHECKPOINT_NAME)):
         raise RunDirError(f"{path}: already holds a run; continue it with --resume {path}, or choose another --out")
-    if set(os.listdir(path)) - OWN_FILES:
+    names = set(os.listdir(path))
+    if names - _leftovers(names):
         raise RunDirError(f"{path}: directory is not empty; choose an empty or new --out")
+
+
+def _clear_leftovers(path: str) -> None:
+    """Remove what a start that died before its first complete checkpoint left, but its claim and lock (held now)."""
+    names = set(os.listdir(path))
+    for name in _leftovers(names) - OWN_FILES:
+        where = os.path.join(path, name)
+        if os.path.isdir(where) and not os.path.islink(where):
+            for inside in os.listdir(where):  # segments and their temporaries: files evens wrote
+                os.remove(os.path.join(where, inside))
+            os.rmdir(where)
+        else:
+            os.remove(where)
 
 
 @dataclass
@@ -76,6 +101,11 @@ def claim_run_dir(path: str) -> Claim:
     had_lock = os.path.lexists(os.path.join(path, LOCK_NAME))
     lock = RunLock.acquire(path)  # a job holding it: RunDirError, naming that job
     claim = Claim(path, lock, created)
+    try:
+        _clear_leftovers(path)
+    except OSError as exc:
+        lock.release()
+        raise RunDirError(f"{path}: cannot clear what a killed start left ({exc.strerror or exc})") from None
     if set(os.listdir(path)) - OWN_FILES:  # something arrived between the check and the lock
         lock.release()
         if not had_lock:

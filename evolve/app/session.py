@@ -33,7 +33,7 @@ from .prepare import AUTO_FOLDS_UNDER, Prepared, choice_labels, data_facts
 from .progress import Progress
 from .report import describe_space, format_summary, summarize
 from .reselect import SelectionCache
-from .rundir import SUMMARY_NAME, write_json
+from .rundir import DEVICES_NAME, SUMMARY_NAME, write_json
 from .tracking import open_tracker
 
 # The exit status of a job stopped by a signal (Slurm's time limit, preemption, or its early warning
@@ -44,7 +44,6 @@ EXIT_RESUMABLE = 75
 # after its checkpoint was written; a resume redoes that worker's network once (docs/reliability.md).
 EXIT_HUNG = 69
 MASTER = 0  # the rank of the master
-DEVICES_NAME = "devices.json"  # each worker's rank, host, device and GPU UUID, for the latest session
 
 
 def say(message: str) -> None:
