@@ -133,8 +133,8 @@ class _Scored(NamedTuple):
 def _scored(order: list[int], val, test, problem: Problem, val_y, test_y, key, keep_best: bool, at_least: int = 1,
             ends: list[int] | None = None) -> _Scored:
     """``order`` scored pick by pick: every pick is kept unless ``keep_best``, else the best-scoring prefix that
-    holds ``at_least`` distinct members: the shortest among equals, or with ``ends`` (the picks at which each
-    bag's end: pooled bags) the prefix of whole bags, the most bags among equals."""
+    holds ``at_least`` distinct members, the shortest among equals; or with ``ends`` (where each of pooled bags
+    ends in ``order``) the best prefix of whole bags, the most bags among equals."""
     val_sum = np.zeros_like(val[0])
     test_sum = np.zeros_like(test[0]) if test is not None else None
     keys, scores, curve_val, curve_test, distinct = [], [], [], [], []
@@ -147,12 +147,13 @@ def _scored(order: list[int], val, test, problem: Problem, val_y, test_y, key, k
             test_sum += test[i]
             curve_test.append(problem.scores(test_sum / p, test_y)[problem.metric_key])
         distinct.append(len(set(order[:p])))
-    allowed = [p for p in range(len(order)) if distinct[p] >= at_least] or [len(order) - 1]
-    if ends is not None:
-        allowed = [end - 1 for end in ends]
-        picks = 1 + max(allowed, key=lambda p: (keys[p], p))
+    if ends is not None:  # pooled bags: a prefix of whole bags, the most bags among equals
+        picks = 1 + max((end - 1 for end in ends), key=lambda p: (keys[p], p))
+    elif keep_best:
+        allowed = [p for p in range(len(order)) if distinct[p] >= at_least] or [len(order) - 1]
+        picks = 1 + max(allowed, key=lambda p: (keys[p], -p))
     else:
-        picks = 1 + max(allowed, key=lambda p: (keys[p], -p)) if keep_best else len(order)
+        picks = len(order)
     return _Scored(picks, curve_val, curve_test, scores[picks - 1], order)
 
 
