@@ -114,3 +114,22 @@ def test_a_model_builders_training_genes_follow_the_data_unless_its_space_declar
     assert again.space == resolved.space
     with pytest.raises(ConfigError, match="presets are for the built-in families"):
         config_from_dict({**raw, "space": {"preset": "signal"}})
+
+
+@pytest.mark.parametrize("rows, folds", [(31, 0), (50, 5), (200, 0), (400, 0), (720, 0), (4000, 0), (1_000_000, 0)])
+def test_training_length_is_a_step_budget_on_small_data_and_tens_of_epochs_on_more(rows, folds):
+    """Small data trains for 1,000 to 3,000 optimiser steps at the middle batch size (not the ~50 that 20-60 epochs
+    of big batches gave 31 rows); the budget fades out by 1,000 rows per training, where the old epochs stand."""
+    import math
+
+    from evolve.search.presets import STEPS, batch_sizes, training
+
+    f = DataFacts((2, 64), "classification", rows, folds)
+    epochs = training(f)["epochs"]
+    per_epoch = math.ceil(f.fit_rows / batch_sizes(f)[1])
+    old = (20, 60) if rows <= 2_000 else (10, 40) if rows <= 20_000 else (5, 20) if rows <= 200_000 else (2, 10)
+    if f.fit_rows <= 200:
+        assert epochs["low"] * per_epoch >= STEPS[0] and epochs["high"] * per_epoch >= STEPS[1]
+    if f.fit_rows >= 1000 or rows >= 720:
+        assert (epochs["low"], epochs["high"]) == old
+    assert epochs["low"] >= old[0] and epochs["high"] >= old[1]
