@@ -134,11 +134,11 @@ def main(argv=None) -> int:
         with open(args.recipe_rows) as f:
             done += [json.loads(line) for line in f if line.strip()]
     have = {(r["dataset"], r["contender"], r["seed"], r["evaluations"] if r["contender"] != "recipe" else args.evaluations) for r in done}
-    folder = tempfile.mkdtemp(prefix="bench-small-")
+    folder = tempfile.mkdtemp(prefix="bench-small-")  # (jobs go dataset by dataset, in --datasets' order: a run cut short has whole datasets)
     paths = prepare(datasets, folder)
     jobs = [{"dataset": d, "contender": c, "seed": s, "evaluations": args.evaluations, "folder": folder, "path": paths[d],
              "recipe_epochs": args.recipe_epochs}
-            for s in range(args.seeds) for d in datasets for c in contenders if (d, c, s, args.evaluations) not in have]
+            for d in datasets for s in range(args.seeds) for c in contenders if (d, c, s, args.evaluations) not in have]
     print(harness.machine_line("bench_small", f"datasets={args.datasets} seeds={args.seeds} evaluations={args.evaluations} "
                                               f"jobs={args.jobs}"), flush=True)
     rows = list(done)
