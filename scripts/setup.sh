@@ -7,4 +7,4 @@ if [ ! -x .venv/bin/python ]; then
     "${PYTHON:-python3}" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[mpich,test,plot,fast,export,tensorboard]"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[mpich,test,plot,fast,export,tensorboard,optuna]"

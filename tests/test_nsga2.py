@@ -20,7 +20,7 @@ from evolve.runfile.checkpoint import RunInfo
 from evolve.search.pareto import ParetoFront
 from evolve.search.records import Pending, Record
 from evolve.search.space_config import parse_space
-from evolve.search.strategy import make_strategy
+from evolve.search.registry import Context, make_strategy
 from evolve.transport.protocol import InProcessTransport
 
 SPACE = parse_space({}).for_sample_shape((1, 8, 8))
@@ -75,7 +75,7 @@ ZDT1_HV = 2 / 3  # the true front's hypervolume up to (1, 1)
 
 
 def nsga2(seed=0, population=20):
-    return make_strategy("nsga2", SPACE, SearchConfig(population=population), random.Random(seed), [], [], {})
+    return make_strategy("nsga2", Context(SPACE, SearchConfig(population=population), random.Random(seed), [], [], {}))
 
 
 def test_nsga2_finds_the_zdt1_front_and_beats_random_proposals():
@@ -142,14 +142,14 @@ def test_nsga2_proposals_do_not_depend_on_the_order_results_arrive_in():
 def test_to_state_and_make_strategy_carry_on_with_the_same_proposals():
     params = SearchConfig(population=10)
     rng = random.Random(5)
-    strategy = make_strategy("nsga2", SPACE, params, rng, [], [], {})
+    strategy = make_strategy("nsga2", Context(SPACE, params, rng, [], [], {}))
     records = drive(strategy, 30)
     out = [(len(records) + k, strategy.ask()) for k in range(4)]  # handed out, not yet back: a resume redoes them
     state = json.loads(json.dumps(strategy.to_state()))  # plain JSON, as the checkpoint stores it
     copy = random.Random()
     copy.setstate(rng.getstate())
     pending = [Pending(id=i, genome=p.genome, parents=p.parents, operators=p.operators) for i, p in out]
-    resumed = make_strategy("nsga2", SPACE, params, copy, records, pending, state)
+    resumed = make_strategy("nsga2", Context(SPACE, params, copy, records, pending, state))
     assert resumed.front.points() == strategy.front.points() and resumed.to_state() == strategy.to_state()
     traces = []
     for s, recs in ((strategy, list(records)), (resumed, list(records))):
@@ -161,7 +161,7 @@ def test_to_state_and_make_strategy_carry_on_with_the_same_proposals():
         traces.append(([(r.id, tuple(r.genome), r.parents, r.operators) for r in recs], s.to_state()))
     assert traces[0] == traces[1]
     with pytest.raises(ValueError, match="second objective is 'params', not 'latency'"):
-        make_strategy("nsga2", SPACE, params, random.Random(0), records, [], state, objective="latency")
+        make_strategy("nsga2", Context(SPACE, params, random.Random(0), records, [], state, "latency"))
 
 
 def search(workers, budget, seed=0, objective="params", evaluate=landscape, stop_after=None):

@@ -10,7 +10,7 @@ from evolve.runfile import checkpoint
 from evolve.runfile.checkpoint import RunInfo
 from evolve.search.space import GENE_NAMES
 from evolve.search.space_config import parse_space
-from evolve.search.strategy import make_strategy
+from evolve.search.registry import Context, make_strategy
 from evolve.transport.protocol import InProcessTransport
 
 SPACE = parse_space({}).for_sample_shape((1, 8, 8))
@@ -109,9 +109,9 @@ def test_generational_resume_computes_what_an_unbroken_run_does(tmp_path):
 
 def test_a_strategy_refuses_another_modes_state():
     with pytest.raises(ValueError, match="strategy is 'async'"):
-        make_strategy("generational", SPACE, SearchConfig(), np.random.default_rng(0), [], [], {"mode": "async", "population": []})
+        make_strategy("generational", Context(SPACE, SearchConfig(), np.random.default_rng(0), [], [], {"mode": "async", "population": []}))
     with pytest.raises(ValueError, match="unknown search mode"):
-        make_strategy("bayes", SPACE, SearchConfig(), np.random.default_rng(0), [], [], {})
+        make_strategy("bayes", Context(SPACE, SearchConfig(), np.random.default_rng(0), [], [], {}))
 
 
 def test_async_breeds_from_the_population_as_it_stands():
@@ -162,10 +162,10 @@ def test_a_network_that_crashed_is_never_proposed_again_though_the_rng_replays_i
 
     params = settings(60, mode, population=4).search
     rng_state = random.Random(5).getstate()
-    first = make_strategy(mode, SPACE, params, _rng(rng_state), [], [], {})
+    first = make_strategy(mode, Context(SPACE, params, _rng(rng_state), [], [], {}))
     drawn = [first.ask() for _ in range(4)]  # generation 0 (or the first random ones)
     crashed = Record(id=0, genome=drawn[0].genome, status="crashed", fitness=float("-inf"), message="in flight when 2 jobs ended")
-    again = make_strategy(mode, SPACE, params, _rng(rng_state), [crashed], [], {})
+    again = make_strategy(mode, Context(SPACE, params, _rng(rng_state), [crashed], [], {}))
     keys = [again.ask().key for _ in range(4)]
     assert candidate_key(SPACE, drawn[0].genome) not in keys
 

@@ -15,7 +15,7 @@ from evolve.search.ga import breed_child
 from evolve.search.records import Record
 from evolve.search.space import GENE_NAMES
 from evolve.search.space_config import parse_space
-from evolve.search.strategy import make_strategy
+from evolve.search.registry import Context, make_strategy
 from evolve.search.surrogate import Surrogate
 from evolve.transport.protocol import InProcessTransport
 
@@ -66,7 +66,7 @@ def test_failed_trainings_teach_nothing_and_fits_come_as_results_grow():
 def test_each_child_is_the_most_promising_new_one_of_its_brood():
     rng = random.Random(3)
     records = told(Surrogate(rng), 40, rng)
-    strategy = make_strategy("async", SPACE, MODEL, random.Random(7), [], [], {})
+    strategy = make_strategy("async", Context(SPACE, MODEL, random.Random(7), [], [], {}))
     for record in records:
         strategy.tell(record)
     strategy.surrogate.fit()
@@ -122,13 +122,13 @@ def test_a_resume_fits_the_same_surrogate_from_the_records(tmp_path):
     rows = state.strategy["surrogate"]["rows"]
     assert 8 <= rows <= len(state.records)
     resumed = save_and_load(state, str(tmp_path / "c.h5"))
-    rebuilt = make_strategy("async", SPACE, MODEL, resumed.rng, resumed.records, resumed.pending, resumed.strategy).surrogate
-    again = make_strategy("async", SPACE, MODEL, random.Random(99), state.records, [], state.strategy).surrogate
+    rebuilt = make_strategy("async", Context(SPACE, MODEL, resumed.rng, resumed.records, resumed.pending, resumed.strategy)).surrogate
+    again = make_strategy("async", Context(SPACE, MODEL, random.Random(99), state.records, [], state.strategy)).surrogate
     probe = [[random.Random(i).random() for _ in range(len(SPACE))] for i in range(20)]
     assert np.array_equal(rebuilt.score(probe), again.score(probe))
     assert rebuilt.to_state() == state.strategy["surrogate"]
     with pytest.raises(ValueError, match="fitted on"):
-        make_strategy("async", SPACE, MODEL, random.Random(0), state.records[:5], [], state.strategy)
+        make_strategy("async", Context(SPACE, MODEL, random.Random(0), state.records[:5], [], state.strategy))
 
 
 def test_model_breeding_is_a_choice_of_async_and_generational():

@@ -15,6 +15,7 @@ from evolve.runfile.checkpoint import RunInfo
 from evolve.search.early_stop import epochs_saved
 from evolve.search.pareto import OBJECTIVES
 from evolve.search.records import Record, best_first
+from evolve.search.registry import capabilities
 from evolve.search.space import TRAINING_GENES
 
 from .rundir import checkpoint_path
@@ -101,7 +102,7 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
             "epochs_trained": sum(r.epochs_done for r in state.records),
         }
     search = info.config.search
-    if search.mode == "nsga2":
+    if capabilities(search.mode).objectives == 2:
         summary["pareto"] = pareto_front(state, search.second_objective, space)
     if ok:
         best = min(ok, key=best_first)
@@ -381,7 +382,7 @@ def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | N
         for name in ("search.png", "ensemble.png", "workers.png", "pareto.png", "hyperparameters.png"):
             _refuse_to_replace(os.path.join(plot_dir, name), force)
         search = info.config.search
-        objective = OBJECTIVES[search.second_objective] if search.mode == "nsga2" else None
+        objective = OBJECTIVES[search.second_objective] if capabilities(search.mode).objectives == 2 else None
         written = write_plots(state, summary, space, plot_dir, objective)
         notes.append(f"wrote {len(written)} figures: {', '.join(written)}")
     if as_json:

@@ -32,6 +32,9 @@ from ensemble.references import is_reference
 from ensemble.select import select_ensemble
 from evolve.errors import ConfigError
 from evolve.search import presets
+from evolve.search.optuna_strategy import SAMPLERS
+from evolve.search.registry import check as check_strategy
+from evolve.search.registry import names as strategy_names
 from evolve.search.space import DEFAULT_SPACE, TRAINING_GENES, SearchSpace
 from evolve.search.space_config import parse_space
 
@@ -64,7 +67,8 @@ class DataConfig:
 class SearchConfig:
     evaluations: int = 40  # total networks trained, across resumes
     metric: str = "auto"  # what the search optimises on the validation split: "auto" (accuracy; regression: rmse), accuracy, balanced_accuracy, macro_f1, log_loss; rmse, mae, r2; or "module:function" (docs/custom-models.md)
-    mode: str = "async"  # "async" (steady state, no worker waits), "generational" (a barrier per generation) or "nsga2"
+    mode: str = "async"  # the strategy: "async" (steady state, no worker waits), "generational" (a barrier per generation), "nsga2" (two objectives), or "optuna" (an Optuna sampler, search.sampler; needs evens[optuna])
+    sampler: str = "tpe"  # search.mode = "optuna": Optuna's "tpe" (multivariate), "gp" (Gaussian process), "cmaes" or "random"
     second_objective: str = "params"  # nsga2's objective to minimise beside the fitness: "params" or "latency" (us per sample)
     population: int = 10  # individuals the GA breeds from (async: the steady-state pool; generational and nsga2: each generation)
     seed: int = 0  # seeds the search: the same seed and config propose the same networks
@@ -207,7 +211,7 @@ _BOUNDS = {
     "train.max_host_memory_gb": (0.0, None),
     "train.workers_per_gpu": (0, None),
 }
-_CHOICES = {"data.mode": LOAD_MODES, "train.device": ("auto", "cpu", "cuda"), "train.precision": ("fp32", "tf32", "bf16"), "train.class_weights": ("none", "balanced"), "train.isolation": ("process", "none"), "ensemble.method": ("greedy", "top_k"), "ensemble.criterion": ("auto", "accuracy", "loss", "metric"), "search.mode": ("async", "generational", "nsga2"), "search.breeding": ("blind", "model"), "search.selection": ("fitness", "ensemble"),
+_CHOICES = {"data.mode": LOAD_MODES, "train.device": ("auto", "cpu", "cuda"), "train.precision": ("fp32", "tf32", "bf16"), "train.class_weights": ("none", "balanced"), "train.isolation": ("process", "none"), "ensemble.method": ("greedy", "top_k"), "ensemble.criterion": ("auto", "accuracy", "loss", "metric"), "search.mode": strategy_names(), "search.sampler": SAMPLERS, "search.breeding": ("blind", "model"), "search.selection": ("fitness", "ensemble"),
             "search.second_objective": ("params", "latency")}
 
 
@@ -272,9 +276,9 @@ def config_from_dict(raw: dict) -> Config:
     if sections["model"].path and not builder and not is_reference(metric) and not is_reference(loss):
         raise ConfigError("model.path is where your code's modules lie (model.builder, a 'module:function' metric or loss); it names none")
     search = sections["search"]
-    if search.mode == "nsga2" and (search.breeding, search.selection) != ("blind", "fitness"):
-        raise ConfigError("search.breeding = \"model\" and search.selection = \"ensemble\" work with search.mode \"async\" or \"generational\", "
-                          "not \"nsga2\" (which has two objectives)")
+    problem = check_strategy(search.mode, search)
+    if problem:
+        raise ConfigError(problem)
     return Config(**_space(raw, sections["model"].builder), **sections)
 
 

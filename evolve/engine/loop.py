@@ -31,7 +31,7 @@ from evolve.config.schema import Config
 from evolve.search.early_stop import BarCache, MedianRule
 from evolve.search.records import Pending, Record
 from evolve.search.space import SearchSpace
-from evolve.search.strategy import make_strategy
+from evolve.search.registry import Context, capabilities, make_strategy
 from evolve.transport.protocol import SKIPPED, Result, Task, Transport
 
 from .dispatch import Dispatcher, Journal, Sent
@@ -137,14 +137,15 @@ class _Search:
         self.state, self.space, self.search = state, space, config.search
         self.checkpoint, self.on_result, self.say, self.clock, self.wall_clock = checkpoint, on_result, say, clock, wall_clock
         search = self.search
-        self.strategy = make_strategy(search.mode, space, search, state.rng, state.records, state.pending, state.strategy,
-                                      objective=search.second_objective, value=_ensemble_value(state, config, validation))
-        # Early stopping follows results in the order they arrive, so a generational search (whose results
-        # must not depend on that order) never uses it.
-        self.bars = BarCache(MedianRule(state.records), len(state.records)) if search.early_stopping and search.mode == "async" else None
-        # Workers queue tasks only in async mode (a generation's barrier would leave its last children queued behind
+        caps = capabilities(search.mode)
+        self.strategy = make_strategy(search.mode, Context(space, search, state.rng, state.records, state.pending, state.strategy,
+                                                           search.second_objective, _ensemble_value(state, config, validation)))
+        # Early stopping follows results in the order they arrive, so a strategy whose proposals must not depend
+        # on that order (a generational one) never uses it.
+        self.bars = BarCache(MedianRule(state.records), len(state.records)) if search.early_stopping and caps.order_matters else None
+        # Workers queue tasks only without a barrier (a generation's would leave its last children queued behind
         # busy workers while others idle), over a transport whose workers queue (in one process it gains nothing).
-        depth = 1 + search.prefetch if search.mode == "async" and getattr(transport, "queues", False) else 1
+        depth = 1 + search.prefetch if not caps.barrier and getattr(transport, "queues", False) else 1
         self.dispatch = Dispatcher(transport, depth, clock, wall_clock, journal)
         self.transport = transport
         self.hall = state.hall_of_fame
@@ -152,7 +153,7 @@ class _Search:
         self.evaluations = Evaluations(folds)  # networks being evaluated, each one task or one per fold
         self.watch = {"time_limit": search.eval_timeout_seconds}
         self.epochs_at = space.names.index("epochs")  # the key holds epochs like any other gene
-        if search.mode == "nsga2" and search.second_objective == "latency":
+        if caps.objectives == 2 and search.second_objective == "latency":
             self.watch["measure_latency"] = True  # workers time inference only when the search needs it
         # a worker silent this long after its training started is hung (no time limit: no bound to judge by)
         timeout, grace = search.eval_timeout_seconds, search.hang_seconds

@@ -135,6 +135,13 @@ class Choice:
     def decode(self, u: float):
         return self.options[_index(u, len(self.options))]
 
+    def encode(self, value) -> float:
+        """The middle of ``value``'s interval of u (ValueError for a value not among the options)."""
+        for i, option in enumerate(self.options):
+            if option == value and type(option) is type(value):
+                return (i + 0.5) / len(self.options)
+        raise ValueError(f"{value!r} is not one of {list(self.options)}")
+
     def values(self) -> tuple:
         return self.options
 
@@ -159,6 +166,18 @@ class Range:
         else:
             value = self.low + u * (self.high - self.low)
         return min(max(int(round(value)), int(self.low)), int(self.high)) if self.integer else value
+
+    def encode(self, value) -> float:
+        """A u that decodes to ``value`` (a float: to within rounding), clamped into [0, 1]."""
+        if self.low == self.high:
+            return 0.5
+        if self.integer and not self.log:
+            u = (int(value) - int(self.low) + 0.5) / (int(self.high) - int(self.low) + 1)
+        elif self.log:
+            u = (math.log(value) - math.log(self.low)) / (math.log(self.high) - math.log(self.low))
+        else:
+            u = (value - self.low) / (self.high - self.low)
+        return min(max(u, 0.0), 1.0)
 
     def values(self) -> tuple | None:
         """Every value, for an integer range; None for a continuous one."""
@@ -225,6 +244,7 @@ class SearchSpace:
     _plan: tuple = field(default=(), compare=False, repr=False)
     _decoders: tuple = field(default=(), compare=False, repr=False)
     _names: tuple = field(default=(), compare=False, repr=False)
+    _order: tuple = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         names = [g.name for g in self.genes]
@@ -248,6 +268,12 @@ class SearchSpace:
         object.__setattr__(self, "_plan", tuple((i, needs) for i, needs in plan if needs))  # conditional genes, in order
         object.__setattr__(self, "_decoders", tuple(_decoder(g.domain) for g in self.genes))
         object.__setattr__(self, "_names", tuple(names))
+        object.__setattr__(self, "_order", tuple(self.genes[i] for i in order))
+
+    @property
+    def condition_order(self) -> tuple[Gene, ...]:
+        """The genes, each after the genes its conditions test (to suggest them define-by-run)."""
+        return self._order
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -294,6 +320,21 @@ class SearchSpace:
             if not active[i]:
                 values[i] = self.genes[i].default
         return tuple(values)
+
+    def encode(self, values: dict) -> list[float]:
+        """A genome that decodes to ``values`` (gene name -> value; a gene left out, or inactive, takes its
+        default): the inverse of :meth:`decode` for a strategy that proposes native values (an Optuna
+        sampler). A float comes back to within rounding, everything else exactly."""
+        genome = []
+        for gene in self.genes:
+            value = values.get(gene.name, gene.default)
+            try:
+                genome.append(gene.domain.encode(value))
+            except ValueError:  # an inactive gene's default outside its own domain
+                if gene.name in values:
+                    raise ValueError(f"gene {gene.name}: {value!r} is outside its domain") from None
+                genome.append(0.5)
+        return genome
 
     def specs(self, key: tuple) -> tuple[NetworkSpec, TrainSpec]:
         """The network and training settings of a :meth:`key`, the network in its canonical form

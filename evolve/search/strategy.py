@@ -1,4 +1,5 @@
-"""Search strategies: what to train next. A strategy is asked for proposals and told every result.
+"""The evolutionary search strategies (DEAP's operators): what to train next. A strategy is asked for proposals
+and told every result; each registers itself under its ``search.mode`` name (:mod:`.registry`).
 
 :func:`~evolve.engine.loop.run_search` keeps dispatch, ids, bookkeeping and checkpoint
 timing; the policy lives here, behind two verbs:
@@ -8,7 +9,7 @@ timing; the policy lives here, behind two verbs:
 * ``tell(record)``: a finished evaluation, successful or not.
 
 ``to_state()`` gives everything the strategy needs to go on after a resume as
-plain JSON values; :func:`make_strategy` rebuilds it from that and the records.
+plain JSON values; its ``create(context)`` rebuilds it from that and the records.
 
 * ``async`` (:class:`SteadyState`): no generations. The first ``population``
   proposals are random; after that every proposal is a child of two tournament
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable, Iterable, Protocol
+from typing import ClassVar, Iterable, Protocol
 
 import numpy as np
 
@@ -59,13 +60,10 @@ from .ga import (
 )
 from .pareto import OBJECTIVES, ParetoFront, objective_value
 from .records import Pending, Record
+from .registry import Capabilities, Context, Value, register
 from .space import SearchSpace
 from .surrogate import Surrogate
 
-MODES = ("async", "generational", "nsga2")
-BREEDING = ("blind", "model")
-SELECTION = ("fitness", "ensemble")
-Value = Callable[[list[int]], list[float]]  # ids -> each one's value to the ensemble, higher better
 POOL_MAX = 32  # async, model breeding: children ranked at once at most (see SteadyState.ask)
 
 
@@ -87,7 +85,12 @@ class Proposal:
 
 
 class Strategy(Protocol):
-    mode: str
+    name: ClassVar[str]  # its search.mode
+    capabilities: ClassVar[Capabilities]
+
+    @classmethod
+    def create(cls, context: Context) -> Strategy:
+        """New (``context.state`` empty), or carrying on from the state ``to_state`` gave and the records."""
 
     def ask(self) -> Proposal | None:
         """The next individual to evaluate, or None until more results are told."""
@@ -96,7 +99,7 @@ class Strategy(Protocol):
         """A finished evaluation (any status)."""
 
     def to_state(self) -> dict:
-        """Plain JSON values: what a resume needs (see :func:`make_strategy`)."""
+        """Plain JSON values, with the strategy's name under ``"mode"``: what a resume needs."""
 
 
 def candidate_key(space: SearchSpace, genome) -> tuple:
@@ -190,6 +193,20 @@ def _individual(record: Record) -> Individual:
     return Individual.evaluated(record.genome, record.fitness, record.id, record.loss)
 
 
+def _known(context: Context) -> list[list[float]]:
+    """Every genome proposed so far: recorded or still out."""
+    return [r.genome for r in context.records] + [p.genome for p in context.pending]
+
+
+def _surrogate(context: Context) -> Surrogate | None:
+    """Model breeding's surrogate, fitted again from the records as it stood at the last fit (a resume; see
+    Surrogate.from_state), or None for blind breeding."""
+    if context.params.breeding != "model":
+        return None
+    return Surrogate.from_state(context.rng, context.records, context.state.get("surrogate"))
+
+
+@register
 class SteadyState(_Breeder):
     """``async``: breed from the population as it stands; each result may replace the worst member.
 
@@ -197,7 +214,16 @@ class SteadyState(_Breeder):
     the moment it is asked for, so no worker ever waits for a generation.
     """
 
-    mode = "async"
+    name = mode = "async"
+    capabilities = Capabilities(barrier=False, order_matters=True, breeding=("blind", "model"), selection=("fitness", "ensemble"))
+
+    @classmethod
+    def create(cls, context: Context) -> SteadyState:
+        strategy = cls(context.space, context.params, context.rng, {r.id: r for r in context.records}, _known(context),
+                       context.state, _surrogate(context), context.value)
+        for record in context.records:
+            strategy.note_outcome(record)
+        return strategy
 
     def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict, surrogate: Surrogate | None = None,
                  value: Value | None = None):
@@ -238,10 +264,24 @@ class SteadyState(_Breeder):
         return {"mode": self.mode, "population": [ind.ident for ind in self.population], **self.surrogate_state()}
 
 
+@register
 class Generational(_Breeder):
     """``generational``: breed a whole generation at once; wait for all of it; keep the best of parents and children."""
 
-    mode = "generational"
+    name = mode = "generational"
+    capabilities = Capabilities(barrier=True, order_matters=False, breeding=("blind", "model"), selection=("fitness", "ensemble"))
+
+    @classmethod
+    def create(cls, context: Context) -> Generational:
+        return cls._carry_on(cls(context.space, context.params, context.rng, {r.id: r for r in context.records}, _known(context),
+                                 context.state, _surrogate(context), context.value), context)
+
+    @staticmethod
+    def _carry_on(strategy: Generational, context: Context) -> Generational:
+        strategy.adopt(context.pending)
+        for record in context.records:
+            strategy.note_outcome(record)
+        return strategy
 
     def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict, surrogate: Surrogate | None = None,
                  value: Value | None = None):
@@ -333,6 +373,7 @@ class Generational(_Breeder):
         }
 
 
+@register
 class NSGA2(Generational):
     """``nsga2``: generational NSGA-II on (validation fitness, maximised; ``objective``, minimised).
 
@@ -344,7 +385,13 @@ class NSGA2(Generational):
     the front. The barrier, the queue and the determinism are :class:`Generational`'s.
     """
 
-    mode = "nsga2"
+    name = mode = "nsga2"
+    capabilities = Capabilities(barrier=True, order_matters=False, objectives=2)
+
+    @classmethod
+    def create(cls, context: Context) -> NSGA2:
+        return cls._carry_on(cls(context.space, context.params, context.rng, {r.id: r for r in context.records}, _known(context),
+                                 context.state, context.objective), context)
 
     def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict, objective: str = "params"):
         if objective not in OBJECTIVES:
@@ -378,34 +425,3 @@ class NSGA2(Generational):
 
     def to_state(self) -> dict:
         return {**super().to_state(), "objective": self.objective, "front": self.front.ids()}
-
-
-def make_strategy(mode: str, space: SearchSpace, params: GAParams, rng: random.Random, records: list[Record],
-                  pending: list[Pending], state: dict, objective: str = "params", value: Value | None = None) -> Strategy:
-    """The strategy ``mode`` names, carrying on from ``state`` (empty for a new search).
-
-    ``objective`` is NSGA-II's second objective (a key of :data:`OBJECTIVES`); the other modes ignore it.
-    ``value`` is what ``search.selection = "ensemble"`` selects by (None: fitness).
-    """
-    if state and state.get("mode") != mode:
-        raise ValueError(f"the run's strategy is {state.get('mode')!r}, not {mode!r}")
-    if params.breeding not in BREEDING:
-        raise ValueError(f"unknown breeding {params.breeding!r} (known: {', '.join(BREEDING)})")
-    if mode not in MODES:
-        raise ValueError(f"unknown search mode {mode!r} (known: {', '.join(MODES)})")
-    by_id = {r.id: r for r in records}
-    known = [r.genome for r in records] + [p.genome for p in pending]
-    if mode == "nsga2":
-        if params.breeding != "blind" or value is not None:
-            raise ValueError("model breeding and ensemble selection work with the async and generational modes, not nsga2")
-        strategy = NSGA2(space, params, rng, by_id, known, state, objective)
-    else:
-        # A resume fits the surrogate again from the records, as it stood at the last fit (see Surrogate.from_state).
-        surrogate = Surrogate.from_state(rng, records, state.get("surrogate")) if params.breeding == "model" else None
-        kind = SteadyState if mode == "async" else Generational
-        strategy = kind(space, params, rng, by_id, known, state, surrogate, value)
-    if isinstance(strategy, Generational):
-        strategy.adopt(pending)
-    for record in records:
-        strategy.note_outcome(record)
-    return strategy

@@ -58,11 +58,12 @@ def overrides(contender: str, dataset: str) -> list[str]:
 
 
 def run_evens(job: dict) -> dict:
-    """One ``evens run`` on one process: its summary's test accuracies and its CPU seconds."""
+    """One ``evens run`` on one process, of the config ``folder/<dataset>.toml`` with the job's ``overrides``: its
+    summary's test accuracies and its CPU seconds."""
     out = os.path.join(job["folder"], f"{job['dataset']}-{job['contender']}-{job['seed']}")
     cfg = os.path.join(job["folder"], f"{job['dataset']}.toml")
     sets = [f"search.evaluations={job['evaluations']}", f"search.seed={job['seed']}", f"data.split_seed={job['seed']}",
-            "train.threads=1", *overrides(job["contender"], job["dataset"])]
+            "train.threads=1", *job["overrides"]]
     command = [sys.executable, "-m", "evolve", "run", cfg, "--out", out, "--quiet", *[a for s in sets for a in ("--set", s)]]
     began = time.perf_counter()
     proc = subprocess.Popen(command, cwd=harness.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -137,7 +138,7 @@ def main(argv=None) -> int:
     folder = tempfile.mkdtemp(prefix="bench-small-")  # (jobs go dataset by dataset, in --datasets' order: a run cut short has whole datasets)
     paths = prepare(datasets, folder)
     jobs = [{"dataset": d, "contender": c, "seed": s, "evaluations": args.evaluations, "folder": folder, "path": paths[d],
-             "recipe_epochs": args.recipe_epochs}
+             "recipe_epochs": args.recipe_epochs, "overrides": overrides(c, d) if c != "recipe" else []}
             for d in datasets for s in range(args.seeds) for c in contenders if (d, c, s, args.evaluations) not in have]
     print(harness.machine_line("bench_small", f"datasets={args.datasets} seeds={args.seeds} evaluations={args.evaluations} "
                                               f"jobs={args.jobs}"), flush=True)

@@ -117,20 +117,8 @@ def run_random(cfg: Config, space: SearchSpace, data: DeviceData, seed: int) -> 
 
 
 def condition_order(space: SearchSpace) -> list[Gene]:
-    """The genes, each after the genes its conditions test (the space's order when it already is so)."""
-    by_name, done, order = {g.name: g for g in space.genes}, set(), []
-
-    def visit(gene: Gene) -> None:
-        if gene.name in done:
-            return
-        done.add(gene.name)
-        for other, _ in gene.conditions():
-            visit(by_name[other])
-        order.append(gene)
-
-    for gene in space.genes:
-        visit(gene)
-    return order
+    """The genes, each after the genes its conditions test."""
+    return list(space.condition_order)
 
 
 def suggest_key(trial, space: SearchSpace, order: list[Gene]) -> tuple:

@@ -1,0 +1,199 @@
+"""``search.mode = "optuna"``: an Optuna sampler proposes the networks; evens trains them (MPI, isolation, the run
+file, the ensemble). Needs ``pip install "evens[optuna]"``.
+
+Optuna's samplers see the space's native genes, as a user's Optuna study would: each active gene is a
+categorical, an integer or a float (log where the gene is), suggested define-by-run so that a conditional gene
+(a CNN's kernel size, say) exists only where its condition holds. ``search.sampler`` picks the sampler: ``tpe``
+(multivariate, grouped for the conditional genes, with a constant liar for the trainings still out), ``gp``,
+``cmaes`` (categorical genes sampled independently) or ``random``. The proposal is stored as a genome like any
+other (:meth:`~evolve.search.space.SearchSpace.encode`), so records, the run file and the report are the same
+as for the evolutionary strategies.
+
+Nothing of Optuna goes into the run file: on resume the study is rebuilt in memory from the records (each
+network a finished trial, its fitness the value; a failed or crashed one a failed trial) and the pending
+networks (running trials), and the sampler is seeded afresh from the search's rng. A proposal that decodes to a
+network trained before is answered from its record and drawn again (up to :data:`REDRAWS` times), so that
+no network is trained twice.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import warnings
+
+from .records import Record
+from .registry import Capabilities, Context, register
+from .space import Choice, SearchSpace
+
+SAMPLERS = ("tpe", "gp", "cmaes", "random")
+NEEDS = {"tpe": ("optuna",), "gp": ("optuna", "scipy"), "cmaes": ("optuna", "cmaes"), "random": ("optuna",)}
+REDRAWS = 20  # draws of a network not proposed before, before a repeat is trained all the same
+
+
+def missing(sampler: str) -> list[str]:
+    """The modules ``sampler`` needs that cannot be imported."""
+    import importlib.util
+
+    return [m for m in NEEDS.get(sampler, ("optuna",)) if importlib.util.find_spec(m) is None]
+
+
+def _sampler(optuna, name: str, seed: int):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if name == "tpe":
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True)
+        if name == "gp":
+            return optuna.samplers.GPSampler(seed=seed)
+        if name == "cmaes":
+            return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+        return optuna.samplers.RandomSampler(seed=seed)
+
+
+def _distributions(optuna, space: SearchSpace) -> dict:
+    """Each gene's Optuna distribution; None for a gene with one value (never suggested: it has no choice)."""
+    out = {}
+    for gene in space.genes:
+        d = gene.domain
+        if isinstance(d, Choice):
+            out[gene.name] = optuna.distributions.CategoricalDistribution(list(d.options)) if len(d.options) > 1 else None
+        elif d.low == d.high:
+            out[gene.name] = None
+        elif d.integer:
+            out[gene.name] = optuna.distributions.IntDistribution(int(d.low), int(d.high), log=d.log)
+        else:
+            out[gene.name] = optuna.distributions.FloatDistribution(d.low, d.high, log=d.log)
+    return out
+
+
+@register
+class OptunaSampler:
+    """A study in memory whose trials are the search's networks (see the module's docstring)."""
+
+    name = mode = "optuna"
+    capabilities = Capabilities(barrier=False, order_matters=True, needs="optuna")
+
+    @classmethod
+    def check(cls, params) -> str | None:
+        """Why this search cannot run here (a missing dependency), or None."""
+        sampler = getattr(params, "sampler", "tpe")
+        if sampler not in SAMPLERS:
+            return f"search.sampler must be one of {', '.join(SAMPLERS)}, got {sampler!r}"
+        gone = missing(sampler)
+        if gone:
+            return (f"search.mode = \"optuna\" with search.sampler = \"{sampler}\" needs {', '.join(gone)}: "
+                    f"pip install \"evens[optuna]\"")
+        return None
+
+    @classmethod
+    def create(cls, context: Context) -> OptunaSampler:
+        problem = cls.check(context.params)
+        if problem:
+            raise ValueError(problem)
+        return cls(context)
+
+    def __init__(self, context: Context):
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.optuna, self.space = optuna, context.space
+        self.sampler_name = getattr(context.params, "sampler", "tpe")
+        self.distributions = _distributions(optuna, context.space)
+        self.order = context.space.condition_order
+        self.study = optuna.create_study(direction="maximize", sampler=_sampler(optuna, self.sampler_name, context.rng.randrange(2**31)))
+        self.out: dict[tuple, collections.deque] = collections.defaultdict(collections.deque)  # genome -> its running trials
+        self.fitness_of: dict[tuple, float] = {}  # a recorded network's key -> its fitness (nan: it failed)
+        self.pending_keys: set[tuple] = set()
+        for record in sorted(context.records, key=lambda r: r.id):
+            self.study.add_trial(self._finished(record))
+            self.fitness_of[context.space.key(record.genome)] = self._value(record)
+        for individual in sorted(context.pending, key=lambda p: p.id):
+            self.study.enqueue_trial(self._params(individual.genome))
+            self._hold(individual.genome, self.study.ask(self._active_distributions(individual.genome)))
+
+    # --- genomes and trials ----------------------------------------------------------------------------
+
+    def _params(self, genome) -> dict:
+        """The genome's suggested genes: the active ones that have a choice."""
+        return {k: v for k, v in self.space.decode(genome).items() if self.distributions.get(k) is not None}
+
+    def _active_distributions(self, genome) -> dict:
+        return {k: self.distributions[k] for k in self._params(genome)}
+
+    @staticmethod
+    def _value(record: Record) -> float:
+        """What the study learns from a record: its fitness (a stopped network's too: a low one), nan if it has none."""
+        return record.fitness if record.status in ("ok", "stopped") and math.isfinite(record.fitness) else math.nan
+
+    def _finished(self, record: Record):
+        value, optuna = self._value(record), self.optuna
+        done = {"value": value} if math.isfinite(value) else {"state": optuna.trial.TrialState.FAIL}
+        params = self._params(record.genome)
+        return optuna.trial.create_trial(params=params, distributions={k: self.distributions[k] for k in params}, **done)
+
+    def _hold(self, genome, trial) -> None:
+        self.out[tuple(genome)].append(trial)
+        self.pending_keys.add(self.space.key(genome))
+
+    def _suggest(self, trial) -> dict:
+        """Define-by-run: each gene whose conditions hold and that has a choice is suggested. The active genes' values."""
+        values, active = {}, {}
+        for gene in self.order:
+            on = all(active[other] and values[other] in allowed for other, allowed in gene.conditions())
+            active[gene.name] = on
+            dist = self.distributions[gene.name]
+            if on and dist is not None:
+                values[gene.name] = _suggest(trial, gene.name, dist)
+            elif on:  # one value
+                d = gene.domain
+                values[gene.name] = d.options[0] if isinstance(d, Choice) else (int(d.low) if d.integer else d.low)
+            else:
+                values[gene.name] = gene.default
+        return {name: v for name, v in values.items() if active[name]}  # (an inactive gene's genome position: see SearchSpace.encode)
+
+    # --- the strategy's verbs --------------------------------------------------------------------------
+
+    def ask(self):
+        from .strategy import Proposal
+
+        for draw in range(REDRAWS + 1):
+            trial = self.study.ask()
+            genome = self.space.encode(self._suggest(trial))
+            key = self.space.key(genome)
+            if draw == REDRAWS or (key not in self.fitness_of and key not in self.pending_keys):
+                break
+            known = self.fitness_of.get(key, math.nan)  # a repeat: answered from its record, or failed if still out
+            if math.isfinite(known):
+                self.study.tell(trial, known)
+            else:
+                self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+        self._hold(genome, trial)
+        return Proposal(genome=genome, parents=(-1, -1), operators=f"optuna-{self.sampler_name}", key=key)
+
+    def tell(self, record: Record) -> None:
+        waiting = self.out.get(tuple(record.genome))
+        key = self.space.key(record.genome)
+        value = self._value(record)
+        self.fitness_of[key] = value
+        self.pending_keys.discard(key)
+        if not waiting:  # not asked in this session and not pending at its start: nothing to tell
+            return
+        trial = waiting.popleft()
+        if not waiting:
+            del self.out[tuple(record.genome)]
+        if math.isfinite(value):
+            self.study.tell(trial, value)
+        else:
+            self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+
+    def to_state(self) -> dict:
+        return {"mode": self.mode, "sampler": self.sampler_name}
+
+
+def _suggest(trial, name: str, dist):
+    """``trial``'s value for gene ``name`` of distribution ``dist``, through Optuna's public suggest calls."""
+    kind = type(dist).__name__
+    if kind == "CategoricalDistribution":
+        return trial.suggest_categorical(name, list(dist.choices))
+    if kind == "IntDistribution":
+        return trial.suggest_int(name, dist.low, dist.high, log=dist.log)
+    return trial.suggest_float(name, dist.low, dist.high, log=dist.log)
