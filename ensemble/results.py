@@ -71,6 +71,7 @@ class Evaluation(Outcome):
     val_pred: np.ndarray | None = field(default=None, repr=False)  # (N_val, outputs) float32
     test_pred: np.ndarray | None = field(default=None, repr=False)  # (N_test, outputs) float32
     weights: dict[str, np.ndarray] | None = field(default=None, repr=False)  # the trained state dict
+    paused: dict[str, np.ndarray] | None = field(default=None, repr=False)  # a training paused at a rung: its state (ensemble.paused)
 
     @property
     def has_payload(self) -> bool:

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from .builders import network_from_settings
 from .models import build_network
+from .paused import Paused
 from .problem import Problem
 from .references import import_by_name, is_reference
 from .results import Evaluation
@@ -214,12 +215,16 @@ def lr_factor(spec: TrainSpec, step: int, total: int) -> float:
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
-def make_schedule(spec: TrainSpec, optimizer: torch.optim.Optimizer, steps_per_epoch: int):
-    """A per-step scheduler for ``spec.schedule`` and ``spec.warmup``; None for a constant rate."""
+def make_schedule(spec: TrainSpec, optimizer: torch.optim.Optimizer, steps_per_epoch: int, done: int = 0):
+    """A per-step scheduler for ``spec.schedule`` and ``spec.warmup``, planned over the whole training and
+    ``done`` steps into it (a training carried on); None for a constant rate."""
     if spec.schedule == "constant" and spec.warmup == 0:
         return None
     total = spec.epochs * steps_per_epoch
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(spec, step, total))
+    if done:
+        for group in optimizer.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(spec, step, total), last_epoch=done - 1)
 
 
 @dataclass(frozen=True)
@@ -240,20 +245,26 @@ class Watch:
 
 
 def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: torch.Generator,
-          on_epoch: Callable[[int], bool] | None = None, deadline: float | None = None) -> tuple[str, int]:
+          on_epoch: Callable[[int], bool] | None = None, deadline: float | None = None, *,
+          optimizer: torch.optim.Optimizer | None = None, first: int = 0, until: int | None = None) -> tuple[str, int]:
     """Minibatch training for ``spec.epochs`` epochs; returns (status, epochs completed).
+
+    A training in stages (successive halving) passes its ``optimizer``, the epoch it carries on from
+    (``first``) and the epoch to pause after (``until``: ``"paused"``); the schedule is planned over all
+    ``spec.epochs`` either way, so that the stages together are the unbroken training.
 
     Divergence is checked once per epoch, on the epoch's last loss (not every step, which would
     stall a GPU): once a step has made the weights NaN or infinite, every later loss is too.
     ``on_epoch(epochs_done)`` is called after every epoch but the last; False stops the training
     (``"stopped"``). Past ``deadline`` (``time.monotonic()``) it stops at the next batch (``"timeout"``).
     """
-    optimizer = make_optimizer(spec, model.parameters())
+    optimizer = optimizer or make_optimizer(spec, model.parameters())
     x, target = data.x["train"], data.fit_target
     n = x.shape[0]
     steps = sum(1 for start in range(0, n, spec.batch_size) if not (n - start == 1 and start > 0))
-    schedule = make_schedule(spec, optimizer, steps)
-    for epoch in range(spec.epochs):
+    schedule = make_schedule(spec, optimizer, steps, first * steps)
+    end = spec.epochs if until is None else min(until, spec.epochs)
+    for epoch in range(first, end):
         model.train()
         order = torch.randperm(n, generator=generator).to(data.device)
         for start in range(0, n, spec.batch_size):
@@ -277,7 +288,7 @@ def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: 
             return "diverged", epoch
         if on_epoch is not None and epoch + 1 < spec.epochs and not on_epoch(epoch + 1):
             return "stopped", epoch + 1
-    return "ok", spec.epochs
+    return ("ok" if end == spec.epochs else "paused"), end
 
 
 def shifted(x: torch.Tensor, generator: torch.Generator, fraction: float = 1 / 8) -> torch.Tensor:
@@ -349,9 +360,13 @@ def latency_us(model: torch.nn.Module, data: DeviceData) -> float:
 
 def train_and_evaluate(
     network: NetworkSpec | dict, training: TrainSpec, data: DeviceData, seed: int, keep: Callable[[float, float], bool] = lambda fitness, loss: True,
-    watch: Watch = Watch(),
+    watch: Watch = Watch(), until: int | None = None, resume: Paused | None = None,
 ) -> Evaluation:
     """Build, train and score one network; never raises for a diverging network.
+
+    In stages (successive halving): ``until`` pauses the training after that epoch (status ``"paused"``, its
+    validation scores, and its state as ``paused``: :class:`~ensemble.paused.Paused` arrays), and ``resume``
+    carries on a paused one; the stages together give the unbroken training's network bit for bit.
 
     The predictions and weights come back only if ``keep(fitness, validation loss)`` (a worker asks
     whether the network would enter the hall of fame). With ``watch.stop_below``, the validation fitness is
@@ -369,7 +384,10 @@ def train_and_evaluate(
     torch.manual_seed(seed)  # weight initialisation and dropout
     generator = torch.Generator().manual_seed(seed)  # minibatch order
     model = model_for(network, data)
-    curve: list[float] = []
+    optimizer = make_optimizer(training, model.parameters())
+    if resume is not None:
+        resume.restore(model, optimizer, generator)
+    curve: list[float] = list(resume.curve) if resume is not None else []
     last_val: dict[str, float] = {}
 
     def on_epoch(epochs_done: int) -> bool:
@@ -382,7 +400,10 @@ def train_and_evaluate(
         bar = watch.stop_below[epochs_done - 1] if epochs_done <= len(watch.stop_below) else math.nan
         return not (epochs_done >= watch.warmup and math.isfinite(bar) and max(curve) < bar)
 
-    status, epochs = train(model, data, training, generator, on_epoch if watch.stop_below else None, deadline)
+    status, epochs = train(model, data, training, generator, on_epoch if watch.stop_below else None, deadline, optimizer=optimizer,
+                           first=resume.epoch if resume is not None else 0, until=until)
+    if status == "paused":
+        return _paused(model, optimizer, generator, data, epochs, curve, time.perf_counter() - start)
     if status == "stopped":
         seconds = time.perf_counter() - start
         metrics = {f"val_{k}": v for k, v in last_val.items()}
@@ -410,4 +431,16 @@ def train_and_evaluate(
     ev = Evaluation(status="ok", fitness=fitness, metrics=metrics, seconds=seconds, epochs_done=epochs, curve=curve + [fitness] if watch.stop_below else [])
     if keep(fitness, ev.loss):
         ev.val_pred, ev.test_pred, ev.weights = preds["val"], preds["test"], state_arrays(model)
+    return ev
+
+
+def _paused(model, optimizer, generator, data: DeviceData, epochs: int, curve: list[float], seconds: float) -> Evaluation:
+    """A training paused after ``epochs``: its validation scores now and its state (diverged if it already has)."""
+    pred = predict(model, data.head, data.x["val"], autocast=data.autocast).cpu().numpy()
+    if not np.isfinite(pred).all():
+        return Evaluation(status="diverged", fitness=-math.inf, seconds=seconds, epochs_done=epochs, message="loss became NaN or infinite")
+    scores = data.problem.scores(pred, data.y["val"])
+    ev = Evaluation(status="paused", fitness=data.problem.fitness(scores), metrics={f"val_{k}": v for k, v in scores.items()},
+                    seconds=seconds, epochs_done=epochs, curve=list(curve))
+    ev.paused = Paused.capture(epochs, model, optimizer, generator, curve).to_arrays()
     return ev
