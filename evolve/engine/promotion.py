@@ -1,0 +1,108 @@
+"""Asynchronous successive halving (ASHA, Li et al. 2020): which network, paused at which rung, trains on next.
+
+A network trains in stages (ensemble.paused): its first stage to the lowest rung, and each promotion on to
+the next rung, carrying on from where it paused. Rungs are fractions of the network's own planned
+epochs (its ``epochs`` gene): with reduction factor ``eta`` and minimum budget ``min_budget``, rung i is
+``min_budget * eta**i`` of them, up to the last rung, the whole training. So every network has the same
+rungs, and the networks at a rung have all trained the same share of their plans.
+
+A network at rung i is promotable once it is among the best ``n_i // eta`` of the ``n_i`` results at rung i
+(fitness, then validation loss, then id: ensemble.hall_of_fame.standing's order) and has not been promoted;
+a free worker takes a promotion, highest rung first, before a new network. No worker ever waits for a rung to
+fill: a rung promotes as soon as it has ``eta`` results. :class:`RungTable` answers in O(log n) per result.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+
+def rung_count(eta: int, min_budget: float) -> int:
+    """The rungs, the whole training included: 1 + how many times ``eta`` fits between ``min_budget`` and 1."""
+    if eta < 2 or not 0.0 < min_budget <= 1.0:
+        raise ValueError(f"successive halving needs eta >= 2 and 0 < min_budget <= 1, got {eta} and {min_budget}")
+    return 1 + int(math.floor(math.log(1.0 / min_budget, eta) + 1e-9))
+
+
+def rung_epochs(epochs: int, eta: int, min_budget: float) -> list[int]:
+    """The epochs a network planned for ``epochs`` has trained at each rung: at least 1, never fewer than at
+    the rung below, the last the whole ``epochs``. Rung i is ``min_budget * eta**i`` of them, rounded."""
+    rungs = rung_count(eta, min_budget)
+    out: list[int] = []
+    for i in range(rungs - 1):
+        out.append(min(epochs, max(1, round(epochs * min_budget * eta**i), out[-1] if out else 1)))
+    return out + [epochs]
+
+
+def _key(fitness: float, loss: float, ident: int) -> tuple:
+    """Higher is better: fitness, then lower loss, then the earlier id (a failure's fitness is -inf, its loss inf)."""
+    return (fitness if math.isfinite(fitness) else -math.inf, -loss if not math.isnan(loss) else -math.inf, -ident)
+
+
+@dataclass
+class _Rung:
+    top: list = field(default_factory=list)  # min-heap of the best n // eta results' keys (its worst first)
+    rest: list = field(default_factory=list)  # max-heap (negated keys) of the others
+    ready: list = field(default_factory=list)  # max-heap (negated keys) of unpromoted results that were in the top
+    in_top: set = field(default_factory=set)
+    promoted: set = field(default_factory=set)
+    results: int = 0
+
+
+def _negated(key: tuple) -> tuple:
+    return tuple(-v for v in key)
+
+
+class RungTable:
+    """The results at each rung but the last, and the promotions made from them."""
+
+    def __init__(self, eta: int, rungs: int):
+        self.eta, self.rungs = eta, rungs
+        self._rungs = [_Rung() for _ in range(rungs - 1)]
+
+    def add(self, rung: int, ident: int, fitness: float, loss: float) -> None:
+        """A network's result at ``rung`` (a failure too: it counts among the rung's results, last)."""
+        if rung >= self.rungs - 1:
+            return  # the whole training: nothing to promote to
+        r, key = self._rungs[rung], _key(fitness, loss, ident)
+        r.results += 1
+        heapq.heappush(r.rest, _negated(key))
+        self._balance(r)
+
+    def _balance(self, r: _Rung) -> None:
+        size = r.results // self.eta
+        while r.rest and r.top and _negated(r.rest[0]) > r.top[0]:  # the best of the rest beats the worst of the top: swap
+            best, worst = _negated(heapq.heappop(r.rest)), heapq.heappop(r.top)
+            r.in_top.discard(-worst[2])
+            heapq.heappush(r.rest, _negated(worst))
+            self._enter(r, best)
+        while len(r.top) < size and r.rest:
+            self._enter(r, _negated(heapq.heappop(r.rest)))
+
+    def _enter(self, r: _Rung, key: tuple) -> None:
+        heapq.heappush(r.top, key)
+        ident = -key[2]
+        r.in_top.add(ident)
+        if ident not in r.promoted and math.isfinite(key[0]):
+            heapq.heappush(r.ready, _negated(key))
+
+    def promotion(self) -> tuple[int, int] | None:
+        """The next promotion, marked made: ``(network id, the rung it goes to)``, highest rung first; None if none is due."""
+        for rung in range(self.rungs - 2, -1, -1):
+            r = self._rungs[rung]
+            while r.ready:
+                ident = heapq.heappop(r.ready)[2]  # (a negated key: its third item is the id itself)
+                if ident in r.in_top and ident not in r.promoted:
+                    r.promoted.add(ident)
+                    return ident, rung + 1
+        return None
+
+    def mark_promoted(self, rung: int, ident: int) -> None:
+        """A promotion made before (a resume rebuilding the table): never made again."""
+        if rung < self.rungs - 1:
+            self._rungs[rung].promoted.add(ident)
+
+    def occupancy(self) -> list[dict]:
+        """Per rung but the last: its results and promotions so far."""
+        return [{"rung": i, "results": r.results, "promoted": len(r.promoted)} for i, r in enumerate(self._rungs)]

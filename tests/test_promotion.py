@@ -1,0 +1,96 @@
+"""Asynchronous successive halving: rungs on a network's own epochs, and promotions as ASHA makes them."""
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evolve.engine.promotion import RungTable, rung_count, rung_epochs
+
+
+def test_rungs_are_shares_of_the_networks_own_epochs():
+    assert rung_count(3, 1 / 9) == 3 and rung_count(3, 1.0) == 1 and rung_count(2, 1 / 8) == 4 and rung_count(4, 0.1) == 2
+    assert rung_epochs(27, 3, 1 / 9) == [3, 9, 27]
+    assert rung_epochs(300, 3, 1 / 9) == [33, 100, 300]
+    assert rung_epochs(5, 3, 1 / 9) == [1, 2, 5]
+    assert rung_epochs(1, 3, 1 / 9) == [1, 1, 1]  # never fewer than one epoch, never fewer than the rung below
+    assert rung_epochs(12, 3, 1.0) == [12]
+    for bad in ((1, 0.5), (3, 0.0), (3, 1.5)):
+        with pytest.raises(ValueError, match="eta >= 2"):
+            rung_count(*bad)
+
+
+def brute_promotable(results: dict[int, list], promoted: dict[int, set], eta: int) -> list[tuple]:
+    """ASHA's rule by brute force: per rung, the best n // eta by (fitness, -loss, -id), less those promoted and the failed."""
+    out = []
+    for rung, rows in results.items():
+        best = sorted(rows, key=lambda r: (r[1], -r[2], -r[0]), reverse=True)[: len(rows) // eta]
+        out += [(rung, i) for i, f, _ in best if i not in promoted[rung] and math.isfinite(f)]
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 4), st.integers(2, 4), st.integers(0, 10_000))
+def test_the_table_promotes_what_asha_says_highest_rung_first_and_each_network_once(eta, rungs, seed):
+    rng = random.Random(seed)
+    table = RungTable(eta, rungs)
+    results = {r: [] for r in range(rungs - 1)}
+    promoted = {r: set() for r in range(rungs - 1)}
+    at = {}  # network -> its rung now
+    next_id = 0
+    for _ in range(120):
+        if rng.random() < 0.5 or not at:  # a new network's first result
+            ident, rung = next_id, 0
+            next_id += 1
+        else:  # a result of a network promoted earlier
+            waiting = [i for i, r in at.items() if r is not None]
+            if not waiting:
+                continue
+            ident = rng.choice(waiting)
+            rung = at[ident]
+        fitness = rng.choice([rng.random(), rng.random(), round(rng.random(), 1), -math.inf])  # ties and failures too
+        loss = rng.random()
+        at[ident] = None
+        table.add(rung, ident, fitness, loss)
+        if rung < rungs - 1:
+            results[rung].append((ident, fitness, loss))
+        if rng.random() < 0.6:
+            expected = brute_promotable(results, promoted, eta)
+            got = table.promotion()
+            if not expected:
+                assert got is None
+                continue
+            top_rung = max(r for r, _ in expected)
+            best = max((i for r, i in expected if r == top_rung), key=lambda i: next((f, -l, -i) for j, f, l in results[top_rung] if j == i))
+            assert got == (best, top_rung + 1)
+            promoted[top_rung].add(best)
+            at[best] = top_rung + 1
+    assert sum(o["promoted"] for o in table.occupancy()) == sum(len(p) for p in promoted.values())
+    assert [o["results"] for o in table.occupancy()] == [len(results[r]) for r in range(rungs - 1)]
+
+
+def test_a_rung_promotes_as_soon_as_it_has_eta_results_and_never_a_failure():
+    table = RungTable(3, 3)
+    table.add(0, 0, 0.5, 1.0)
+    table.add(0, 1, 0.9, 1.0)
+    assert table.promotion() is None  # 2 results: the best third of them is none
+    table.add(0, 2, 0.7, 1.0)
+    assert table.promotion() == (1, 1) and table.promotion() is None
+    for ident in (3, 4, 5):
+        table.add(0, ident, -math.inf, math.inf)  # failures count, and push nobody up
+    assert table.promotion() == (2, 1)  # 6 results: the best two, #1 (promoted) and #2
+    table.mark_promoted(0, 0)
+    for ident in (6, 7, 8):
+        table.add(0, ident, -math.inf, math.inf)
+    assert table.promotion() is None  # #0 is third best of 9, but it was promoted already (a resume says so)
+
+
+def test_ties_on_fitness_go_to_the_lower_loss_then_the_earlier_id():
+    table = RungTable(2, 2)
+    table.add(0, 7, 0.8, 0.30)
+    table.add(0, 3, 0.8, 0.20)
+    assert table.promotion() == (3, 1)
+    table.add(0, 9, 0.8, 0.30)
+    table.add(0, 8, 0.8, 0.30)
+    assert table.promotion() == (7, 1)  # best two of four: #3 (lowest loss), then #7 (the earliest of the equal ones)
