@@ -84,3 +84,43 @@ class Paused:
         if "batches" not in parts[2] or "torch" not in parts[2]:
             raise ValueError("a paused training's arrays need its random streams")
         return cls(int(arrays["epoch"]), *parts, [float(c) for c in np.asarray(arrays.get("curve", ()), dtype=np.float64)])
+
+
+class PausedCache:
+    """The paused trainings a worker holds, by (network, part), up to ``max_bytes`` (least recently paused go first).
+
+    A cache, not a store: a promotion whose paused training is gone (evicted, another worker's, a worker
+    that died, a resumed run) trains from the start to the same network, bit for bit, at the cost of the
+    epochs done before. ``hits`` and ``misses`` count the carry-ons that found their training or did not."""
+
+    def __init__(self, max_bytes: int):
+        import collections
+
+        self.max_bytes = max_bytes
+        self._held: collections.OrderedDict = collections.OrderedDict()
+        self.bytes = 0
+        self.hits = self.misses = 0
+
+    def put(self, key: tuple, arrays: dict[str, np.ndarray]) -> None:
+        self.take(key, count=False)
+        size = sum(a.nbytes for a in arrays.values())
+        if size > self.max_bytes:
+            return
+        self._held[key] = (arrays, size)
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            _, (_, gone) = self._held.popitem(last=False)
+            self.bytes -= gone
+
+    def take(self, key: tuple, count: bool = True) -> Paused | None:
+        """The paused training ``key``, no longer held; None if it is not here."""
+        held = self._held.pop(key, None)
+        if held is None:
+            self.misses += count
+            return None
+        self.bytes -= held[1]
+        self.hits += count
+        return Paused.from_arrays(held[0])
+
+    def __len__(self) -> int:
+        return len(self._held)

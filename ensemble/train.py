@@ -236,12 +236,17 @@ class Watch:
     far is below it, past ``warmup`` epochs, stops there (``"stopped"``). ``time_limit`` (seconds,
     0 for none) stops a training at the next batch (``"timeout"``). ``measure_latency`` times the
     trained network's inference (the metric ``latency_us``, for a search that minimises it).
+    ``pause_after`` (successive halving; 0: never) pauses the training after that epoch (``"paused"``),
+    and ``carry_on`` (-1: none) names the network whose paused training this task carries on, if the
+    worker still holds it (:class:`PausedCache`; else it trains from the start, to the same network).
     """
 
     stop_below: tuple[float, ...] = ()
     warmup: int = 0
     time_limit: float = 0.0
     measure_latency: bool = False
+    pause_after: int = 0
+    carry_on: int = -1
 
 
 def train(model: torch.nn.Module, data: DeviceData, spec: TrainSpec, generator: torch.Generator,
@@ -400,17 +405,19 @@ def train_and_evaluate(
         bar = watch.stop_below[epochs_done - 1] if epochs_done <= len(watch.stop_below) else math.nan
         return not (epochs_done >= watch.warmup and math.isfinite(bar) and max(curve) < bar)
 
-    status, epochs = train(model, data, training, generator, on_epoch if watch.stop_below else None, deadline, optimizer=optimizer,
-                           first=resume.epoch if resume is not None else 0, until=until)
+    first = resume.epoch if resume is not None else 0
+    status, reached = train(model, data, training, generator, on_epoch if watch.stop_below else None, deadline, optimizer=optimizer,
+                            first=first, until=until)
+    epochs = reached - first  # trained here (a stage carried on trains from where its network paused)
     if status == "paused":
-        return _paused(model, optimizer, generator, data, epochs, curve, time.perf_counter() - start)
+        return _paused(model, optimizer, generator, data, reached, epochs, curve, time.perf_counter() - start)
     if status == "stopped":
         seconds = time.perf_counter() - start
         metrics = {f"val_{k}": v for k, v in last_val.items()}
-        message = f"below the median of earlier networks after {epochs} of {training.epochs} epochs"
+        message = f"below the median of earlier networks after {reached} of {training.epochs} epochs"
         return Evaluation(status="stopped", fitness=curve[-1], metrics=metrics, seconds=seconds, epochs_done=epochs, message=message, curve=curve)
     if status == "timeout":
-        message = f"stopped at its time limit of {watch.time_limit:g} s after {epochs} of {training.epochs} epochs"
+        message = f"stopped at its time limit of {watch.time_limit:g} s after {reached} of {training.epochs} epochs"
         return Evaluation(status="timeout", fitness=-math.inf, seconds=time.perf_counter() - start, epochs_done=epochs, message=message, curve=curve)
     preds = {}
     if status == "ok":
@@ -434,13 +441,14 @@ def train_and_evaluate(
     return ev
 
 
-def _paused(model, optimizer, generator, data: DeviceData, epochs: int, curve: list[float], seconds: float) -> Evaluation:
-    """A training paused after ``epochs``: its validation scores now and its state (diverged if it already has)."""
+def _paused(model, optimizer, generator, data: DeviceData, reached: int, epochs: int, curve: list[float], seconds: float) -> Evaluation:
+    """A training paused after epoch ``reached`` (``epochs`` of them trained here): its validation scores now and its
+    state (diverged if it already has)."""
     pred = predict(model, data.head, data.x["val"], autocast=data.autocast).cpu().numpy()
     if not np.isfinite(pred).all():
         return Evaluation(status="diverged", fitness=-math.inf, seconds=seconds, epochs_done=epochs, message="loss became NaN or infinite")
     scores = data.problem.scores(pred, data.y["val"])
     ev = Evaluation(status="paused", fitness=data.problem.fitness(scores), metrics={f"val_{k}": v for k, v in scores.items()},
                     seconds=seconds, epochs_done=epochs, curve=list(curve))
-    ev.paused = Paused.capture(epochs, model, optimizer, generator, curve).to_arrays()
+    ev.paused = Paused.capture(reached, model, optimizer, generator, curve).to_arrays()
     return ev

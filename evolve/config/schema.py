@@ -80,7 +80,10 @@ class SearchConfig:
     selection: str = "fitness"  # what parents and survivors are chosen by: "fitness", or "ensemble" (async and generational: each one's value to the run's current ensemble, its validation log-loss or RMSE with the network as one more pick)
     brood: int = 4  # model breeding: candidates bred and ranked per child sent (larger exploits the model harder)
     checkpoint_seconds: float = 10.0  # at most this long between checkpoint writes
-    early_stopping: bool = True  # stop trainings below the median of earlier ones (async mode only)
+    early_stopping: bool = True  # stop trainings below the median of earlier ones (async mode only; off with promotion)
+    promotion: bool = False  # asynchronous successive halving: each network trains to its first rung, and on to the next only if it is in the best 1/eta there (a strategy that supports it: async, optuna)
+    eta: int = 3  # promotion: the reduction factor between rungs (the best 1/eta go on, each rung eta times the one below)
+    min_budget: float = 0.111  # promotion: the first rung, as a share of each network's planned epochs (rungs at min_budget x eta^i, then the whole training)
     early_stopping_warmup: int = 2  # never stop a training before this many epochs
     eval_timeout_seconds: float = 0.0  # stop a training after this many seconds (recorded as "timeout"); 0: no limit
     drain_seconds: float = 60.0  # after SIGUSR1 (Slurm's early warning) or SIGINT, wait this long for running trainings (recorded) before the checkpoint and exit 75; a second signal ends the wait
@@ -203,6 +206,8 @@ _BOUNDS = {
     "search.hang_seconds": (0.0, None),
     "search.prefetch": (0, 8),
     "search.brood": (1, 256),
+    "search.eta": (2, 100),
+    "search.min_budget": (1e-6, 1.0),
     "ensemble.size": (1, 1024),  # the ensemble's exact sums hold up to 1,024 members (ensemble.combine)
     "ensemble.candidates": (1, 1024),
     "ensemble.bags": (0, 64),
@@ -279,6 +284,8 @@ def config_from_dict(raw: dict) -> Config:
     problem = check_strategy(search.mode, search)
     if problem:
         raise ConfigError(problem)
+    if search.promotion and sections["ensemble"].refit:
+        raise ConfigError("ensemble.refit does not work with search.promotion: a stage to a rung has no refit to pause")
     return Config(**_space(raw, sections["model"].builder), **sections)
 
 

@@ -16,6 +16,7 @@ payloads), so a resumed search trains only the folds still missing.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Iterator
@@ -52,6 +53,16 @@ class FoldPlan:
     def combine(self, done: dict[int, Evaluation]) -> Evaluation:
         return combine_folds([done[j] for j in range(self.folds)], self.fold, self.problem, self.train_y, self.test_y,
                              done.get(self.folds))
+
+
+def combine_paused(done: dict[int, Evaluation]) -> Evaluation:
+    """A cross-validated network's stage to a rung (search.promotion): the folds' mean fitness and metrics (the
+    refit, which has no validation rows, left out), their spread, and their seconds and epochs summed."""
+    folds = [ev for j, ev in sorted(done.items()) if math.isfinite(ev.fitness)]
+    metrics = {name: float(np.mean([ev.metrics.get(name, math.nan) for ev in folds])) for name in folds[0].metrics}
+    metrics["fold_std"] = float(np.std([ev.fitness for ev in folds], ddof=1)) if len(folds) > 1 else 0.0
+    return Evaluation(status="paused", fitness=float(np.mean([ev.fitness for ev in folds])), metrics=metrics,
+                      seconds=sum(ev.seconds for ev in done.values()), epochs_done=sum(ev.epochs_done for ev in done.values()))
 
 
 def is_refit(fold: tuple) -> bool:
@@ -93,6 +104,7 @@ class Evaluations:
         self.unstarted: set[int] = set()  # networks to redo (a resume) with nothing out or back yet: not yet counted
         self.unsent = 0  # parts not yet out, over every open network
         self.let_go: dict[int, int] = {}  # networks recorded while parts of them were out: id -> parts still out
+        self.promotions: set[int] = set()  # open stages of networks promoted to a further rung: not counted against the budget
 
     @property
     def parts(self) -> int:
@@ -111,24 +123,27 @@ class Evaluations:
             if not done:
                 self.unstarted.add(individual.id)
         self.open[individual.id] = evaluation
+        if individual.network >= 0:
+            self.promotions.add(individual.id)
         self.unsent += len(evaluation.unsent)
         self._wait(evaluation)
         return evaluation
 
     def counted(self) -> int:
-        """The open networks the budget counts: all but redone ones not yet begun in this session."""
-        return len(self.open) - len(self.unstarted)
+        """The open networks the budget counts: all but redone ones not yet begun in this session, and promotions."""
+        return len(self.open) - len(self.unstarted | self.promotions)
 
     def parts_left(self) -> int:
-        """Parts not yet out of the networks counted (what they still need of the workers)."""
-        return self.unsent - len(self.unstarted) * self.parts
+        """Parts not yet out of the networks counted and the promotions (what they still need of the workers)."""
+        return self.unsent - len(self.unstarted - self.promotions) * self.parts
 
     def waiting(self) -> Iterator[Open]:
         """The open networks with parts not yet out, in the order they began waiting."""
         return iter(self.queue.values())
 
     def is_started(self, evaluation: Open) -> bool:
-        return evaluation.individual.id not in self.unstarted
+        """Has it begun in this session, or is it a promotion (which the budget of networks does not count)?"""
+        return evaluation.individual.id not in self.unstarted or evaluation.individual.id in self.promotions
 
     def take_part(self, evaluation: Open) -> tuple[int, ...]:
         """The next part of ``evaluation`` to send: ``(j, k)`` for fold j of k, ``()`` for a whole training."""
@@ -173,7 +188,7 @@ class Evaluations:
         if not fold:
             return self._close(evaluation), ev
         held, k = fold
-        if ev.status != "ok":
+        if ev.status not in ("ok", "paused"):
             where = "the refit on every training row" if held == k else f"fold {held + 1} of {k}"
             ev.message = f"{where}: {ev.message}" if ev.message else where
             ev.epochs_done += sum(p.epochs_done for p in evaluation.done.values())
@@ -182,11 +197,14 @@ class Evaluations:
         evaluation.done[held] = ev
         if len(evaluation.done) < len(self.plan.parts):
             return None
+        if any(p.status == "paused" for p in evaluation.done.values()):  # a stage to a rung: its folds' scores, no models yet
+            return self._close(evaluation), combine_paused(evaluation.done)
         return self._close(evaluation), self.plan.combine(evaluation.done)
 
     def _close(self, evaluation: Open) -> Open:
         ident = evaluation.individual.id
         del self.open[ident]
+        self.promotions.discard(ident)
         if self.queue.pop(ident, None) is not None:  # parts never sent: a part before them ended the network
             self.unsent -= len(evaluation.unsent)
         if evaluation.out:

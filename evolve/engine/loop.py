@@ -29,13 +29,14 @@ from ensemble.problem import Problem
 from ensemble.results import failed_evaluation
 from evolve.config.schema import Config
 from evolve.search.early_stop import BarCache, MedianRule
-from evolve.search.records import Pending, Record
+from evolve.search.records import Pending, Record, network_of
 from evolve.search.space import SearchSpace
 from evolve.search.registry import Context, capabilities, make_strategy
 from evolve.transport.protocol import SKIPPED, Result, Task, Transport
 
 from .dispatch import Dispatcher, Journal, Sent
 from .evaluations import Evaluations, FoldPlan, Open, is_refit
+from .promotion import Halving
 from .state import SearchState
 
 CRASHED_MESSAGE = "in flight when 2 jobs ended; not sent again"
@@ -142,7 +143,9 @@ class _Search:
                                                            search.second_objective, _ensemble_value(state, config, validation)))
         # Early stopping follows results in the order they arrive, so a strategy whose proposals must not depend
         # on that order (a generational one) never uses it.
-        self.bars = BarCache(MedianRule(state.records), len(state.records)) if search.early_stopping and caps.order_matters else None
+        self.bars = (BarCache(MedianRule(state.records), len(state.records))
+                     if search.early_stopping and caps.order_matters and not search.promotion else None)
+        self.halving = Halving.of(search, state) if search.promotion else None  # rungs and promotions (successive halving)
         # Workers queue tasks only without a barrier (a generation's would leave its last children queued behind
         # busy workers while others idle), over a transport whose workers queue (in one process it gains nothing).
         depth = 1 + search.prefetch if not caps.barrier and getattr(transport, "queues", False) else 1
@@ -218,8 +221,10 @@ class _Search:
     def fill_idle_workers(self) -> None:
         evaluations = self.evaluations
         while True:
-            room = self.search.evaluations - len(self.state.records) - evaluations.counted()  # networks the budget lets begin
+            room = self.search.evaluations - self.networks_recorded() - evaluations.counted()  # networks the budget lets begin
             tasks = evaluations.parts_left() + max(room, 0) * evaluations.parts
+            if self.halving is not None and self.halving.table.due():
+                tasks += evaluations.parts
             worker = self.dispatch.free_worker(tasks) if tasks > 0 else None
             if worker is None:
                 break
@@ -241,7 +246,12 @@ class _Search:
         for evaluation in evaluations.waiting():
             if (room > 0 or evaluations.is_started(evaluation)) and (evaluation.individual.attempts == 0 or not self.dispatch.suspects):
                 return evaluation
-        if room - len(evaluations.unstarted) <= 0:  # networks to redo take the room before new ones
+        if self.halving is not None:
+            promoted = self.halving.promote(self.state)
+            if promoted is not None:
+                self.state.next_id += 1
+                return self.evaluations.start(promoted, self.space.key(promoted.genome))
+        if room - len(evaluations.unstarted - evaluations.promotions) <= 0:  # networks to redo take the room before new ones
             return None
         proposal = self.strategy.ask()
         if proposal is None:
@@ -257,7 +267,9 @@ class _Search:
         key, ident = evaluation.key, evaluation.individual.id
         if self.bars is not None and not is_refit(fold):  # (a refit has no validation rows to judge it by)
             watch.update(stop_below=self.bars.bars(key[self.epochs_at]), warmup=self.search.early_stopping_warmup)
-        seed = task_seed(self.search.seed, ident, fold[0] + 1 if fold else 0)
+        if self.halving is not None:
+            watch.update(self.halving.watch(evaluation.individual, key[self.epochs_at]))
+        seed = task_seed(self.search.seed, network_of(evaluation.individual), fold[0] + 1 if fold else 0)  # a network's stages: one seed
         return Task.from_key(ident, self.space, key, seed, OPEN if fold else self.hall.entry_bar(), watch, fold)
 
     def take(self, worker: int, result: Result, sent: Sent) -> None:
@@ -268,13 +280,15 @@ class _Search:
             self.evaluations.skipped(sent.individual.id, sent.task.fold)
             return
         self.state.busy_seconds += self.clock() - sent.since
-        if ev.status == "ok" and not math.isfinite(ev.fitness) and not is_refit(sent.task.fold):  # a worker's bug must not put NaN into the search
+        if ev.status in ("ok", "paused") and not math.isfinite(ev.fitness) and not is_refit(sent.task.fold):  # a worker's bug must not put NaN into the search
             ev = failed_evaluation(f"the worker returned a fitness of {ev.fitness}", seconds=ev.seconds, epochs_done=ev.epochs_done)
         complete = self.evaluations.returned(sent.individual.id, sent.task.fold, ev)
         if complete is None:
             return  # more parts to come, or a part of a network recorded already
         evaluation, ev = complete
         record = Record.of(evaluation.individual, ev, worker, sent.started, self.wall_clock())
+        if self.halving is not None:
+            record = self.halving.reached(record)
         member = None
         if record.status == "ok" and ev.has_payload:
             task = sent.task
@@ -282,9 +296,15 @@ class _Search:
                             test_pred=ev.test_pred, weights=ev.weights or {}, loss=ev.loss)
         self.record(record, member)
 
+    def networks_recorded(self) -> int:
+        """Records that count against ``search.evaluations``: every network's first stage (all records, without promotion)."""
+        return len(self.state.records) - (self.halving.promotions_recorded if self.halving is not None else 0)
+
     def record(self, record: Record, member: Member | None = None) -> None:
         """Remember a result, tell the strategy and the early-stopping bars, and offer ``member`` to the hall of fame."""
         self.state.records.append(record)
+        if self.halving is not None:
+            self.halving.tell(record)
         self.dispatch.finished(record.id)
         if member is not None:  # first: ensemble selection values the newcomer by its predictions
             self.hall.offer(member)

@@ -17,6 +17,8 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
+from evolve.search.records import Pending, Record, network_of
+
 
 def rung_count(eta: int, min_budget: float) -> int:
     """The rungs, the whole training included: 1 + how many times ``eta`` fits between ``min_budget`` and 1."""
@@ -87,6 +89,15 @@ class RungTable:
         if ident not in r.promoted and math.isfinite(key[0]):
             heapq.heappush(r.ready, _negated(key))
 
+    def due(self) -> bool:
+        """Is a promotion due now (without making it)?"""
+        for r in self._rungs:
+            while r.ready and (r.ready[0][2] not in r.in_top or r.ready[0][2] in r.promoted):
+                heapq.heappop(r.ready)  # (entries that fell out of the top, or were promoted, are dropped lazily)
+            if r.ready:
+                return True
+        return False
+
     def promotion(self) -> tuple[int, int] | None:
         """The next promotion, marked made: ``(network id, the rung it goes to)``, highest rung first; None if none is due."""
         for rung in range(self.rungs - 2, -1, -1):
@@ -106,3 +117,70 @@ class RungTable:
     def occupancy(self) -> list[dict]:
         """Per rung but the last: its results and promotions so far."""
         return [{"rung": i, "results": r.results, "promoted": len(r.promoted)} for i, r in enumerate(self._rungs)]
+
+
+class Halving:
+    """Successive halving in the search loop: the rung table, each network's latest stage, and what a stage's
+    task is held to. Rebuilt from the records and the pending stages on resume (:meth:`of`): nothing of it is
+    stored but the records' ``rung`` and ``network``."""
+
+    def __init__(self, eta: int, min_budget: float):
+        self.eta, self.min_budget = eta, min_budget
+        self.rungs = rung_count(eta, min_budget)
+        self.table = RungTable(eta, self.rungs)
+        self.last: dict[int, Record] = {}  # network -> its latest recorded stage
+        self.promotions_recorded = 0
+
+    @classmethod
+    def of(cls, search, state) -> Halving:
+        """The halving of ``search``'s settings, carrying on from ``state``'s records and pending stages."""
+        halving = cls(search.eta, search.min_budget)
+        for record in sorted(state.records, key=lambda r: r.id):
+            halving.tell(record)
+        for stage in state.pending:
+            if stage.network >= 0:
+                halving.table.mark_promoted(stage.rung - 1, stage.network)
+        return halving
+
+    @property
+    def top(self) -> int:
+        """The last rung: the whole training."""
+        return self.rungs - 1
+
+    def tell(self, record: Record) -> None:
+        """A stage recorded: a paused one joins its rung's results; one that failed below the top counts there, last."""
+        network = network_of(record)
+        if record.network >= 0:
+            self.promotions_recorded += 1
+            self.table.mark_promoted(record.rung - 1, network)
+        self.last[network] = record
+        if record.status == "paused":
+            self.table.add(record.rung, network, record.fitness, record.loss)
+        elif record.status != "ok" and record.rung < self.top:
+            self.table.add(record.rung, network, -math.inf, math.inf)
+
+    def reached(self, record: Record) -> Record:
+        """A stage that trained the whole of its network's epochs (one of few epochs, whose rungs coincide) is at the top."""
+        if record.status == "ok":
+            record.rung = self.top
+        return record
+
+    def promote(self, state) -> Pending | None:
+        """The next promotion as a stage to send (id ``state.next_id``), or None if none is due."""
+        made = self.table.promotion()
+        if made is None:
+            return None
+        network, rung = made
+        before = self.last[network]
+        return Pending(id=state.next_id, genome=list(before.genome), parents=(before.id, -1), operators="promotion", rung=rung,
+                       network=network)
+
+    def watch(self, stage: Pending, epochs: int) -> dict:
+        """What the stage's training is held to (ensemble.train.Watch): pause after its rung's epochs (below the top),
+        and carry on from its network's paused training (a promotion)."""
+        out = {}
+        if stage.rung < self.top:
+            out["pause_after"] = rung_epochs(epochs, self.eta, self.min_budget)[stage.rung]
+        if stage.network >= 0:
+            out["carry_on"] = stage.network
+        return out

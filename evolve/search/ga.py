@@ -34,6 +34,13 @@ class Fitness(base.Fitness):
     weights = (1.0, -1.0)
 
 
+class RungFitness(base.Fitness):
+    """With successive halving (search.promotion): the rung a network reached first, then :class:`Fitness`'s two,
+    so that fitness is compared within a rung and a network further on beats one stopped below it."""
+
+    weights = (1.0, 1.0, -1.0)
+
+
 class ParetoFitness(base.Fitness):
     """Two objectives for NSGA-II: validation fitness, maximised, and a cost (parameters or latency), minimised."""
 
@@ -51,18 +58,23 @@ class Individual(list):
         self.ident = ident
 
     @classmethod
-    def evaluated(cls, genes, value: float, ident: int, loss: float = math.inf) -> Individual:
-        """An individual with one objective, ``value``, and its tie-break ``loss`` (NaN counts as infinite)."""
-        return cls(genes, Fitness((float(value), math.inf if loss != loss else float(loss))), ident)
+    def evaluated(cls, genes, value: float, ident: int, loss: float = math.inf, rung: int | None = None) -> Individual:
+        """An individual with one objective, ``value``, and its tie-break ``loss`` (NaN counts as infinite); with
+        ``rung`` (successive halving), ranked by the rung it reached first."""
+        loss = math.inf if loss != loss else float(loss)
+        if rung is None:
+            return cls(genes, Fitness((float(value), loss)), ident)
+        return cls(genes, RungFitness((float(rung), float(value), loss)), ident)
 
     @property
     def value(self) -> float:
-        """The first objective (the validation fitness)."""
-        return self.fitness.values[0]
+        """The objective (the validation fitness; the first of a Pareto pair)."""
+        return self.fitness.values[1] if isinstance(self.fitness, RungFitness) else self.fitness.values[0]
 
     @property
     def standing(self) -> tuple[float, ...]:
-        """Lower is better: the hall of fame's order (fitness, then loss for a single objective), then the id."""
+        """Lower is better: the hall of fame's order (fitness, then loss for a single objective; the rung first with
+        successive halving), then the id."""
         return (*(-w for w in self.fitness.wvalues), self.ident)
 
 

@@ -70,7 +70,7 @@ class OptunaSampler:
     """A study in memory whose trials are the search's networks (see the module's docstring)."""
 
     name = mode = "optuna"
-    capabilities = Capabilities(barrier=False, order_matters=True, needs="optuna")
+    capabilities = Capabilities(barrier=False, order_matters=True, promotion=True, needs="optuna")  # (promotion: told each network's first stage)
 
     @classmethod
     def check(cls, params) -> str | None:

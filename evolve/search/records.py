@@ -20,6 +20,8 @@ class Pending:
     parents: tuple[int, int] = column("pair", default=(-1, -1))  # record ids; -1: none
     operators: str = column("label", default="random")  # what made it (see Record.operators)
     attempts: int = column("integer", default=0)  # job deaths (or hung workers given up on) it was out at; at 2 it is not sent again
+    rung: int = column("integer", default=0)  # search.promotion: the rung this stage trains to (0: the first)
+    network: int = column("integer", default=-1)  # a promotion: the id of the network's first stage (-1: this is it)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -29,8 +31,11 @@ class Record(Outcome):
     id: int = column("integer")
     genome: list[float] = column("vector")
     parents: tuple[int, int] = column("pair", default=(-1, -1))
-    # "random", "crossover", "mutation", "crossover+mutation" or "copy"; "+redo" when sent again after a stop
+    # "random", "crossover", "mutation", "crossover+mutation" or "copy", a sampler's ("optuna-tpe"), or "promotion" (a network
+    # trained on to its next rung: parents[0] is its stage before); "+redo" when sent again after a stop
     operators: str = column("label", default="random")
+    rung: int = column("integer", default=0)  # search.promotion: the rung this stage reached (status "paused" below the last)
+    network: int = column("integer", default=-1)  # a promotion's record: the id of the network's first stage (-1: this is it)
     worker: int = column("integer", default=-1)  # the MPI rank that trained it; -1: none
     started: float = column("real", default=0.0)  # wall-clock time (s since the epoch) when it started
     finished: float = column("real", default=0.0)  # ... and when its result arrived
@@ -41,6 +46,11 @@ class Record(Outcome):
         who = {name: getattr(individual, name) for name in SHARED}
         who["genome"], who["parents"] = list(who["genome"]), tuple(who["parents"])
         return cls(worker=worker, started=started, finished=finished, **who, **outcome.outcome())
+
+
+def network_of(r: Record | Pending) -> int:
+    """The id of the network a record or pending stage belongs to: its first stage's."""
+    return r.network if r.network >= 0 else r.id
 
 
 SHARED = tuple(name for name in kinds(Pending) if name in kinds(Record))  # what a record keeps of its individual

@@ -112,6 +112,9 @@ def check(name: str, params) -> str | None:
         value = getattr(params, key, supported[0])
         if value not in supported:
             return f"search.{key} = \"{value}\" does not work with search.mode \"{name}\" (it supports {', '.join(supported)})"
+    if getattr(params, "promotion", False) and not caps.promotion:
+        supported = [n for n, c in _loaded().items() if c.capabilities.promotion]
+        return f"search.promotion works with search.mode {', '.join(supported)}, not \"{name}\""
     own = getattr(cls, "check", None)
     return own(params) if own is not None else None
 

@@ -189,8 +189,14 @@ class _Breeder:
         return {"surrogate": self.surrogate.to_state()} if self.surrogate is not None else {}
 
 
-def _individual(record: Record) -> Individual:
-    return Individual.evaluated(record.genome, record.fitness, record.id, record.loss)
+def _individual(record: Record, rungs: bool = False) -> Individual:
+    """The record as the GA sees it; with ``rungs`` (search.promotion), ranked by the rung it reached first."""
+    return Individual.evaluated(record.genome, record.fitness, record.id, record.loss, record.rung if rungs else None)
+
+
+def _scored(record: Record) -> bool:
+    """Does this result enter a population: a whole training that ended well, or a stage paused at its rung?"""
+    return record.status in ("ok", "paused")
 
 
 def _known(context: Context) -> list[list[float]]:
@@ -215,7 +221,8 @@ class SteadyState(_Breeder):
     """
 
     name = mode = "async"
-    capabilities = Capabilities(barrier=False, order_matters=True, breeding=("blind", "model"), selection=("fitness", "ensemble"))
+    capabilities = Capabilities(barrier=False, order_matters=True, breeding=("blind", "model"), selection=("fitness", "ensemble"),
+                                promotion=True)
 
     @classmethod
     def create(cls, context: Context) -> SteadyState:
@@ -228,7 +235,8 @@ class SteadyState(_Breeder):
     def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict, surrogate: Surrogate | None = None,
                  value: Value | None = None):
         super().__init__(space, params, rng, known, surrogate, value)
-        self.population = [_individual(records[i]) for i in state.get("population", [])]
+        self.rungs = bool(getattr(params, "promotion", False))
+        self.population = [_individual(records[i], self.rungs) for i in state.get("population", [])]
         self.pool: list[Proposal] = []  # model breeding: children ranked together, handed out best first
 
     def ask(self) -> Proposal:
@@ -253,12 +261,26 @@ class SteadyState(_Breeder):
 
     def tell(self, record: Record) -> None:
         self.note_outcome(record)
-        if record.status == "ok" and self.value is not None:
-            admit_by_value(self.population, _individual(record), self.params.population, self.value)
-        elif record.status == "ok":
-            admit(self.population, _individual(record), self.params.population)
+        if not _scored(record):
+            pass
+        elif self.rungs and record.network >= 0 and self._carry_on(record):
+            pass  # a promoted network's next stage took its earlier stage's place
+        elif self.value is not None:
+            admit_by_value(self.population, _individual(record, self.rungs), self.params.population, self.value)
+        else:
+            admit(self.population, _individual(record, self.rungs), self.params.population)
         if self.surrogate is not None:
             self.surrogate.tell(record)
+
+    def _carry_on(self, record: Record) -> bool:
+        """A promoted network's stage replaces its stage before in the population, if that is there (it ranks
+        higher: a rung further on); True if it did."""
+        before = record.parents[0]
+        for i, ind in enumerate(self.population):
+            if ind.ident == before:
+                self.population[i] = _individual(record, True)
+                return True
+        return False
 
     def to_state(self) -> dict:
         return {"mode": self.mode, "population": [ind.ident for ind in self.population], **self.surrogate_state()}

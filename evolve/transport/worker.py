@@ -93,15 +93,20 @@ def with_faults(evaluate: Callable[[Task], Evaluation], faults: Faults) -> Calla
     return faulty
 
 
+PAUSED_CACHE_BYTES = 2 << 30  # per training process: the paused trainings it keeps for promotions (a few MB each, most never promoted)
+
+
 def trainer_for(data: DeviceData, split_seed: int = 0) -> Callable[[Task], Evaluation]:
     """The evaluation function of a worker whose data is ``data`` (with the test faults of
     :data:`FAULTS_VARIABLE`, if it is set). A fold task trains on its fold's view of the data, the folds
     dealt by ``split_seed`` (``data.split_seed``) as every rank deals them (:func:`ensemble.folds.assign_folds`);
     fold ``(k, k)`` is a refit on every training row. A fold task always comes back whole (the master combines them)."""
     from ensemble.folds import assign_folds
+    from ensemble.paused import PausedCache
     from ensemble.train import Watch, train_and_evaluate  # (here: a rank that only serves a training process imports no torch)
 
     folds: dict[int, object] = {}  # k -> each training row's fold
+    paused = PausedCache(PAUSED_CACHE_BYTES)  # search.promotion: trainings paused at a rung, to carry on when promoted
 
     def evaluate(task: Task) -> Evaluation:
         network, training = task.specs()
@@ -112,7 +117,16 @@ def trainer_for(data: DeviceData, split_seed: int = 0) -> Callable[[Task], Evalu
                 folds[k] = assign_folds(data.y["train"], k, split_seed, data.problem.kind == "classification")
             seen = data.fold_view(folds[k], held)
         keep = (lambda fitness, loss: True) if task.fold else lambda fitness, loss: clears(fitness, loss, task.id, task.entry_bar)
-        return train_and_evaluate(network, training, seen, task.seed, keep=keep, watch=Watch(**task.watch))
+        watch = Watch(**task.watch)
+        owner = (watch.carry_on if watch.carry_on >= 0 else task.id, task.fold)  # the network's first stage names its training
+        resume = paused.take(owner) if watch.carry_on >= 0 else None
+        ev = train_and_evaluate(network, training, seen, task.seed, keep=keep, watch=watch, until=watch.pause_after or None, resume=resume)
+        if watch.carry_on >= 0:
+            ev.metrics["carried_on_from"] = float(resume.epoch if resume is not None else 0)  # 0: trained again from the start
+        if ev.paused is not None:
+            paused.put(owner, ev.paused)
+            ev.paused = None  # the state stays here; only the scores go back
+        return ev
 
     return with_faults(evaluate, injected_faults())
 

@@ -1,0 +1,131 @@
+"""Successive halving in the search (search.promotion): stages to rungs, promotions that carry a network's training on,
+and the networks that finish being the unbroken trainings bit for bit, through a stop and resume too.
+
+The searches run in one process with evens' own trainer on a small made-up table, so what the worker does with a
+paused training (keep it, carry it on, or train again from the start when it has none) is the real thing."""
+import math
+
+import numpy as np
+import pytest
+from fakes import search_config
+
+from ensemble.problem import Classification
+from ensemble.specs import TrainSpec
+from ensemble.train import DeviceData, train_and_evaluate
+from evolve.config.schema import config_from_dict
+from evolve.engine.loop import run_search, task_seed
+from evolve.engine.promotion import rung_epochs
+from evolve.engine.state import SearchState
+from evolve.errors import ConfigError
+from evolve.runfile import checkpoint
+from evolve.runfile.checkpoint import RunInfo
+from evolve.search.records import network_of
+from evolve.search.space import GENE_NAMES
+from evolve.search.space_config import parse_space
+from evolve.transport.protocol import InProcessTransport
+from evolve.transport.worker import trainer_for
+
+PROBLEM = Classification(3)
+SPACE = parse_space({"family": ["mlp"], "depth": {"low": 1, "high": 2}, "width": [8, 16], "activation": ["relu", "tanh"],
+                     "dropout": 0.0, "learning_rate": {"low": 1e-3, "high": 3e-2, "log": True}, "batch_size": [16, 32],
+                     "epochs": {"low": 9, "high": 18}, "optimizer": ["adam", "sgd"], "weight_decay": 1e-5}).for_sample_shape((6,))
+
+
+def make_data(seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(3, 6)) * 1.2
+    arrays = {}
+    for split, n in (("train", 60), ("val", 30), ("test", 30)):
+        y = rng.integers(0, 3, n)
+        arrays[f"{split}/x"] = (centres[y] + rng.normal(size=(n, 6))).astype(np.float32)
+        arrays[f"{split}/y"] = y
+    return DeviceData.from_arrays(arrays, PROBLEM)
+
+
+DATA = make_data()
+
+
+def config(budget, **search):
+    return search_config(budget, population=4, candidates=8, mode="async", checkpoint_seconds=0, promotion=True, eta=3,
+                         min_budget=1 / 9, space=SPACE, **search)
+
+
+def run(budget, state=None, **kwargs):
+    state = state or SearchState.fresh(0, candidates=8)
+    run_search(state, InProcessTransport(trainer_for(DATA), 1), SPACE, config(budget), validation=(PROBLEM, DATA.y["val"]), **kwargs)
+    return state
+
+
+def test_networks_train_in_stages_and_the_best_third_of_each_rung_go_on():
+    state = run(18)
+    first = [r for r in state.records if r.network < 0]
+    stages = [r for r in state.records if r.network >= 0]
+    assert len(first) == 18 and stages  # the budget counts networks; promotions come on top
+    assert all(r.operators == "promotion" and r.parents[0] in state.by_id() for r in stages)
+    for r in stages:  # a promotion carries on its network's stage before it: one rung further, the same genome
+        before = state.by_id()[r.parents[0]]
+        assert r.rung == before.rung + 1 and r.genome == before.genome and network_of(before) == r.network
+        assert before.status == "paused"
+    at = {rung: [r for r in state.records if r.rung == rung] for rung in range(3)}
+    for r in stages:  # ASHA's rule when it was promoted (one worker: every record with a lower id was back by then)
+        known = [k for k in at[r.rung - 1] if k.id < r.id]
+        best = sorted(known, key=lambda k: (-k.fitness, k.metrics["val_loss"], network_of(k)))[: len(known) // 3]
+        assert r.network in {network_of(k) for k in best}
+    assert len(at[1]) < len(at[0]) and len(at[2]) < len(at[1])
+    assert all(r.status == "paused" for r in at[0] + at[1])
+    assert all(r.status == "ok" for r in at[2]) and at[2]
+    epochs = {r.id: SPACE.candidate(r.genome)[1].epochs for r in state.records}
+    for r in state.records:  # a stage trains from where its network paused to its rung's epochs
+        done = rung_epochs(epochs[r.id], 3, 1 / 9)
+        assert r.epochs_done == done[r.rung] - (done[r.rung - 1] if r.rung else 0)
+    for r in stages:
+        assert r.metrics["carried_on_from"] == rung_epochs(epochs[r.id], 3, 1 / 9)[r.rung - 1]  # one worker: it always holds it
+    assert {m.id for m in state.hall_of_fame.members} <= {r.id for r in at[2]}  # only whole trainings are candidates
+
+
+def _unbroken(record, search_seed=0):
+    """The network of ``record``'s genome trained in one go with its network's seed."""
+    network, training = SPACE.candidate(record.genome)
+    return train_and_evaluate(network, training, DATA, task_seed(search_seed, network_of(record)), keep=lambda f, l: True)
+
+
+def test_a_network_that_finishes_is_its_unbroken_training_bit_for_bit():
+    state = run(12)
+    finished = [r for r in state.records if r.rung == 2]
+    assert finished
+    members = {m.id: m for m in state.hall_of_fame.members}
+    for r in finished:
+        whole = _unbroken(r)
+        assert r.fitness == whole.fitness and r.metrics["val_loss"] == whole.metrics["val_loss"]
+        if r.id in members:
+            assert np.array_equal(members[r.id].test_pred, whole.test_pred)
+            for name, w in whole.weights.items():
+                assert np.array_equal(members[r.id].weights[name], w)
+
+
+def test_a_resume_rebuilds_the_rungs_and_trains_promotions_again_from_the_start_to_the_same_networks(tmp_path):
+    whole = run(15)
+    state = SearchState.fresh(0, candidates=8)
+    stop = lambda: len(state.records) >= 11  # noqa: E731, just before network 10, paused, is promoted
+    run(15, state, should_stop=stop)
+    data = {"problem": PROBLEM.to_dict(), "sample_shape": [6], "x_dtype": "float32"}
+    path = str(tmp_path / "c.h5")
+    checkpoint.save(path, state, RunInfo(config_from_dict({"search": {"evaluations": 15, "promotion": True}, "space": {}}),
+                                         list(GENE_NAMES), data, DATA.y["val"], DATA.y["test"]))
+    resumed, _ = checkpoint.load(path)
+    assert [(r.rung, r.network) for r in resumed.records] == [(r.rung, r.network) for r in state.records]
+    run(15, resumed)
+    assert len([r for r in resumed.records if r.network < 0]) == 15
+    gone = [r for r in resumed.records if r.id >= len(state.records) and r.network >= 0 and r.parents[0] < len(state.records)]
+    assert gone and all(r.metrics["carried_on_from"] == 0 for r in gone)  # paused before the stop: gone, so trained again
+    # the same search as the unbroken one: one worker, so the same networks, stages and results in the same order
+    strip = lambda rs: [(r.id, tuple(r.genome), r.rung, r.network, r.status, r.fitness) for r in rs]  # noqa: E731
+    assert strip(sorted(resumed.records, key=lambda r: r.id)) == strip(sorted(whole.records, key=lambda r: r.id))
+
+
+def test_promotion_needs_a_strategy_that_supports_it():
+    with pytest.raises(ConfigError, match='search.promotion works with search.mode async, optuna, not "generational"'):
+        config_from_dict({"search": {"mode": "generational", "promotion": True}})
+    with pytest.raises(ConfigError, match="ensemble.refit"):
+        config_from_dict({"search": {"promotion": True}, "data": {"folds": 5}, "ensemble": {"refit": True}})
+    assert config_from_dict({"search": {"promotion": True, "mode": "optuna"}}).search.promotion
