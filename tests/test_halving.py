@@ -129,3 +129,19 @@ def test_promotion_needs_a_strategy_that_supports_it():
     with pytest.raises(ConfigError, match="ensemble.refit"):
         config_from_dict({"search": {"promotion": True}, "data": {"folds": 5}, "ensemble": {"refit": True}})
     assert config_from_dict({"search": {"promotion": True, "mode": "optuna"}}).search.promotion
+
+
+def test_the_report_counts_networks_and_says_what_each_rung_did():
+    from evolve.app.report import format_halving, halving_facts
+    from evolve.search.records import networks
+
+    state = run(18)
+    facts = halving_facts(state, config(18).search)
+    assert networks(state.records) == 18 and facts["stages"] == len(state.records) > 18
+    rungs = facts["rungs"]
+    assert [r["stages"] for r in rungs] == [sum(r.rung == i for r in state.records) for i in range(3)]
+    assert [r["promoted"] for r in rungs[:2]] == [rungs[1]["stages"], rungs[2]["stages"]]
+    assert facts["carried_on"] == rungs[1]["stages"] + rungs[2]["stages"] and facts["trained_again"] == 0  # one worker holds them all
+    line = format_halving(facts)
+    assert line.startswith(f"successive halving (eta 3): rung 0: 18, {rungs[0]['promoted']} promoted; rung 1: {rungs[1]['stages']},")
+    assert f"rung 2: {rungs[2]['stages']} whole trainings" in line

@@ -66,6 +66,7 @@ class Progress:
         self._ensemble, self._chosen_at = math.nan, -math.inf
         self._start = clock()
         self._done_before = done
+        self._networks = done  # networks recorded (their first stages: a promotion's stage is not one)
         self._count = 0
         self._last = self._start
         self._bar = None
@@ -87,9 +88,9 @@ class Progress:
         ensemble = self._ensemble
         elapsed = self.clock() - self._start
         per_minute = self._count / elapsed * 60 if elapsed > 0 else 0.0
-        left = max(0, self.total - len(state.records))
+        left = max(0, self.total - self._networks)
         eta = left / per_minute * 60 if per_minute > 0 else (0.0 if not left else math.inf)
-        return {"done": len(state.records), "best": best, "ensemble": ensemble, "per_minute": per_minute, "eta": eta}
+        return {"done": self._networks, "best": best, "ensemble": ensemble, "per_minute": per_minute, "eta": eta}
 
     def line(self, f: dict) -> str:
         name = self.metric
@@ -101,7 +102,10 @@ class Progress:
         return " | ".join(parts)
 
     def __call__(self, record: Record, state: SearchState) -> None:
+        if record.network >= 0:  # a promoted network's next stage: not a network more
+            return
         self._count += 1
+        self._networks += 1
         if self._verbose:  # (the message is built only when it is shown: this runs for every result)
             LOG.debug(f"#{record.id} {record.status} fitness {record.fitness:.4g} on rank {record.worker} in {record.seconds:.1f} s"
                       + (f" ({record.message})" if record.message else ""))
@@ -109,12 +113,12 @@ class Progress:
             return
         now = self.clock()
         if self._bar is not None:
-            f = self.facts(state, fresh=now - self._chosen_at >= BAR_ENSEMBLE_SECONDS or len(state.records) >= self.total)
+            f = self.facts(state, fresh=now - self._chosen_at >= BAR_ENSEMBLE_SECONDS or self._networks >= self.total)
             self._bar.update(1)
             self._bar.set_postfix({"best": score_text(f["best"], self.metric), "ens": score_text(f["ensemble"], self.metric),
                                    "per_min": f"{f['per_minute']:.1f}",
                                    "workers": self.workers}, refresh=False)
-        elif now - self._last >= self.every or len(state.records) >= self.total:
+        elif now - self._last >= self.every or self._networks >= self.total:
             self._last = now
             print(f"evens: {self.line(self.facts(state))}", file=self.stream, flush=True)
 

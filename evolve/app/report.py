@@ -14,7 +14,7 @@ from evolve.runfile import checkpoint
 from evolve.runfile.checkpoint import RunInfo
 from evolve.search.early_stop import epochs_saved
 from evolve.search.pareto import OBJECTIVES
-from evolve.search.records import Record, best_first
+from evolve.search.records import Record, best_first, networks
 from evolve.search.registry import capabilities
 from evolve.search.space import TRAINING_GENES
 
@@ -77,7 +77,7 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
         "problem": problem.kind,
         "metric": "accuracy" if problem.kind == "classification" else "rmse",  # the headline of the tables and figures
         "search_metric": {"name": problem.metric, "key": problem.metric_key, "higher_is_better": problem.higher_is_better},
-        "evaluations": len(state.records),
+        "evaluations": networks(state.records),  # networks: with successive halving, a network's stages are one
         "budget": info.config.search.evaluations,
         "status_counts": statuses,
         "pending": len(state.pending),
@@ -102,6 +102,8 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
             "epochs_trained": sum(r.epochs_done for r in state.records),
         }
     search = info.config.search
+    if search.promotion:
+        summary["promotion"] = halving_facts(state, search)
     if capabilities(search.mode).objectives == 2:
         summary["pareto"] = pareto_front(state, search.second_objective, space)
     if ok:
@@ -111,6 +113,23 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
         if problem.kind == "classification" and kept is not None:
             summary["best"]["test_calibration"] = problem.calibration(kept.test_pred, info.test_y)
     return summary
+
+
+def halving_facts(state: SearchState, search) -> dict:
+    """Successive halving's account: each rung's stages and how many went on, and how the promotions trained."""
+    from evolve.engine.promotion import rung_count
+
+    rungs = rung_count(search.eta, search.min_budget)
+    at = [{"rung": i, "stages": 0, "promoted": 0} for i in range(rungs)]
+    carried = again = 0
+    for r in state.records:
+        at[min(r.rung, rungs - 1)]["stages"] += 1
+        if r.network >= 0:
+            at[r.rung - 1]["promoted"] += 1
+            carried += r.metrics.get("carried_on_from", 0.0) > 0
+            again += r.metrics.get("carried_on_from", 1.0) == 0
+    return {"eta": search.eta, "min_budget": search.min_budget, "rungs": at, "stages": len(state.records), "carried_on": carried,
+            "trained_again": again, "epochs_trained": sum(r.epochs_done for r in state.records)}
 
 
 def chosen_on(info: RunInfo, problem: Problem) -> dict:
@@ -251,14 +270,24 @@ def describe_space(preset: dict | None) -> str:
     return how + (f"; the config sets {', '.join(preset['overrides'])}" if preset["overrides"] else "")
 
 
+def format_halving(h: dict) -> str:
+    """One line: each rung's stages and promotions, and how the promotions trained."""
+    rungs = h["rungs"]
+    parts = [f"rung {r['rung']}: {r['stages']}" + (f", {r['promoted']} promoted" if r is not rungs[-1] else " whole trainings") for r in rungs]
+    return (f"successive halving (eta {h['eta']}): " + "; ".join(parts) + f"; {h['stages']} stages, {h['epochs_trained']} epochs trained; "
+            f"promotions carried on {counted(h['carried_on'], 'paused training')}, trained {h['trained_again']} again from the start")
+
+
 def format_summary(s: dict) -> str:
     """A few human-readable lines."""
     lines = [
         f"evaluations: {s['evaluations']} of {s['budget']}"
-        + "".join(f", {n} {k}" for k, n in sorted(s["status_counts"].items()) if k != "ok"),
+        + "".join(f", {n} {k}" for k, n in sorted(s["status_counts"].items()) if k not in ("ok", "paused")),
         f"wall time: {s['wall_seconds']:.1f} s over {s['sessions']} session(s); worker utilization {100 * s['worker_utilization']:.1f} %",
         f"search space: {describe_space(s.get('space'))}",
     ]
+    if s.get("promotion"):
+        lines.append(format_halving(s["promotion"]))
     if s.get("early_stopping"):
         e = s["early_stopping"]
         lines.append(f"early stopping: {counted(e['stopped'], 'network')} stopped below the median, saving {counted(e['epochs_saved'], 'epoch')} "

@@ -22,6 +22,7 @@ from evolve.engine.state import SearchState
 from evolve.errors import RunDirError
 from evolve.runfile import checkpoint
 from evolve.runfile.checkpoint import CHECKPOINT_NAME, RunInfo
+from evolve.search.records import networks
 from evolve.search.space import SearchSpace
 from evolve.transport.mpi_transport import MPIMasterTransport, abort
 from evolve.transport.protocol import InProcessTransport
@@ -118,7 +119,7 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
     say(f"searching with {len(transport.workers)} worker(s), budget {budget} evaluations; run directory {prepared.run_dir}")
     write_json(os.path.join(prepared.run_dir, DEVICES_NAME), {"session": info.sessions, "workers": prepared.devices or []})
     save = Checkpointer(prepared, info, started)
-    progress = Progress(budget, len(state.records), problem.metric_key, higher_is_better=problem.higher_is_better, quiet=quiet,
+    progress = Progress(budget, networks(state.records), problem.metric_key, higher_is_better=problem.higher_is_better, quiet=quiet,
                         every=prepared.status_seconds, workers=len(transport.workers), choose=save.choose,
                         rows="oof" if config.data.fold_count else "val")
     track = open_tracker(config, prepared.run_dir, space, problem, state, say)  # [track]: TensorBoard, or nothing

@@ -48,6 +48,11 @@ class Record(Outcome):
         return cls(worker=worker, started=started, finished=finished, **who, **outcome.outcome())
 
 
+def networks(records: list[Record]) -> int:
+    """How many networks the records are: their first stages (every record, without successive halving)."""
+    return sum(1 for r in records if r.network < 0)
+
+
 def network_of(r: Record | Pending) -> int:
     """The id of the network a record or pending stage belongs to: its first stage's."""
     return r.network if r.network >= 0 else r.id
