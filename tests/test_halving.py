@@ -145,3 +145,15 @@ def test_the_report_counts_networks_and_says_what_each_rung_did():
     line = format_halving(facts)
     assert line.startswith(f"successive halving (eta 3): rung 0: 18, {rungs[0]['promoted']} promoted; rung 1: {rungs[1]['stages']},")
     assert f"rung 2: {rungs[2]['stages']} whole trainings" in line
+
+
+def test_model_breeding_learns_the_rung_of_each_result_and_scores_children_at_the_highest():
+    from evolve.search.surrogate import Surrogate
+
+    state = SearchState.fresh(0, candidates=8)
+    run_search(state, InProcessTransport(trainer_for(DATA), 1), SPACE, config(24, breeding="model"), validation=(PROBLEM, DATA.y["val"]))
+    surrogate = Surrogate.from_state(state.rng, state.records, state.strategy["surrogate"], rungs=True)
+    assert state.strategy["surrogate"]["rows"] > 0 and surrogate.ready
+    learned = [r for r in state.records if r.status in ("ok", "paused")]
+    assert len(surrogate) == len(learned) and {row[1][-1] for row in surrogate.rows} == {float(r.rung) for r in learned}
+    assert surrogate.top == max(r.rung for r in learned[: surrogate.fitted_rows])

@@ -209,7 +209,7 @@ def _surrogate(context: Context) -> Surrogate | None:
     Surrogate.from_state), or None for blind breeding."""
     if context.params.breeding != "model":
         return None
-    return Surrogate.from_state(context.rng, context.records, context.state.get("surrogate"))
+    return Surrogate.from_state(context.rng, context.records, context.state.get("surrogate"), bool(getattr(context.params, "promotion", False)))
 
 
 @register

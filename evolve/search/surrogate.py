@@ -39,9 +39,10 @@ TREES = 32
 KAPPA = 1.96  # the upper confidence bound's weight on the trees' spread
 
 
-def learns_from(record: Record) -> bool:
-    """A result the model learns from: a network trained (to the end, or stopped early: its fitness is what it reached)."""
-    return record.status in ("ok", "stopped") and math.isfinite(record.fitness)
+def learns_from(record: Record, rungs: bool = False) -> bool:
+    """A result the model learns from: a network trained (to the end, or stopped early: its fitness is what it reached;
+    with successive halving, a stage paused at its rung too)."""
+    return (record.status in ("ok", "stopped") or (rungs and record.status == "paused")) and math.isfinite(record.fitness)
 
 
 class Surrogate:
@@ -52,16 +53,20 @@ class Surrogate:
     the same model again from a run's records, told in the run file's order.
     """
 
-    def __init__(self, rng: random.Random):
+    def __init__(self, rng: random.Random, rungs: bool = False):
         self.rng = rng
+        # successive halving: the rung a result reached is one more input (as BOHB and DEHB model the budget), and
+        # children are scored at the highest rung learned from
+        self.rungs = rungs
+        self.top = 0
         self.rows: list[tuple[int, list[float], float]] = []  # (id, genome, fitness) of the results it may learn from, as told
         self.model = None
         self.fitted_rows = 0  # results the last fit was made from (0: never fitted)
         self.seed = 0  # the last fit's trees' seed
 
     @classmethod
-    def from_state(cls, rng: random.Random, records, state: dict | None) -> Surrogate:
-        surrogate = cls(rng)
+    def from_state(cls, rng: random.Random, records, state: dict | None, rungs: bool = False) -> Surrogate:
+        surrogate = cls(rng, rungs)
         for record in records:
             surrogate.tell(record)
         if state and state.get("rows", 0) > 0:
@@ -74,8 +79,8 @@ class Surrogate:
         return {"rows": self.fitted_rows, "seed": self.seed}
 
     def tell(self, record: Record) -> None:
-        if learns_from(record):
-            self.rows.append((record.id, list(record.genome), float(record.fitness)))
+        if learns_from(record, self.rungs):
+            self.rows.append((record.id, list(record.genome) + ([float(record.rung)] if self.rungs else []), float(record.fitness)))
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -97,6 +102,7 @@ class Surrogate:
         self.model = ExtraTreesRegressor(n_estimators=TREES, min_samples_leaf=2, random_state=self.seed, n_jobs=1)
         self.model.fit(x, y)
         self.fitted_rows = rows
+        self.top = int(x[:, -1].max()) if self.rungs else 0
 
     def refit_if_due(self) -> bool:
         """Fit if :meth:`due`; True if it did."""
@@ -112,5 +118,7 @@ class Surrogate:
     def score(self, genomes: list[list[float]]) -> np.ndarray:
         """Each genome's upper confidence bound on its fitness: the trees' mean plus KAPPA standard deviations."""
         x = np.asarray(genomes, dtype=np.float32)  # the trees' own dtype, so that check_input=False is safe
+        if self.rungs:
+            x = np.hstack([x, np.full((len(x), 1), self.top, dtype=np.float32)])
         per_tree = np.stack([tree.predict(x, check_input=False) for tree in self.model.estimators_])
         return per_tree.mean(axis=0) + KAPPA * per_tree.std(axis=0)
