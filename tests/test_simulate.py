@@ -36,6 +36,18 @@ def test_a_generation_waits_for_its_slowest_training():
     assert steady.utilization > 0.99 and generational.utilization < 0.6  # the barrier idles everyone but the slowest
 
 
+def test_successive_halving_at_scale_keeps_the_workers_busy_on_short_stages():
+    """Promotions are short tasks (a third of a training, then two thirds): more results per second for the master,
+    no worker waiting for a rung to fill."""
+    kwargs = dict(workers=512, task_seconds=60.0, sigma=0.5, master_seconds=100e-6, evaluations=3000)
+    whole = simulate(config(), **kwargs)
+    halving = simulate(config(promotion=True), **kwargs)
+    assert halving.utilization > 0.97 and whole.utilization > 0.97
+    assert halving.evaluations > 3000  # the networks' first stages and their promotions
+    assert halving.makespan_seconds < 0.6 * whole.makespan_seconds  # many networks stop at a ninth of their training
+    assert halving.evaluations_per_hour > 2 * whole.evaluations_per_hour
+
+
 def test_same_seed_same_projection():
     a = simulate(config(seed=3), workers=64, task_seconds=5.0, master_seconds=1e-3, evaluations=500)
     b = simulate(config(seed=3), workers=64, task_seconds=5.0, master_seconds=1e-3, evaluations=500)

@@ -58,22 +58,34 @@ class SimulatedWorkers:
         self._running: list[tuple[float, int, Task]] = []  # (finish time, worker, task)
         self._free_at: dict[int, float] = {}  # when each worker's last task ends: one sent before then waits in its queue
         self.trainings: list[tuple[float, float]] = []  # (start, finish) of every task
-        self.last_sent = 0.0
+        self._reached: dict[int, int] = {}  # search.promotion: the epoch each paused network reached
+        self.last_sent = self.last_new = 0.0
         self.last_finish = 0.0
 
     def send(self, worker: int, task: Task) -> None:
         start = max(self.clock.now, self._free_at.get(worker, 0.0))
-        finish = self._free_at[worker] = start + self.rng.lognormvariate(self.mu, self.sigma)
+        finish = self._free_at[worker] = start + self.rng.lognormvariate(self.mu, self.sigma) * self._share(task)
         self.trainings.append((start, finish))
         self.last_sent = self.clock.now
+        if task.watch.get("carry_on", -1) < 0:
+            self.last_new = self.clock.now
         heapq.heappush(self._running, (finish, worker, task))
 
+    def _share(self, task: Task) -> float:
+        """The share of its network's whole training a task trains: all of it, or with successive halving its stage
+        (from where its network paused, on this worker or not: a carried-on training is assumed found)."""
+        watch, epochs = task.watch, task.training["epochs"]
+        if not watch.get("pause_after") and watch.get("carry_on", -1) < 0:
+            return 1.0
+        begin = self._reached.get(watch.get("carry_on", -1), 0)
+        return max(0.0, (watch.get("pause_after") or epochs) - begin) / epochs
+
     def utilization(self) -> float:
-        """Training time over capacity, up to the last dispatch: the steady state, without the drain
-        at the end of a simulated budget (a real search runs many more tasks per worker). (A task queued
-        behind another, with prefetch, may start after that: the time up to the last dispatch is what
-        the master's pace decides.)"""
-        until = self.last_sent
+        """Training time over capacity, up to the last dispatch of a new network: the steady state, without the
+        drain at the end of a simulated budget (a real search runs many more tasks per worker; with successive
+        halving, the last networks' promotions are that drain). (A task queued behind another, with prefetch,
+        may start after that: the time up to the last dispatch is what the master's pace decides.)"""
+        until = self.last_new
         busy = sum(min(finish, until) - start for start, finish in self.trainings if start < until)
         return busy / (len(self.workers) * until) if until > 0 else 0.0
 
@@ -84,10 +96,14 @@ class SimulatedWorkers:
         # The master takes the result when it is free, and is busy with it for master_seconds.
         self.clock.now = max(self.clock.now, finish) + self.master_seconds
         self.last_finish = max(self.last_finish, finish)
-        fitness = made_up_fitness(task)
+        epochs, paused = task.training["epochs"], task.watch.get("pause_after", 0)
+        reached = paused or epochs
+        fitness = made_up_fitness(task) * (0.7 + 0.3 * reached / epochs)  # a stage short of the whole training scores lower
         size = float(task.network["depth"] * task.network["width"] ** 2)  # a made-up cost, for nsga2's second objective
         metrics = {"val_accuracy": fitness, "params": size, "latency_us": size / 1e3}
-        return worker, Result(task.id, Evaluation(status="ok", fitness=fitness, metrics=metrics, epochs_done=task.training["epochs"]))
+        if paused:
+            self._reached[task.watch.get("carry_on", -1) if task.watch.get("carry_on", -1) >= 0 else task.id] = paused
+        return worker, Result(task.id, Evaluation(status="paused" if paused else "ok", fitness=fitness, metrics=metrics, epochs_done=reached))
 
     def stop(self) -> None:
         pass
