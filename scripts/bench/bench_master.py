@@ -18,7 +18,10 @@ Each launch (`mpiexec -n NP`) runs two contenders over the same ranks, one after
   temporary run directory) with workers whose "training" returns at once; run twice, with blind
   breeding (the default) and with model breeding (``search.breeding = "model"``: a surrogate fitted
   to the results so far ranks ``search.brood`` bred candidates per child; issue 22's budget for it is
-  300 us per evaluation at 20,000 evaluations, reported as ``master_us_per_eval_model``).
+  300 us per evaluation at 20,000 evaluations, reported as ``master_us_per_eval_model``); and a third
+  time with successive halving (``search.promotion = true``: every network a first stage to its
+  rung and the best third promoted, each stage a result; issue 33's budget is 100 us per result,
+  reported as ``master_us_per_eval_promotion``).
 
 Timed: rank 0's CPU time (``time.process_time``) per completed evaluation, so waiting for workers
 counts only as the CPU it takes (yields and naps between tests of the receive), not as time.
@@ -77,7 +80,9 @@ EVALUATIONS = WINDOW_STARTS[-1] + CHECKPOINT_EVERY
 FUTURES_TASKS = 10_000  # the futures loop's cost per task does not depend on how many
 QUICK_LAUNCHES = 3  # --quick: np=4 only, the median of this many launches
 PREFETCH = SearchConfig().prefetch  # tasks queued behind each worker's training, as evens run queues them by default
-BREEDINGS = ("blind", "model")  # search.breeding: the evens contender runs once with each (model: a surrogate ranks the children)
+# The evens contender runs once with each: blind breeding, model breeding (a surrogate ranks the children), and
+# blind breeding with successive halving (promotion). The settings each one changes:
+VARIANTS = {"blind": {}, "model": {"breeding": "model"}, "promotion": {"promotion": True}}
 
 
 def zero_work(task_id: int) -> dict:
@@ -94,6 +99,9 @@ def instant_training(curve_epochs: int):
         net, tr = task.network, task.training
         score = min(max(0.5 + 0.1 * net["depth"] / 3 + 0.1 * net["width"] / 128 - 0.05 * abs(math.log10(tr["learning_rate"]) + 2.5), 0.0), 1.0)
         curve = [score * (e + 1) / curve_epochs for e in range(curve_epochs)]
+        if task.watch.get("pause_after"):  # a stage to a rung (search.promotion): its scores, no payload
+            score *= 0.9
+            return Evaluation(status="paused", fitness=score, metrics={"val_accuracy": score}, epochs_done=1)
         ev = Evaluation(status="ok", fitness=score, metrics={"val_accuracy": score, "test_accuracy": score}, seconds=0.0,
                         epochs_done=curve_epochs, curve=curve)
         if clears(score, ev.loss, task.id, task.entry_bar):
@@ -105,7 +113,7 @@ def instant_training(curve_epochs: int):
     return instant
 
 
-def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int = PREFETCH, breeding: str = "blind") -> dict:
+def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int = PREFETCH, variant: str = "blind") -> dict:
     """The evens contender on rank 0 (or in one process): figures of the master's CPU over the whole search.
     ``workers_cpu()`` is CPU this process spent as the workers (the loopback's), taken out of the figures."""
     from ensemble.problem import Classification
@@ -133,7 +141,7 @@ def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int =
         # run_search's clock counts evaluations, so a checkpoint falls every CHECKPOINT_EVERY of them
         config = config_from_dict({"search": {"evaluations": evaluations, "population": 10, "seed": 0, "checkpoint_seconds": CHECKPOINT_EVERY,
                                               "early_stopping": True, "early_stopping_warmup": 1, "prefetch": prefetch,
-                                              "breeding": breeding},
+                                              **VARIANTS[variant]},
                                    "ensemble": {"size": 5, "candidates": 32, "method": "greedy"}, "space": {}})
         info = RunInfo(config, list(GENE_NAMES), data, val_y, test_y)
         state = SearchState.fresh(0, candidates=32)
@@ -176,9 +184,9 @@ def parse_bench_space():
     return parse_space({}).for_sample_shape((1, 8, 8))
 
 
-def measure(evaluations: int, curve_epochs: int = 2, prefetch: int = PREFETCH, breedings=BREEDINGS) -> dict | None:
-    """Collective: the contenders on this MPI world (evens once per breeding); rank 0 returns the figures
-    (model breeding's under the key ``model``)."""
+def measure(evaluations: int, curve_epochs: int = 2, prefetch: int = PREFETCH, variants=tuple(VARIANTS)) -> dict | None:
+    """Collective: the contenders on this MPI world (evens once per variant); rank 0 returns the figures
+    (those of a variant but blind breeding under its name)."""
     from mpi4py import MPI
     from mpi4py.futures import FIRST_COMPLETED, MPICommExecutor, wait
 
@@ -205,11 +213,11 @@ def measure(evaluations: int, curve_epochs: int = 2, prefetch: int = PREFETCH, b
                         submitted += 1
             figures["futures_us"] = 1e6 * (time.process_time() - start) / done
 
-    for breeding in breedings:  # one search each; the workers serve until its master stops them
+    for variant in variants:  # one search each; the workers serve until its master stops them
         comm.Barrier()
         if comm.rank == 0:
-            found = search(MPIMasterTransport(comm), evaluations, prefetch=prefetch, breeding=breeding)
-            figures.update(found) if breeding == "blind" else figures.update({breeding: found})
+            found = search(MPIMasterTransport(comm), evaluations, prefetch=prefetch, variant=variant)
+            figures.update(found) if variant == "blind" else figures.update({variant: found})
         else:
             serve(MPIWorkerChannel(comm), instant_training(curve_epochs))
     return figures if comm.rank == 0 else None
@@ -284,23 +292,25 @@ def median_row(launches: list[dict]) -> dict:
     row["vs_futures"] = med([r["evens_us"] / r["futures_us"] for r in launches])
     row["checkpoint_ms"] = [[round(ms, 1) for _, ms in r["checkpoint_ms"]] for r in launches]
     row["workers"], row["evaluations"], row["launches"] = launches[0]["workers"], launches[0]["evaluations"], len(launches)
-    if "model" in launches[0]:
-        model = [r["model"] for r in launches]
-        row["model_us"] = med([m["evens_us"] for m in model])
-        row["model_growth"] = med([m["windows"][str(WINDOW_STARTS[-1])] / m["windows"][str(WINDOW_STARTS[0])] for m in model]) \
-            if str(WINDOW_STARTS[-1]) in model[0]["windows"] and str(WINDOW_STARTS[0]) in model[0]["windows"] else None
+    for variant in ("model", "promotion"):
+        if variant in launches[0]:
+            found = [r[variant] for r in launches]
+            row[f"{variant}_us"] = med([m["evens_us"] for m in found])
+            row[f"{variant}_growth"] = med([m["windows"][str(WINDOW_STARTS[-1])] / m["windows"][str(WINDOW_STARTS[0])] for m in found]) \
+                if str(WINDOW_STARTS[-1]) in found[0]["windows"] and str(WINDOW_STARTS[0]) in found[0]["windows"] else None
     return row
 
 
 def in_process(evaluations: int, curve_epochs: int, repeats: int, prefetch: int = PREFETCH) -> None:
-    runs, model = [], []
-    for _ in range(repeats):  # alternated, so a change of load touches both alike
-        for breeding, into in (("blind", runs), ("model", model)):
+    runs, model, promotion = [], [], []
+    for _ in range(repeats):  # alternated, so a change of load touches them alike
+        for variant, into in (("blind", runs), ("model", model), ("promotion", promotion)):
             loopback = Loopback(3, curve_epochs)
-            into.append(search(loopback, evaluations, lambda: loopback.cpu, prefetch, breeding))
+            into.append(search(loopback, evaluations, lambda: loopback.cpu, prefetch, variant))
     med = lambda values: float(np.median(values))
     row = {"master_us_per_eval": med([r["evens_us"] for r in runs]),
            "master_us_per_eval_model": med([r["evens_us"] for r in model]),
+           "master_us_per_eval_promotion": med([r["evens_us"] for r in promotion]),
            "windows": {w: med([r["windows"][w] for r in runs]) for w in runs[0]["windows"]},
            "checkpoint_us_per_eval": med([1e3 * sum(ms for _, ms in r["checkpoint_ms"]) / r["evaluations"] for r in runs]),
            "runs": [round(r["evens_us"], 1) for r in runs], "evaluations": runs[0]["evaluations"], "curve_epochs": curve_epochs}
@@ -309,6 +319,7 @@ def in_process(evaluations: int, curve_epochs: int, repeats: int, prefetch: int 
     print(f"master {row['master_us_per_eval']:.1f} us per evaluation (runs: {row['runs']}), of which checkpoints "
           f"{row['checkpoint_us_per_eval']:.1f}; windows {({w: round(v, 1) for w, v in row['windows'].items()})}")
     print(f"model breeding: {row['master_us_per_eval_model']:.1f} us per evaluation (runs: {[round(r['evens_us'], 1) for r in model]})")
+    print(f"successive halving: {row['master_us_per_eval_promotion']:.1f} us per result (runs: {[round(r['evens_us'], 1) for r in promotion]})")
     harness.emit(row)
 
 
@@ -359,18 +370,20 @@ def main() -> None:
               f"{r.get('first_us', float('nan')):>11.1f} {r['windows'].get(first, float('nan')):>17.1f} {r['windows'].get(last, float('nan')):>12.1f} {growth:>7.2f}  "
               f"{r['checkpoint_ms']}")
     for n, r in rows.items():
-        if "model_us" in r:
-            growth = r["model_growth"] if r["model_growth"] is not None else float("nan")
-            print(f"{n:>3} model breeding (search.breeding = \"model\"): {r['model_us']:.1f} us/eval, {r['model_us'] / r['evens_us']:.2f}x blind, "
-                  f"growth {growth:.2f}")
+        for variant, what in (("model", 'model breeding (search.breeding = "model")'), ("promotion", "successive halving (search.promotion)")):
+            if f"{variant}_us" in r:
+                growth = r[f"{variant}_growth"] if r[f"{variant}_growth"] is not None else float("nan")
+                print(f"{n:>3} {what}: {r[f'{variant}_us']:.1f} us/result, {r[f'{variant}_us'] / r['evens_us']:.2f}x blind, growth {growth:.2f}")
     main_np = max(rows)
     r = rows[main_np]
     result = {
         "master_us_per_eval": r["evens_us"],
         "master_us_per_eval_model": r.get("model_us"),
+        "master_us_per_eval_promotion": r.get("promotion_us"),
         "vs_futures": r["vs_futures"],
         "growth_20k_vs_1k": r["growth"],
         "growth_20k_vs_1k_model": r.get("model_growth"),
+        "growth_20k_vs_1k_promotion": r.get("promotion_growth"),
         "np": main_np,
         "prefetch": args.prefetch,
         "rows": rows,
