@@ -188,6 +188,7 @@ def test_resume_refuses_other_data_or_another_search_space(tmp_path, small_confi
         "data.path=" + other: "sizes is",
         "data.path=" + str(altered): "the data differs from the run's (fingerprint",
         "space.width=[4, 8, 16]": "search space differs",
+        "search.promotion=true": "search.promotion is True, but the run's is False",
     }
     for override, expected in cases.items():
         proc = launch(3, evens_cmd() + ["run", "--resume", out, "--set", override], timeout=90, cwd=ROOT)

@@ -122,7 +122,7 @@ def _prepare_resume(config_path: str | None, overrides: list[str], resume: str, 
     config, _ = config.resolved(facts)
     if config.space != stored.space or list(info.gene_names) != list(config.space.names):
         raise ConfigError(f"{resume}: the search space differs from the run's; a resumed run keeps its space")
-    for key in ("mode", "second_objective", "metric"):
+    for key in ("mode", "second_objective", "metric", "promotion", "eta", "min_budget"):  # (the rungs are the records')
         now, then = getattr(config.search, key), getattr(stored.search, key)
         if now != then:
             raise ConfigError(f"{resume}: search.{key} is {now!r}, but the run's is {then!r}; a resumed run keeps its {key.replace('_', ' ')}")

@@ -60,7 +60,8 @@ def reference() -> str:
         "its default) and overridden on the command line with `--set section.key=value`. An unknown key,",
         "a value of the wrong type, or one outside its limits is a one-line error before anything runs.",
         "The run stores its config. A resume keeps it and takes `--set` overrides; the search space,",
-        "`search.mode` and `search.second_objective` cannot change on resume.",
+        "`search.mode`, `search.second_objective`, `search.metric`, successive halving's `search.promotion`, `search.eta`",
+        "and `search.min_budget`, `data.folds` and `ensemble.refit` cannot change on resume.",
         "",
     ]
     for section, cls in SECTIONS.items():
