@@ -36,6 +36,16 @@ evaluation's index), on one CPU thread. Contenders (``--contenders``):
   ``evens-no-augment``: evens with the ``augment`` gene fixed at ``none`` (is the presets' shift augmentation worth keeping?).
 * ``evens-no-es``, ``evens-no-prefetch`` (diagnostics): evens with early stopping off, or with no task
   queued behind a worker's training (``search.prefetch = 0``; matters with ``--workers`` above 1).
+* Issue 33's, for quality at equal compute (``--budget-cpu``): ``evens-promotion`` and ``evens-no-promotion``
+  (``search.promotion`` on or off, whatever the config says); ``random-asha`` (random search with asynchronous
+  successive halving: Optuna's random sampler through evens' loop with promotion); ``optuna-tpe-hyperband``
+  (TPE with Optuna's ``HyperbandPruner``, each network trained epoch by epoch in stages that carry on, its
+  validation fitness reported after each); ``top-k-1epoch`` (Egele et al. 2023: random networks trained one
+  epoch each for half the budget, then the best of them trained on to the end; needs ``--budget-cpu``).
+
+``--budget-cpu S`` gives every search S CPU seconds of training instead of ``--evaluations`` networks: each
+stops starting networks once its trainings have spent them (evens as a stop request ends a run). The rows
+then also hold ``anytime_cpu``, the CPU spent after each network, for the anytime figures against CPU.
 
 ``--max-epochs N`` caps the epochs gene of every contender's space alike, so that one network trains
 in a few seconds on one core. Every contender's ensemble is chosen the same way, from its best
@@ -69,7 +79,7 @@ import quality_data
 import quality_scoring
 import quality_stats
 import torch
-from quality_contenders import Capture, check_suggestions, evaluate_one, optuna, run_evens, run_random, run_tpe
+from quality_contenders import Capture, check_suggestions, evaluate_one, optuna, run_evens, run_random, run_top_k, run_tpe, run_tpe_hyperband
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -86,7 +96,9 @@ from evolve.search.presets import DataFacts
 from evolve.search.space import Choice, Gene, Range, SearchSpace
 from evolve.transport.worker import trainer_for
 
-CONTENDERS = ("evens", "evens-classic", "random", "optuna-tpe", "evens-model", "evens-blind", "evens-ensemble", "evens-fitness", "evens-no-augment", "evens-no-es", "evens-no-prefetch")
+CONTENDERS = ("evens", "evens-classic", "random", "optuna-tpe", "evens-model", "evens-blind", "evens-ensemble", "evens-fitness", "evens-no-augment",
+              "evens-no-es", "evens-no-prefetch", "evens-promotion", "evens-no-promotion", "random-asha", "optuna-tpe-hyperband", "top-k-1epoch")
+BUDGETED = ("top-k-1epoch",)  # contenders that need --budget-cpu (they have no number of networks to stop at)
 PEERS = ("evens", "evens-classic", "random", "optuna-tpe")  # the default; the others are diagnostics
 # examples/digits.toml's [space] table before presets (issue 22): the classic space, kept here so that
 # evens-classic keeps its meaning when the example moves to a preset.
@@ -117,6 +129,7 @@ class Settings:
     workers: int = 1
     tpe_group: bool = False
     every: int = 5  # anytime: the ensemble is recomputed every this many networks
+    budget_cpu: float = 0.0  # each search's budget in CPU seconds of its trainings (0: --evaluations networks)
 
 
 def configs(settings: Settings) -> dict[str, Config]:
@@ -198,13 +211,22 @@ def run_contender(settings: Settings, path: str, contender: str, seed: int) -> d
         setting = "breeding" if contender in ("evens-model", "evens-blind") else "selection"
         search = replace(cfg.search, **{setting: contender.removeprefix("evens-")})
         out = run_evens(replace(cfg, search=search), space, data, seed, settings.workers)
+    elif contender in ("evens-promotion", "evens-no-promotion", "random-asha"):
+        search = replace(cfg.search, promotion=contender != "evens-no-promotion")
+        if contender == "random-asha":  # random search with ASHA: Optuna's random sampler through evens' loop
+            search = replace(search, mode="optuna", sampler="random", breeding="blind", selection="fitness")
+        out = run_evens(replace(cfg, search=search), space, data, seed, settings.workers, budget=settings.budget_cpu)
     elif contender.startswith("evens"):
         out = run_evens(cfg, space, data, seed, settings.workers, early_stopping=contender != "evens-no-es",
-                        prefetch=0 if contender == "evens-no-prefetch" else None)
+                        prefetch=0 if contender == "evens-no-prefetch" else None, budget=settings.budget_cpu)
     elif contender == "random":
-        out = run_random(cfg, space, data, seed)
+        out = run_random(cfg, space, data, seed, settings.budget_cpu)
+    elif contender == "optuna-tpe-hyperband":
+        out = run_tpe_hyperband(cfg, space, data, seed, settings.budget_cpu)
+    elif contender == "top-k-1epoch":
+        out = run_top_k(cfg, space, data, seed, settings.budget_cpu)
     else:
-        out = run_tpe(cfg, space, data, seed, settings.tpe_group)
+        out = run_tpe(cfg, space, data, seed, settings.tpe_group, settings.budget_cpu)
     row = {"seed": seed, "metric": data.problem.metric, **quality_scoring.score(out, cfg, data),
            **quality_scoring.anytime(out, cfg, data, settings.every)}
     ends = row["anytime_ensemble"][-1] if row["anytime_ensemble"] else math.nan
@@ -239,7 +261,7 @@ def rows_done(rows_file: str | None, settings: Settings) -> dict:
     with open(rows_file) as f:
         for number, line in enumerate(f, 1):
             item = json.loads(line)
-            if item.get("settings") != json.loads(json.dumps(dataclasses.asdict(settings))):
+            if {**dataclasses.asdict(Settings("")), **item.get("settings", {})} != json.loads(json.dumps(dataclasses.asdict(settings))):
                 sys.exit(f"bench_quality: {rows_file} line {number} is a search of other settings "
                          f"({item.get('settings')}); give another --rows file")
             results.setdefault(item["dataset"], {}).setdefault(item["contender"], {})[item["seed"]] = quality_stats.nan_for_none(item["row"])
@@ -295,6 +317,8 @@ def main() -> int:
     parser.add_argument("--plot", metavar="DIR", help="write anytime-<dataset>.png figures to DIR (needs matplotlib)")
     parser.add_argument("--jobs", type=int, default=1, help="searches run at once, one process and one CPU thread each (default 1)")
     parser.add_argument("--workers", type=int, default=1, help="evens' in-process workers (1: as `evens run` on one rank)")
+    parser.add_argument("--budget-cpu", type=float, default=0.0, metavar="SECONDS",
+                        help="each search stops starting networks once its trainings have spent this much CPU (default: --evaluations networks)")
     parser.add_argument("--tpe-group", action="store_true", help="TPESampler(multivariate=True, group=True) instead of its defaults")
     parser.add_argument("--rows", metavar="FILE", help="append each finished search's row to FILE as a JSON line (a long run cut short keeps them); searches already in FILE are not run again")
     parser.add_argument("--tables-from", metavar="FILE", nargs="+", help="no searches: the tables of the rows in these --rows files")
@@ -310,7 +334,9 @@ def main() -> int:
     for c in contenders:
         if c not in CONTENDERS:
             parser.error(f"unknown contender {c!r} (known: {', '.join(CONTENDERS)})")
-    if "optuna-tpe" in contenders and optuna is None:
+    if any(c in BUDGETED for c in contenders) and not args.budget_cpu:
+        parser.error(f"{', '.join(c for c in contenders if c in BUDGETED)} needs --budget-cpu")
+    if any(c.startswith("optuna") or c == "random-asha" for c in contenders) and optuna is None:
         sys.exit("bench_quality.py: optuna-tpe needs Optuna (benchmark only): .venv/bin/pip install 'optuna>=3'  (or: pip install -e '.[bench]')")
     for d in datasets:
         if d not in quality_data.DATASETS:
@@ -318,7 +344,8 @@ def main() -> int:
     if args.evaluations < 1 or args.seeds < 1 or args.every < 1 or args.jobs < 1 or (args.max_epochs is not None and args.max_epochs < 1):
         parser.error("--evaluations, --seeds, --every, --jobs and --max-epochs must be at least 1")
     torch.set_num_threads(1)
-    settings = Settings(args.config if args.config == "none" else os.path.abspath(args.config), tuple(args.overrides), args.evaluations, args.max_epochs, args.workers, args.tpe_group, args.every)
+    settings = Settings(args.config if args.config == "none" else os.path.abspath(args.config), tuple(args.overrides), args.evaluations, args.max_epochs,
+                        args.workers, args.tpe_group, args.every, args.budget_cpu)
     try:
         cfg = configs(settings)["evens"]
     except (ConfigError, OSError) as exc:
@@ -337,7 +364,7 @@ def main() -> int:
         paths = {d: quality_data.dataset_path(d, scratch) for d in datasets}
         for d in datasets:
             data, cfgs, space = prepared(settings, paths[d])
-            if "optuna-tpe" in contenders:
+            if any(c.startswith("optuna-tpe") for c in contenders):
                 check_suggestions(space["evens"])
             print(describe(d, data, cfgs["evens"], space["evens"]), flush=True)
             metrics[d] = data.problem.metric

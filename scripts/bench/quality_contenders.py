@@ -4,7 +4,14 @@
   over an :class:`~evolve.transport.protocol.InProcessTransport` whose worker is the real one
   (:func:`evolve.transport.worker.trainer_for`);
 * :func:`run_random`: random genomes from ``random.Random(seed)``, decoded by the space;
-* :func:`run_tpe`: Optuna's TPE, define-by-run over the same genes (:func:`suggest_key`).
+* :func:`run_tpe`: Optuna's TPE, define-by-run over the same genes (:func:`suggest_key`);
+* :func:`run_tpe_hyperband`: the same with Optuna's own multi-fidelity, its ``HyperbandPruner`` (each network
+  trained epoch by epoch, in stages that carry on: ensemble.paused);
+* :func:`run_top_k`: Egele et al.'s baseline: random networks trained for one epoch, then the best of them
+  trained on to their whole epochs.
+
+With a CPU budget (``budget``: seconds of this process, 0 for none) a searcher stops starting networks once
+its trainings have spent it, instead of after ``search.evaluations`` networks.
 
 Random search and TPE train each network as an evens worker does (:func:`evaluate_one`: the same
 seed scheme, the same hall of fame and its entry bar), without early stopping. Every contender's
@@ -26,6 +33,7 @@ except ImportError:  # bench_quality checks, after --help
     optuna = None
 
 from ensemble.hall_of_fame import HallOfFame, Member
+from ensemble.results import Evaluation
 from ensemble.train import DeviceData
 from evolve.config.schema import Config
 from evolve.engine.loop import run_search, task_seed
@@ -54,11 +62,13 @@ class Capture:
 
     def __init__(self, evaluate):
         self.evaluate, self.preds, self.cpu, self.family = evaluate, {}, {}, {}
+        self.total = 0.0  # CPU seconds of every training so far (the budget's measure)
 
     def __call__(self, task: Task):
         began = time.process_time()
         ev = self.evaluate(task)
         self.cpu[task.id], self.family[task.id] = time.process_time() - began, task.network["family"]
+        self.total += self.cpu[task.id]
         if ev.has_payload:
             self.preds[task.id] = (ev.val_pred, ev.test_pred)
         return ev
@@ -91,25 +101,38 @@ def evaluate_one(capture: Capture, hall: HallOfFame, seed: int, ident: int, netw
 
 
 def run_evens(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, workers: int,
-              early_stopping: bool = True, prefetch: int | None = None) -> Outcome:
-    """The product's search loop, in one process, on the config's search settings."""
+              early_stopping: bool = True, prefetch: int | None = None, budget: float = 0.0) -> Outcome:
+    """The product's search loop, in one process, on the config's search settings (with ``budget``: until its
+    trainings have spent that many CPU seconds, as a stop request ends a run)."""
     search = replace(cfg.search, seed=seed, early_stopping=early_stopping and cfg.search.early_stopping,
                      prefetch=cfg.search.prefetch if prefetch is None else prefetch)
+    if budget:
+        search = replace(search, evaluations=10**9, drain_seconds=0.0)
     state = SearchState.fresh(seed, cfg.ensemble.candidates)
     capture = Capture(trainer_for(data))
+    stop = (lambda: int(capture.total >= budget)) if budget else (lambda: 0)
     with Timer() as t:
         transport = InProcessTransport(capture, workers)
         transport.queues = workers > 1  # W > 1 workers stand for MPI's: a task queued behind each training (search.prefetch)
-        run_search(state, transport, space, replace(cfg, search=search, space=space), validation=(data.problem, data.y["val"]))
+        run_search(state, transport, space, replace(cfg, search=search, space=space), should_stop=stop,
+                   validation=(data.problem, data.y["val"]))
     rows = [network_row(r.id, r, data.problem.metric, capture) for r in state.records]
     return Outcome(rows, state.hall_of_fame, t.wall, t.cpu, capture.preds)
 
 
-def run_random(cfg: Config, space: SearchSpace, data: DeviceData, seed: int) -> Outcome:
+def networks(cfg: Config, capture: Capture, budget: float):
+    """The ids of the networks a searcher may start: ``search.evaluations`` of them, or while the budget lasts."""
+    ident = 0
+    while (capture.total < budget) if budget else ident < cfg.search.evaluations:
+        yield ident
+        ident += 1
+
+
+def run_random(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, budget: float = 0.0) -> Outcome:
     rng, capture = random.Random(seed), Capture(trainer_for(data))
     out = Outcome(hall=HallOfFame(cfg.ensemble.candidates), preds=capture.preds)
     with Timer() as t:
-        for ident in range(cfg.search.evaluations):
+        for ident in networks(cfg, capture, budget):
             ev = evaluate_one(capture, out.hall, seed, ident, *space.candidate(random_genome(rng, len(space))))
             out.networks.append(network_row(ident, ev, data.problem.metric, capture))
     out.seconds, out.cpu_seconds = t.wall, t.cpu
@@ -152,7 +175,7 @@ def check_suggestions(space: SearchSpace, n: int = 300) -> None:
             raise SystemExit(f"bench_quality: the Optuna space disagrees with evens' on {decoded}: {got} != {want}")
 
 
-def run_tpe(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, group: bool = False) -> Outcome:
+def run_tpe(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, group: bool = False, budget: float = 0.0) -> Outcome:
     """Optuna's defaults (5.x: multivariate TPE over the genes every trial has; a conditional gene falls back
     to independent TPE) unless ``group``, which models each set of co-occurring genes jointly."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -162,7 +185,7 @@ def run_tpe(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, group:
     capture = Capture(trainer_for(data))
     out = Outcome(hall=HallOfFame(cfg.ensemble.candidates), preds=capture.preds)
     with Timer() as t:
-        for ident in range(cfg.search.evaluations):
+        for ident in networks(cfg, capture, budget):
             trial = study.ask()
             ev = evaluate_one(capture, out.hall, seed, ident, *space.specs(suggest_key(trial, space, order)))
             if ev.status == "ok":
@@ -170,5 +193,111 @@ def run_tpe(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, group:
             else:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
             out.networks.append(network_row(ident, ev, data.problem.metric, capture))
+    out.seconds, out.cpu_seconds = t.wall, t.cpu
+    return out
+
+
+def staged(capture: Capture, hall: HallOfFame, seed: int, ident: int, network, training, data: DeviceData, report) -> Evaluation:
+    """Train one network epoch by epoch, as an evens worker trains it (the same seed, the same network at the end),
+    each epoch a stage that carries the last one on (ensemble.paused); ``report(epoch, fitness)`` after each but the
+    last returns False to stop it there (status "stopped", its fitness then). CPU counted in ``capture``."""
+    from ensemble.paused import Paused
+    from ensemble.train import train_and_evaluate
+
+    began, paused, ev = time.process_time(), None, None
+    try:
+        for epoch in range(1, training.epochs):
+            ev = train_and_evaluate(network, training, data, task_seed(seed, ident), until=epoch, resume=paused)
+            if ev.status != "paused":
+                return ev
+            paused = Paused.from_arrays(ev.paused)
+            if not report(epoch, ev.fitness):
+                return Evaluation(status="stopped", fitness=ev.fitness, metrics=ev.metrics, epochs_done=epoch)
+        keep = lambda fitness, loss: hall.qualifies(fitness, ident, loss)  # noqa: E731
+        ev = train_and_evaluate(network, training, data, task_seed(seed, ident), keep=keep, resume=paused)
+        ev.epochs_done = training.epochs
+        if ev.status == "ok" and ev.has_payload:
+            capture.preds[ident] = (ev.val_pred, ev.test_pred)
+            hall.offer(Member(ident, ev.fitness, {}, {}, ev.val_pred, ev.test_pred, {}, loss=ev.loss))
+        return ev
+    finally:
+        capture.cpu[ident], capture.family[ident] = time.process_time() - began, network.family if hasattr(network, "family") else "?"
+        capture.total += capture.cpu[ident]
+
+
+def run_tpe_hyperband(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, budget: float = 0.0) -> Outcome:
+    """Optuna's TPE with its ``HyperbandPruner`` (reduction factor 3, from one epoch to the space's most), the
+    validation fitness reported after every epoch: Optuna's own multi-fidelity search."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    order = condition_order(space)
+    epochs = space.gene("epochs").domain
+    most = max(epochs.values()) if epochs.values() else int(epochs.high)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed),
+                                pruner=optuna.pruners.HyperbandPruner(min_resource=1, max_resource=most, reduction_factor=3))
+    capture = Capture(trainer_for(data))
+    out = Outcome(hall=HallOfFame(cfg.ensemble.candidates), preds=capture.preds)
+    with Timer() as t:
+        for ident in networks(cfg, capture, budget):
+            trial = study.ask()
+            network, training = space.specs(suggest_key(trial, space, order))
+
+            def report(epoch: int, fitness: float) -> bool:
+                trial.report(fitness, epoch)
+                return not trial.should_prune()
+
+            ev = staged(capture, out.hall, seed, ident, network, training, data, report)
+            if ev.status == "ok":
+                study.tell(trial, ev.fitness)
+            elif ev.status == "stopped":
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            else:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            out.networks.append(network_row(ident, ev, data.problem.metric, capture))
+    out.seconds, out.cpu_seconds = t.wall, t.cpu
+    return out
+
+
+def run_top_k(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, budget: float, share: float = 0.5) -> Outcome:
+    """Egele et al. 2023's baseline: random networks, each trained for one epoch, until ``share`` of the budget is
+    spent; then the best of them by that epoch's validation fitness, in order, each trained on to its whole epochs
+    (carrying the first epoch on), while the budget lasts. A network's first epoch is one row (``stopped``), its
+    training on another (its own CPU)."""
+    from ensemble.paused import Paused
+    from ensemble.train import train_and_evaluate
+
+    rng, capture = random.Random(seed), Capture(trainer_for(data))
+    out = Outcome(hall=HallOfFame(cfg.ensemble.candidates), preds=capture.preds)
+    first: list[tuple[float, int, object, object, Paused]] = []
+
+    def timed(ident: int, network, call) -> Evaluation:
+        began = time.process_time()
+        ev = call()
+        capture.cpu[ident], capture.family[ident] = time.process_time() - began, getattr(network, "family", "?")
+        capture.total += capture.cpu[ident]
+        return ev
+
+    def finished(ident: int, ev: Evaluation) -> None:
+        if ev.status == "ok" and ev.has_payload and out.hall.qualifies(ev.fitness, ident, ev.loss):
+            capture.preds[ident] = (ev.val_pred, ev.test_pred)
+            out.hall.offer(Member(ident, ev.fitness, {}, {}, ev.val_pred, ev.test_pred, {}, loss=ev.loss))
+        out.networks.append(network_row(ident, ev, data.problem.metric, capture))
+
+    with Timer() as t:
+        ident = 0
+        while capture.total < share * budget:
+            network, training = space.candidate(random_genome(rng, len(space)))
+            ev = timed(ident, network, lambda: train_and_evaluate(network, training, data, task_seed(seed, ident), until=1))
+            if ev.status == "paused":
+                first.append((ev.fitness, ident, network, training, Paused.from_arrays(ev.paused)))
+                out.networks.append(network_row(ident, Evaluation(status="stopped", fitness=ev.fitness, metrics=ev.metrics, epochs_done=1),
+                                                data.problem.metric, capture))
+            else:  # a network of one epoch is whole already (or it failed)
+                finished(ident, ev)
+            ident += 1
+        for fitness, ident, network, training, paused in sorted(first, key=lambda f: (-f[0], f[1])):
+            if capture.total >= budget:
+                break
+            ev = timed(ident, network, lambda: train_and_evaluate(network, training, data, task_seed(seed, ident), resume=paused))
+            finished(ident, ev)
     out.seconds, out.cpu_seconds = t.wall, t.cpu
     return out

@@ -68,7 +68,8 @@ def score(out: Outcome, cfg: Config, data: DeviceData) -> dict:
         "evaluations": len(out.networks),
         "ok": statuses.count("ok"),
         "stopped": statuses.count("stopped"),
-        "failed": len(statuses) - statuses.count("ok") - statuses.count("stopped"),
+        "paused": statuses.count("paused"),  # successive halving: stages that stayed at their rung
+        "failed": len(statuses) - statuses.count("ok") - statuses.count("stopped") - statuses.count("paused"),
         "epochs": sum(n["epochs"] for n in out.networks),
         "selections": selections(out.hall.members, cfg, data),
     }
@@ -90,4 +91,5 @@ def anytime(out: Outcome, cfg: Config, data: DeviceData, every: int) -> dict:
         prefix = sorted((n for n in out.networks[:k] if _usable(n) and n["id"] in out.preds), key=lambda n: (-n["fitness"], n["id"]))
         members = [Member(n["id"], n["fitness"], {}, {}, *out.preds[n["id"]]) for n in prefix[: cfg.ensemble.candidates]]
         curve.append(ensemble_test(members, cfg, data)[0])
-    return {"anytime_best": best_curve, "anytime_at": at, "anytime_ensemble": curve}
+    spent = np.cumsum([n["cpu"] if math.isfinite(n["cpu"]) else 0.0 for n in out.networks]).tolist()  # CPU after each network
+    return {"anytime_best": best_curve, "anytime_at": at, "anytime_ensemble": curve, "anytime_cpu": spent}
