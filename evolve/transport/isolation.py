@@ -117,7 +117,7 @@ class TrainerProcess:
     # --- evaluating -----------------------------------------------------------------------------
 
     def evaluate(self, task: Task) -> Evaluation:
-        """Train ``task`` in the process; a death or a hard timeout is an evaluation too (and a new process starts)."""
+        """Train ``task`` in the process; a death or a hard timeout is an evaluation too (and the next task starts a new process)."""
         if self.proc is None or self.proc.poll() is not None:
             self.start()
         limit = float(task.watch.get("time_limit", 0) or 0)
@@ -135,8 +135,7 @@ class TrainerProcess:
                 ev = failed_evaluation(f"killed after {seconds:.0f} s: past its time limit of {limit:g} s", "timeout", seconds)
             else:
                 ev = failed_evaluation(f"its training process died: {self._death()}", "crashed", seconds)
-            self.start()
-            return ev
+            return ev  # (the next task starts a new process: the result goes back now, not after torch's import)
         return self._result(task, message)
 
     def _result(self, task: Task, message: tuple[bytes, bytearray]) -> Evaluation:
@@ -153,9 +152,8 @@ class TrainerProcess:
                     raise WireError("a result without the payload it offered")
                 ev.take_payload(unpack_arrays(offer, np.frombuffer(payload[1], dtype=np.uint8)))
             return ev
-        except WireError as exc:  # a process that says what it should not is ended, and another started
+        except WireError as exc:  # a process that says what it should not is ended; the next task starts another
             self._end()
-            self.start()
             return failed_evaluation(f"its training process sent a bad message ({exc})", "crashed")
 
     def _wait(self, deadline: float | None) -> tuple[bytes, bytearray] | None:
