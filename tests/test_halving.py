@@ -157,3 +157,46 @@ def test_model_breeding_learns_the_rung_of_each_result_and_scores_children_at_th
     learned = [r for r in state.records if r.status in ("ok", "paused")]
     assert len(surrogate) == len(learned) and {row[1][-1] for row in surrogate.rows} == {float(r.rung) for r in learned}
     assert surrogate.top == max(r.rung for r in learned[: surrogate.fitted_rows])
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_job_killed_with_paused_trainings_and_resumed_on_other_worker_counts_finishes_with_the_same_networks(tmp_path, small_config):
+    """SIGKILL to the whole job (every worker dies with the trainings it held paused), a resume on another number of
+    workers: the budget of networks is spent, every promotion carries on a paused stage of its own network, and every
+    network that finished is its unbroken training bit for bit, whether its promotions found their paused training
+    or trained it again from the start."""
+    import h5py
+    from test_elastic import _kill_after, _start
+
+    from conftest import launch, evens_cmd, ROOT
+
+    out = str(tmp_path / "run")
+    budget = 24
+    settings = ["search.promotion=true", f"search.evaluations={budget}", "space.family=['mlp']", "space.width=[4, 8]",
+                "space.depth={low = 1, high = 2}", "space.epochs={low = 9, high = 12}", "search.population=4", "train.threads=1",
+                "ensemble.candidates=32"]
+    args = [a for s in settings for a in ("--set", s)]
+    first = _start(4, ["run", small_config, "--out", out, *args])
+    killed = _kill_after(first, out, 8)
+    assert len(killed.records) < budget + 6
+    last = launch(3, evens_cmd() + ["run", "--resume", out], timeout=240, cwd=ROOT)
+    assert last.returncode == 0, last.stderr
+    final, info = checkpoint.load(f"{out}/checkpoint.h5")
+    records = final.by_id()
+    assert sum(r.network < 0 for r in final.records) == budget and final.pending == []
+    assert all(records[r.id] == r for r in killed.records)  # what was recorded stays as it was
+    for r in final.records:
+        if r.network >= 0:
+            before = records[r.parents[0]]
+            assert before.status == "paused" and network_of(before) == r.network and before.rung == r.rung - 1 and before.genome == r.genome
+    finished = [r for r in final.records if r.status == "ok"]
+    assert finished and all(r.rung == 2 for r in finished)
+    with h5py.File(info.config.data.path) as f:
+        arrays = {f"{s}/{k}": f[f"{s}/{k}"][()] for s in ("train", "val", "test") for k in ("x", "y")}
+    data = DeviceData.from_arrays(arrays, PROBLEM)
+    space = info.space()
+    for r in finished:
+        network, training = space.candidate(r.genome)
+        whole = train_and_evaluate(network, training, data, task_seed(0, network_of(r)))
+        assert (r.fitness, r.metrics["val_loss"]) == (whole.fitness, whole.metrics["val_loss"]), r.id
