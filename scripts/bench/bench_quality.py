@@ -41,7 +41,11 @@ evaluation's index), on one CPU thread. Contenders (``--contenders``):
   successive halving: Optuna's random sampler through evens' loop with promotion); ``optuna-tpe-hyperband``
   (TPE with Optuna's ``HyperbandPruner``, each network trained epoch by epoch in stages that carry on, its
   validation fitness reported after each); ``top-k-1epoch`` (Egele et al. 2023: random networks trained one
-  epoch each for half the budget, then the best of them trained on to the end; needs ``--budget-cpu``).
+  epoch each for half the budget, then the best of them trained on to the end; needs ``--budget-cpu``); ``dehb``
+  (Awad et al. 2021, the ``dehb`` package: differential evolution in Hyperband's brackets; it pins numpy < 2 but
+  runs with numpy 2, so install it as ``.venv/bin/pip install --no-deps dehb && .venv/bin/pip install ConfigSpace
+  loguru dask distributed pandas pyarrow``;
+  epochs its fidelity, each evaluation trained from the start; needs ``--budget-cpu``).
 
 ``--budget-cpu S`` gives every search S CPU seconds of training instead of ``--evaluations`` networks: each
 stops starting networks once its trainings have spent them (evens as a stop request ends a run). The rows
@@ -79,7 +83,8 @@ import quality_data
 import quality_scoring
 import quality_stats
 import torch
-from quality_contenders import Capture, check_suggestions, evaluate_one, optuna, run_evens, run_random, run_top_k, run_tpe, run_tpe_hyperband
+from quality_contenders import (Capture, check_suggestions, evaluate_one, optuna, run_dehb, run_evens, run_random, run_top_k, run_tpe,
+                                run_tpe_hyperband)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -97,8 +102,8 @@ from evolve.search.space import Choice, Gene, Range, SearchSpace
 from evolve.transport.worker import trainer_for
 
 CONTENDERS = ("evens", "evens-classic", "random", "optuna-tpe", "evens-model", "evens-blind", "evens-ensemble", "evens-fitness", "evens-no-augment",
-              "evens-no-es", "evens-no-prefetch", "evens-promotion", "evens-no-promotion", "random-asha", "optuna-tpe-hyperband", "top-k-1epoch")
-BUDGETED = ("top-k-1epoch",)  # contenders that need --budget-cpu (they have no number of networks to stop at)
+              "evens-no-es", "evens-no-prefetch", "evens-promotion", "evens-no-promotion", "random-asha", "optuna-tpe-hyperband", "top-k-1epoch", "dehb")
+BUDGETED = ("top-k-1epoch", "dehb")  # contenders that need --budget-cpu (they have no number of networks to stop at)
 PEERS = ("evens", "evens-classic", "random", "optuna-tpe")  # the default; the others are diagnostics
 # examples/digits.toml's [space] table before presets (issue 22): the classic space, kept here so that
 # evens-classic keeps its meaning when the example moves to a preset.
@@ -225,6 +230,8 @@ def run_contender(settings: Settings, path: str, contender: str, seed: int) -> d
         out = run_tpe_hyperband(cfg, space, data, seed, settings.budget_cpu)
     elif contender == "top-k-1epoch":
         out = run_top_k(cfg, space, data, seed, settings.budget_cpu)
+    elif contender == "dehb":
+        out = run_dehb(cfg, space, data, seed, settings.budget_cpu)
     else:
         out = run_tpe(cfg, space, data, seed, settings.tpe_group, settings.budget_cpu)
     row = {"seed": seed, "metric": data.problem.metric, **quality_scoring.score(out, cfg, data),

@@ -301,3 +301,66 @@ def run_top_k(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, budg
             finished(ident, ev)
     out.seconds, out.cpu_seconds = t.wall, t.cpu
     return out
+
+
+def dehb_space(space: SearchSpace, seed: int):
+    """The space as a ConfigSpace for DEHB, without the ``epochs`` gene (DEHB's fidelity) and the genes of one value;
+    a categorical's values as their ``repr`` (ConfigSpace takes strings), with the map back. Conditions as evens
+    declares them (an ``InCondition`` per condition, joined by ``AndConjunction``)."""
+    import ConfigSpace as CS
+
+    cs, back = CS.ConfigurationSpace(seed=seed), {}
+    kept = {}
+    for gene in space.genes:
+        d = gene.domain
+        if gene.name == "epochs" or (isinstance(d, Choice) and len(d.options) == 1) or (not isinstance(d, Choice) and d.low == d.high):
+            continue
+        if isinstance(d, Choice):
+            back[gene.name] = {repr(v): v for v in d.options}
+            kept[gene.name] = CS.Categorical(gene.name, [repr(v) for v in d.options])
+        elif d.integer:
+            kept[gene.name] = CS.Integer(gene.name, (int(d.low), int(d.high)), log=d.log)
+        else:
+            kept[gene.name] = CS.Float(gene.name, (d.low, d.high), log=d.log)
+    cs.add(list(kept.values()))
+    for gene in space.genes:
+        if gene.name not in kept:
+            continue
+        parts = [CS.InCondition(kept[gene.name], kept[other], [repr(v) for v in allowed])
+                 for other, allowed in gene.conditions() if other in kept]
+        if parts:
+            cs.add(parts[0] if len(parts) == 1 else CS.AndConjunction(*parts))
+    return cs, back
+
+
+def run_dehb(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, budget: float) -> Outcome:
+    """DEHB (Awad et al. 2021: differential evolution in Hyperband's brackets; the ``dehb`` package), over the space
+    with the epochs as its fidelity (from one to the space's most, eta 3); each evaluation a network trained from the
+    start for that many epochs, as DEHB does. Only networks trained to the most epochs count as finished (the
+    others are ``stopped``, as successive halving's lower rungs are)."""
+    import tempfile
+
+    from dehb import DEHB
+
+    epochs = space.gene("epochs").domain
+    most = max(epochs.values()) if epochs.values() else int(epochs.high)
+    cs, back = dehb_space(space, seed)
+    capture = Capture(trainer_for(data))
+    out = Outcome(hall=HallOfFame(cfg.ensemble.candidates), preds=capture.preds)
+    with tempfile.TemporaryDirectory() as folder, Timer() as t:
+        opt = DEHB(cs=cs, min_fidelity=1, max_fidelity=most, eta=3, n_workers=1, seed=seed, output_path=folder, log_level="ERROR")
+        for ident in networks(cfg, capture, budget):
+            job = opt.ask()
+            config = dict(job["config"])
+            values = {name: back[name][v] if name in back else v for name, v in config.items()}
+            values["epochs"] = max(1, min(most, int(round(job["fidelity"]))))
+            genome = space.encode(values)
+            network, training = space.candidate(genome)
+            ev = evaluate_one(capture, out.hall if values["epochs"] == most else HallOfFame(1), seed, ident, network, training)
+            if ev.status == "ok" and values["epochs"] < most:
+                ev = Evaluation(status="stopped", fitness=ev.fitness, metrics=ev.metrics, epochs_done=ev.epochs_done)
+            fitness = ev.fitness if math.isfinite(ev.fitness) else -1e9
+            opt.tell(job, {"fitness": -fitness, "cost": capture.cpu.get(ident, 0.0)})
+            out.networks.append(network_row(ident, ev, data.problem.metric, capture))
+    out.seconds, out.cpu_seconds = t.wall, t.cpu
+    return out
