@@ -389,11 +389,11 @@ def main() -> int:
         "workers": args.workers, "optuna": optuna.__version__ if optuna else None, "tpe_group": args.tpe_group, "torch": torch.__version__,
         "config": shown(settings.config), "overrides": list(args.overrides), "spaces": spaces,
     }
-    harness.emit(quality_stats.finite({**summary, **report(runs, metrics, args.plot)}))
+    harness.emit(quality_stats.finite({**summary, **report(runs, metrics, args.plot, against_cpu=args.budget_cpu > 0)}))
     return 0
 
 
-def report(runs: dict[str, dict[str, list[dict]]], metrics: dict[str, str], plot: str | None = None) -> dict:
+def report(runs: dict[str, dict[str, list[dict]]], metrics: dict[str, str], plot: str | None = None, against_cpu: bool = False) -> dict:
     """Print the tables (and draw the figures) of ``runs[dataset][contender]`` (rows by seed); the JSON summary's figures."""
     datasets = list(runs)
     higher = {d: metrics[d] != "rmse" for d in datasets}
@@ -412,7 +412,7 @@ def report(runs: dict[str, dict[str, list[dict]]], metrics: dict[str, str], plot
         from quality_plots import plot_anytime
 
         for d in datasets:
-            print(f"# figure: {plot_anytime(d, runs[d], metrics[d], plot)}")
+            print(f"# figure: {plot_anytime(d, runs[d], metrics[d], plot, against_cpu)}")
     return {
         "metrics": metrics,
         "table": {d: {c: {k: list(v) for k, v in s.items()} for c, s in summaries[d].items()} for d in datasets},

@@ -29,14 +29,29 @@ def mean_curve(curves: list[list]) -> np.ndarray:
     return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
-CONTENDER_ORDER = ["evens", "evens-classic", "random", "optuna-tpe"]
+CONTENDER_ORDER = ["evens", "evens-classic", "random", "optuna-tpe", "evens-promotion", "evens-no-promotion", "random-asha",
+                   "optuna-tpe-hyperband", "dehb", "top-k-1epoch"]
+CPU_POINTS = 60  # against CPU: each seed's curve read at this many CPU times, then averaged
 
 
-def plot_anytime(dataset: str, runs: dict[str, list[dict]], metric: str, folder: str) -> str:
-    """Draw ``folder/anytime-<dataset>.png`` from the runs of one dataset; returns its path.
+def on_grid(spent: list[float], values: list, grid: np.ndarray) -> np.ndarray:
+    """A step curve (``values[i]`` from CPU ``spent[i]`` on) read at each of ``grid``: NaN before its first value."""
+    out = np.full(len(grid), np.nan)
+    for i, c in enumerate(grid):
+        k = int(np.searchsorted(spent, c, side="right")) - 1
+        if k >= 0 and values[k] is not None:
+            out[i] = values[k]
+    return out
 
-    Each run (one contender, one seed) holds ``anytime_best`` (a value per network trained) and
-    ``anytime_ensemble`` (a value per checkpoint, at the network counts ``anytime_at``).
+
+def plot_anytime(dataset: str, runs: dict[str, list[dict]], metric: str, folder: str, against_cpu: bool = False) -> str:
+    """Draw ``folder/anytime-<dataset>.png`` (``anytime-cpu-<dataset>.png`` with ``against_cpu``) from the runs of
+    one dataset; returns its path.
+
+    Each run (one contender, one seed) holds ``anytime_best`` (a value per network trained),
+    ``anytime_ensemble`` (a value per checkpoint, at the network counts ``anytime_at``) and ``anytime_cpu``
+    (the CPU seconds spent after each network): against CPU, each seed's curves are read on a common grid of
+    CPU times (:func:`on_grid`) and averaged where seeds have a value.
     """
     import matplotlib
 
@@ -47,11 +62,20 @@ def plot_anytime(dataset: str, runs: dict[str, list[dict]], metric: str, folder:
     # The peers in one order with one colour each on every figure, whatever order the rows came in;
     # diagnostics (evens-model, ...) after them.
     order = CONTENDER_ORDER + sorted(set(runs) - set(CONTENDER_ORDER))
+    most = max((r["anytime_cpu"][-1] for rows in runs.values() for r in rows if r.get("anytime_cpu")), default=1.0)
+    grid = np.linspace(0.0, most, CPU_POINTS)
     for i, contender in enumerate(order):
         rows = runs.get(contender)
         if not rows:
             continue
-        colour = f"C{i}"
+        colour = f"C{i % 10}"
+        if against_cpu:
+            # (the mean only where every seed has a value: a seed's first network arriving would make a step of its own)
+            best = np.mean([on_grid(r["anytime_cpu"], r["anytime_best"], grid) for r in rows], axis=0)
+            left.plot(grid, best, label=contender, color=colour)
+            ensemble = [on_grid([r["anytime_cpu"][k - 1] for k in r["anytime_at"]], r["anytime_ensemble"], grid) for r in rows]
+            right.plot(grid, np.mean(ensemble, axis=0), label=contender, color=colour)
+            continue
         best = mean_curve([r["anytime_best"] for r in rows])
         left.plot(np.arange(1, len(best) + 1), best, label=contender, color=colour)
         at = rows[0]["anytime_at"]
@@ -59,15 +83,15 @@ def plot_anytime(dataset: str, runs: dict[str, list[dict]], metric: str, folder:
     seeds = max(len(rows) for rows in runs.values())
     for ax, title in ((left, "best so far (chosen on validation)"), (right, "ensemble of the networks so far")):
         ax.set_title(title)
-        ax.set_xlabel("networks trained")
+        ax.set_xlabel("CPU seconds of training" if against_cpu else "networks trained")
         ax.grid(alpha=0.3)
     lower = " (lower is better)" if metric == "rmse" else ""
     left.set_ylabel(f"test {metric}{lower}, mean over {seeds} seeds")
     right.legend(loc="best")
-    fig.suptitle(f"{dataset}: quality against networks trained")
+    fig.suptitle(f"{dataset}: quality against {'CPU seconds' if against_cpu else 'networks trained'}")
     fig.tight_layout()
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"anytime-{dataset}.png")
+    path = os.path.join(folder, f"anytime-{'cpu-' if against_cpu else ''}{dataset}.png")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
