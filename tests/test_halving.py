@@ -26,9 +26,10 @@ from evolve.transport.protocol import InProcessTransport
 from evolve.transport.worker import trainer_for
 
 PROBLEM = Classification(3)
-SPACE = parse_space({"family": ["mlp"], "depth": {"low": 1, "high": 2}, "width": [8, 16], "activation": ["relu", "tanh"],
-                     "dropout": 0.0, "learning_rate": {"low": 1e-3, "high": 3e-2, "log": True}, "batch_size": [16, 32],
-                     "epochs": {"low": 9, "high": 18}, "optimizer": ["adam", "sgd"], "weight_decay": 1e-5}).for_sample_shape((6,))
+TABLE = {"family": ["mlp"], "depth": {"low": 1, "high": 2}, "width": [8, 16], "activation": ["relu", "tanh"], "dropout": 0.0,
+         "learning_rate": {"low": 1e-3, "high": 3e-2, "log": True}, "batch_size": [16, 32], "epochs": {"low": 9, "high": 18},
+         "optimizer": ["adam", "sgd"], "weight_decay": 1e-5}
+SPACE = parse_space(TABLE).for_sample_shape((6,))
 
 
 def make_data(seed=0):
@@ -200,3 +201,17 @@ def test_a_job_killed_with_paused_trainings_and_resumed_on_other_worker_counts_f
         network, training = space.candidate(r.genome)
         whole = train_and_evaluate(network, training, data, task_seed(0, network_of(r)))
         assert (r.fitness, r.metrics["val_loss"]) == (whole.fitness, whole.metrics["val_loss"]), r.id
+
+
+def test_status_counts_networks_and_lists_the_rungs(tmp_path):
+    from evolve.app.status import format_status, status
+
+    state = run(15)
+    config = config_from_dict({"search": {"evaluations": 15, "promotion": True, "eta": 3, "min_budget": 1 / 9}, "space": TABLE})
+    info = RunInfo(config, list(SPACE.names), {"problem": PROBLEM.to_dict(), "sample_shape": [6], "x_dtype": "float32",
+                                              "sizes": {"train": 60, "val": 30, "test": 30}}, DATA.y["val"], DATA.y["test"])
+    checkpoint.save(str(tmp_path / "checkpoint.h5"), state, info)
+    facts = status(str(tmp_path))
+    text = format_status(facts)
+    assert facts["evaluations"] == 15 and "evaluations: 15 of 15 (100 %); finished" in text
+    assert "successive halving (eta 3): rung 0: 15," in text and "paused" not in text.split("not ok:")[1]

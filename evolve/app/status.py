@@ -29,7 +29,7 @@ from data_bcast.h5file import DataError
 from evolve.errors import EvensError, RunDirError
 from evolve.runfile import checkpoint
 
-from .report import counted, score_text, summarize
+from .report import counted, format_halving, score_text, summarize
 from .rundir import checkpoint_path
 from .runlock import LOCK_NAME, holder_alive
 
@@ -101,7 +101,8 @@ def status(run_dir: str, now: float | None = None) -> dict:
         "best": summary["best"],
         "ensemble": summary["ensemble"],
         "metric": summary["metric"],
-        "failures": {k: n for k, n in summary["status_counts"].items() if k != "ok"},
+        "failures": {k: n for k, n in summary["status_counts"].items() if k not in ("ok", "paused")},
+        "promotion": summary.get("promotion"),  # successive halving: each rung's stages and promotions
         "workers": len(view["workers"]) if "workers" in view else _devices(run_dir),
         "workers_training": len(view["training"]) if "training" in view else None,
         "tasks_queued": len(view["queued"]) if "queued" in view else None,
@@ -121,7 +122,7 @@ def status(run_dir: str, now: float | None = None) -> dict:
         since = max(saved_at - RECENT_SECONDS, float(view.get("session_started", job_started or 0.0)))
         window = saved_at - since
         if window > 0:
-            rate = sum(since < r.finished <= saved_at for r in state.records) / (window / 60)
+            rate = sum(since < r.finished <= saved_at for r in state.records if r.network < 0) / (window / 60)  # networks
             facts["per_minute_recent"], facts["recent_seconds"] = rate, window
             if not left:
                 facts["eta_seconds"] = 0.0
@@ -215,6 +216,8 @@ def format_status(s: dict) -> str:
              _evaluations_line(s), _workers_line(s)]
     if s.get("folds"):
         lines.append(_folds_line(s))
+    if s.get("promotion"):
+        lines.append(format_halving(s["promotion"]))
     word = (s.get("chosen_on") or {}).get("word", "val")
     best = s["best"]
     if best:
