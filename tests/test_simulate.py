@@ -48,6 +48,14 @@ def test_successive_halving_at_scale_keeps_the_workers_busy_on_short_stages():
     assert halving.evaluations_per_hour > 2 * whole.evaluations_per_hour
 
 
+def test_stages_of_no_epochs_ending_together_on_a_worker_are_simulated():
+    """A network of one or two epochs has rungs of the same epochs: a promotion of no training, queued behind another
+    stage, ends when it starts (two tasks of a worker at one time: once a crash of the event heap)."""
+    short = parse_space({"epochs": {"low": 1, "high": 2}}).for_sample_shape((1, 8, 8))
+    p = simulate(search_config(1, space=short, promotion=True), workers=64, task_seconds=10.0, sigma=0.0, master_seconds=0.0, evaluations=400)
+    assert p.evaluations > 400 and p.utilization > 0.9
+
+
 def test_same_seed_same_projection():
     a = simulate(config(seed=3), workers=64, task_seconds=5.0, master_seconds=1e-3, evaluations=500)
     b = simulate(config(seed=3), workers=64, task_seconds=5.0, master_seconds=1e-3, evaluations=500)

@@ -55,7 +55,8 @@ class SimulatedWorkers:
         self.mu, self.sigma = math.log(task_seconds), sigma
         self.master_seconds = master_seconds
         self.rng = random.Random(seed)
-        self._running: list[tuple[float, int, Task]] = []  # (finish time, worker, task)
+        self._running: list[tuple[float, int, int, Task]] = []  # (finish time, worker, order sent, task)
+        self._sent = 0
         self._free_at: dict[int, float] = {}  # when each worker's last task ends: one sent before then waits in its queue
         self.trainings: list[tuple[float, float]] = []  # (start, finish) of every task
         self._reached: dict[int, int] = {}  # search.promotion: the epoch each paused network reached
@@ -69,7 +70,8 @@ class SimulatedWorkers:
         self.last_sent = self.clock.now
         if task.watch.get("carry_on", -1) < 0:
             self.last_new = self.clock.now
-        heapq.heappush(self._running, (finish, worker, task))
+        self._sent += 1  # (two of a worker's tasks may end at once: a stage of no epochs queued behind another)
+        heapq.heappush(self._running, (finish, worker, self._sent, task))
 
     def _share(self, task: Task) -> float:
         """The share of its network's whole training a task trains: all of it, or with successive halving its stage
@@ -92,7 +94,7 @@ class SimulatedWorkers:
     def receive(self, timeout: float | None = None, wants: Wants = want_all) -> tuple[int, Result] | None:
         if not self._running:
             return None
-        finish, worker, task = heapq.heappop(self._running)
+        finish, worker, _, task = heapq.heappop(self._running)
         # The master takes the result when it is free, and is busy with it for master_seconds.
         self.clock.now = max(self.clock.now, finish) + self.master_seconds
         self.last_finish = max(self.last_finish, finish)
