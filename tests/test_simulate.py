@@ -49,11 +49,21 @@ def test_successive_halving_at_scale_keeps_the_workers_busy_on_short_stages():
 
 
 def test_stages_of_no_epochs_ending_together_on_a_worker_are_simulated():
-    """A network of one or two epochs has rungs of the same epochs: a promotion of no training, queued behind another
-    stage, ends when it starts (two tasks of a worker at one time: once a crash of the event heap)."""
-    short = parse_space({"epochs": {"low": 1, "high": 2}}).for_sample_shape((1, 8, 8))
-    p = simulate(search_config(1, space=short, promotion=True), workers=64, task_seconds=10.0, sigma=0.0, master_seconds=0.0, evaluations=400)
-    assert p.evaluations > 400 and p.utilization > 0.9
+    """A network of few epochs has rungs of the same epochs: a promotion of no training, queued behind its worker's
+    stage, ends when that stage ends (two tasks of one worker at one time: once a crash of the event heap)."""
+    from evolve.engine.simulator import SimulatedWorkers
+    from evolve.transport.protocol import Task
+
+    workers = SimulatedWorkers(1, task_seconds=10.0, sigma=0.0, master_seconds=0.0)
+    key = SPACE.key([0.5] * len(SPACE))
+    epochs = SPACE.specs(key)[1].epochs
+    workers.send(1, Task.from_key(0, SPACE, key, seed=0, watch={"pause_after": 1}))  # network 0 to its first rung, 1 epoch
+    assert workers.receive()[1].evaluation.status == "paused"
+    workers.send(1, Task.from_key(1, SPACE, key, seed=1))  # another network, whole
+    workers.send(1, Task.from_key(2, SPACE, key, seed=0, watch={"pause_after": 1, "carry_on": 0}))  # rung 1: 1 epoch too, queued
+    first, second = workers.receive(), workers.receive()
+    assert (first[1].task_id, second[1].task_id) == (1, 2) and epochs > 1
+    assert (first[1].evaluation.status, second[1].evaluation.status) == ("ok", "paused")
 
 
 def test_same_seed_same_projection():

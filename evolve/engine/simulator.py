@@ -98,7 +98,8 @@ class SimulatedWorkers:
         # The master takes the result when it is free, and is busy with it for master_seconds.
         self.clock.now = max(self.clock.now, finish) + self.master_seconds
         self.last_finish = max(self.last_finish, finish)
-        epochs, paused = task.training["epochs"], task.watch.get("pause_after", 0)
+        epochs = task.training["epochs"]
+        paused = task.watch.get("pause_after", 0) if task.watch.get("pause_after", 0) < epochs else 0  # (a pause at the end is none)
         reached = paused or epochs
         fitness = made_up_fitness(task) * (0.7 + 0.3 * reached / epochs)  # a stage short of the whole training scores lower
         size = float(task.network["depth"] * task.network["width"] ** 2)  # a made-up cost, for nsga2's second objective
