@@ -215,3 +215,18 @@ def test_status_counts_networks_and_lists_the_rungs(tmp_path):
     text = format_status(facts)
     assert facts["evaluations"] == 15 and "evaluations: 15 of 15 (100 %); finished" in text
     assert "successive halving (eta 3): rung 0: 15," in text and "paused" not in text.split("not ok:")[1]
+
+
+def test_the_csv_has_each_stages_rung_network_and_budget():
+    import csv
+    import io
+
+    from evolve.app.csv_table import to_csv
+
+    state = run(12)
+    rows = list(csv.DictReader(io.StringIO(to_csv(state, SPACE))))
+    assert len(rows) == len(state.records)
+    for row, r in zip(rows, sorted(state.records, key=lambda r: r.id)):
+        epochs = SPACE.candidate(r.genome)[1].epochs
+        assert (int(row["rung"]), int(row["network"])) == (r.rung, r.network)
+        assert int(row["budget"]) == rung_epochs(epochs, 3, 1 / 9)[r.rung]  # the epochs trained when the stage ended

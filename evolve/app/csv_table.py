@@ -3,7 +3,9 @@
 The columns follow :class:`~evolve.search.records.Record`'s fields: ``id`` first, then each field
 in its declared order (``status``, ``fitness``, every metric any evaluation reported, ``seconds``,
 ``epochs_done``, ``message``, ``curve``, ``parent_a`` and ``parent_b``, ``operators``, ``worker``,
-``started``, ``finished``), then ``ensemble_weight`` (the network's share of the stored ensemble's
+``started``, ``finished``; with successive halving also ``rung`` and ``network``), then ``budget`` (the
+epochs the network had trained when the row's training ended: with successive halving, the stage's rung
+budget), ``ensemble_weight`` (the network's share of the stored ensemble's
 picks, 0 if not a member; the weights sum to 1), and last one ``gene_<name>`` column for every gene
 of the search space, in genome order. A gene that is inactive for a network (the kernel size of an
 MLP) is empty: it did not shape that network. A metric an evaluation did not report is empty too.
@@ -34,7 +36,7 @@ def records_table(state: SearchState, space: SearchSpace) -> tuple[list[str], li
         kind = fields[name]
         header += metric_names[name] if kind == "named" else [f"{name.removesuffix('s')}_a", f"{name.removesuffix('s')}_b"] \
             if kind == "pair" else [name]
-    header += ["ensemble_weight"] + [f"gene_{g}" for g in space.names]
+    header += ["budget", "ensemble_weight"] + [f"gene_{g}" for g in space.names]
     rows = []
     for r in sorted(state.records, key=lambda r: r.id):
         row = []
@@ -50,9 +52,15 @@ def records_table(state: SearchState, space: SearchSpace) -> tuple[list[str], li
                 row.append(value)
         active = space.active(r.genome)
         values = space.key(r.genome)
-        row += [weights.get(r.id, 0.0)] + [v if active[g] else "" for g, v in zip(space.names, values)]
+        row += [budget(r), weights.get(r.id, 0.0)] + [v if active[g] else "" for g, v in zip(space.names, values)]
         rows.append(row)
     return header, rows
+
+
+def budget(r: Record) -> int:
+    """The epochs the network had trained when this record's training ended: its own, or with successive halving
+    those its stage carried on from as well (a promotion that trained again from the start did them all itself)."""
+    return int(r.metrics.get("carried_on_from", 0)) + r.epochs_done
 
 
 def _cell(value) -> str:
