@@ -161,3 +161,24 @@ def test_a_repeat_is_answered_from_its_record_not_trained_again():
     keys = [tiny.key(r.genome) for r in state.records]
     assert len(state.records) == 6 and len(set(keys)) == 4  # 2 repeats once every network is known (REDRAWS spent), not before
     assert len(set(keys[:4])) == 4
+
+
+def test_with_promotion_each_network_is_one_trial_told_its_first_stage(tmp_path):
+    state = SearchState.fresh(0, candidates=3)
+    config = search_config(20, 6, 3, 0, mode="optuna", promotion=True, checkpoint_seconds=0)
+    from fakes import landscape as whole
+
+    def staged(task):  # the landscape, paused at a rung when asked (a lower score short of the whole training)
+        ev = whole(task)
+        if task.watch.get("pause_after"):
+            ev.status, ev.fitness = "paused", ev.fitness * 0.9
+            ev.val_pred = ev.test_pred = ev.weights = None
+        return ev
+
+    run_search(state, InProcessTransport(staged, 1), SPACE, config)
+    first = [r for r in state.records if r.network < 0]
+    assert len(first) == 20 and len(state.records) > 20
+    rebuilt = make_strategy("optuna", Context(SPACE, config.search, state.rng, state.records, state.pending, state.strategy))
+    trials = rebuilt.study.get_trials(deepcopy=False)
+    assert len(trials) == 20 and all(t.state.name == "COMPLETE" for t in trials)  # not failed: a paused first stage has a fitness
+    assert sorted(t.value for t in trials) == sorted(r.fitness for r in first)

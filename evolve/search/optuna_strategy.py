@@ -13,7 +13,8 @@ Nothing of Optuna goes into the run file: on resume the study is rebuilt in memo
 network a finished trial, its fitness the value; a failed or crashed one a failed trial) and the pending
 networks (running trials), and the sampler is seeded afresh from the search's rng. A proposal that decodes to a
 network trained before is answered from its record and drawn again (up to :data:`REDRAWS` times), so that
-no network is trained twice.
+no network is trained twice. With successive halving (``search.promotion``) a network is one trial, told its
+first stage's fitness (at the lowest rung, as every network has one); its promotions are the engine's business.
 """
 from __future__ import annotations
 
@@ -104,9 +105,12 @@ class OptunaSampler:
         self.fitness_of: dict[tuple, float] = {}  # a recorded network's key -> its fitness (nan: it failed)
         self.pending_keys: set[tuple] = set()
         for record in sorted(context.records, key=lambda r: r.id):
-            self.study.add_trial(self._finished(record))
+            if record.network < 0:  # (a promoted network's later stages are not trials of their own: see tell)
+                self.study.add_trial(self._finished(record))
             self.fitness_of[context.space.key(record.genome)] = self._value(record)
         for individual in sorted(context.pending, key=lambda p: p.id):
+            if individual.network >= 0:
+                continue
             self.study.enqueue_trial(self._params(individual.genome))
             self._hold(individual.genome, self.study.ask(self._active_distributions(individual.genome)))
 
@@ -121,8 +125,9 @@ class OptunaSampler:
 
     @staticmethod
     def _value(record: Record) -> float:
-        """What the study learns from a record: its fitness (a stopped network's too: a low one), nan if it has none."""
-        return record.fitness if record.status in ("ok", "stopped") and math.isfinite(record.fitness) else math.nan
+        """What the study learns from a record: its fitness (a stopped network's too: a low one; with successive halving,
+        a first stage's at its rung), nan if it has none."""
+        return record.fitness if record.status in ("ok", "stopped", "paused") and math.isfinite(record.fitness) else math.nan
 
     def _finished(self, record: Record):
         value, optuna = self._value(record), self.optuna
