@@ -262,6 +262,35 @@ def test_a_launcher_of_another_mpi_is_refused_before_anything_runs(tmp_path):
     assert not out.exists()
 
 
+def test_srun_with_a_plugin_that_does_not_match_is_refused_on_every_rank_naming_the_plugin(tmp_path):
+    """srun with the plugin `none` starts processes that MPI sees each alone and sets no PMI variables, only its own:
+    every one exits 2 at once (before: one took the run and searched, the others stopped, and the job requeued)."""
+    out = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT, SLURM_STEP_NUM_TASKS="3", SLURM_NTASKS="3")
+    for name in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "PMI_RANK"):
+        env.pop(name, None)
+    procs = [subprocess.run([*evens_cmd(), "run", os.path.join(ROOT, "examples", "digits.toml"), "--out", str(out)],
+                            capture_output=True, text=True, timeout=60, cwd=ROOT, env=dict(env, SLURM_PROCID=str(rank)))
+             for rank in (0, 1, 2)]
+    assert [p.returncode for p in procs] == [2, 2, 2]
+    first = [line for line in procs[0].stderr.splitlines() if line.startswith("evens:")]
+    assert len(first) == 1 and "srun started 3 processes, but MPI sees each one alone" in first[0] and "--mpi=pmi2" in first[0]
+    assert not out.exists()
+
+
+
+def test_the_allocations_task_count_is_not_a_launchers(monkeypatch):
+    """A batch script's own process (no srun) sees SLURM_NTASKS of the allocation: it started no one."""
+    from evolve.app.cli import launcher_size
+
+    for name in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    assert launcher_size() == 1
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "4")
+    assert launcher_size() == 4
+
+
 @pytest.mark.slow
 def test_a_config_with_only_data_and_search_searches_the_preset_its_data_fits_and_keeps_it_on_resume(tmp_path):
     data = write_blobs(tmp_path / "images.h5")  # samples (1, 8, 8): the image preset

@@ -70,8 +70,9 @@ def launcher_rank() -> int:
 
 
 # Set by launchers for every process they start: how many they started (MPICH/Intel MPI/srun's PMI,
-# Open MPI, MVAPICH).
-_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+# Open MPI, MVAPICH, and srun itself, whatever its MPI plugin: SLURM_STEP_NUM_TASKS is the step's, not
+# the allocation's SLURM_NTASKS, which a single process in a batch script also sees).
+_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
 
 
 def launcher_size() -> int:
@@ -92,6 +93,10 @@ def mismatched_launcher(comm) -> str | None:
     from evolve.transport.mpi_transport import library_name
 
     library = library_name()
+    if os.environ.get("SLURM_STEP_NUM_TASKS") and not any(os.environ.get(n) for n in _SIZE_VARIABLES[:3]):
+        return (f"srun started {started} processes, but MPI sees each one alone: srun's MPI plugin does not match "
+                f"mpi4py's MPI ({library}); give srun the plugin it needs (--mpi=pmi2 for PyPI's MPICH; srun --mpi=list "
+                "lists them) or build mpi4py against the site's MPI (docs/cluster.md)")
     return (f"the launcher started {started} processes, but MPI sees each one alone: mpi4py uses another MPI "
             f"({library}) than the launcher's; launch with that MPI's mpiexec or srun, or build mpi4py against "
             "the launcher's MPI (docs/cluster.md)")
