@@ -74,7 +74,7 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
 
 
 AUTO_FOLDS = 5  # data.folds = "auto": this many folds ...
-AUTO_FOLDS_UNDER = 1_000  # ... under this many training rows (with a val split carved from them, 150 would be left to choose on)
+AUTO_FOLDS_UNDER = 1_000  # ... under this many training rows (study_folds.py: a gain of 0.7 points at 600 rows, one row at 1,198)
 
 
 def resolve_folds(config: Config) -> Config:
