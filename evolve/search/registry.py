@@ -108,10 +108,9 @@ def check(name: str, params) -> str | None:
     except ValueError as exc:
         return str(exc)
     caps = cls.capabilities
-    for key, supported in (("breeding", caps.breeding), ("selection", caps.selection)):
-        value = getattr(params, key, supported[0])
-        if value not in supported:
-            return f"search.{key} = \"{value}\" does not work with search.mode \"{name}\" (it supports {', '.join(supported)})"
+    problem = _unsupported(name, caps, getattr(params, "breeding", "blind"), getattr(params, "selection", "fitness"))
+    if problem:
+        return problem
     if getattr(params, "promotion", False) and not caps.promotion:
         supported = [n for n, c in _loaded().items() if c.capabilities.promotion]
         return f"search.promotion works with search.mode {', '.join(supported)}, not \"{name}\""
@@ -126,9 +125,15 @@ def make_strategy(name: str, context: Context):
     state, params, caps = context.state, context.params, cls.capabilities
     if state and state.get("mode") != name:
         raise ValueError(f"the run's strategy is {state.get('mode')!r}, not {name!r}")
-    breeding, selection = getattr(params, "breeding", "blind"), "ensemble" if context.value is not None else "fitness"
-    if breeding not in caps.breeding:
-        raise ValueError(f"search.breeding = {breeding!r} does not work with search.mode {name!r} (it supports {', '.join(caps.breeding)})")
-    if selection not in caps.selection:
-        raise ValueError(f"search.selection = {selection!r} does not work with search.mode {name!r} (it supports {', '.join(caps.selection)})")
+    problem = _unsupported(name, caps, getattr(params, "breeding", "blind"), "ensemble" if context.value is not None else "fitness")
+    if problem:
+        raise ValueError(problem)
     return cls.create(context)
+
+
+def _unsupported(name: str, caps: Capabilities, breeding: str, selection: str) -> str | None:
+    """The line that says a breeding or selection is not one strategy ``name`` supports, or None."""
+    for key, value, supported in (("breeding", breeding, caps.breeding), ("selection", selection, caps.selection)):
+        if value not in supported:
+            return f"search.{key} = \"{value}\" does not work with search.mode \"{name}\" (it supports {', '.join(supported)})"
+    return None

@@ -188,6 +188,12 @@ class _Breeder:
     def surrogate_state(self) -> dict:
         return {"surrogate": self.surrogate.to_state()} if self.surrogate is not None else {}
 
+    def caught_up(self, context: Context) -> _Breeder:
+        """Made from a run's state: told which recorded networks crashed (never proposed again); returns self."""
+        for record in context.records:
+            self.note_outcome(record)
+        return self
+
 
 def _individual(record: Record, rungs: bool = False) -> Individual:
     """The record as the GA sees it; with ``rungs`` (search.promotion), ranked by the rung it reached first."""
@@ -197,6 +203,10 @@ def _individual(record: Record, rungs: bool = False) -> Individual:
 def _scored(record: Record) -> bool:
     """Does this result enter a population: a whole training that ended well, or a stage paused at its rung?"""
     return record.status in ("ok", "paused")
+
+
+def _by_id(context: Context) -> dict[int, Record]:
+    return {r.id: r for r in context.records}
 
 
 def _known(context: Context) -> list[list[float]]:
@@ -226,11 +236,8 @@ class SteadyState(_Breeder):
 
     @classmethod
     def create(cls, context: Context) -> SteadyState:
-        strategy = cls(context.space, context.params, context.rng, {r.id: r for r in context.records}, _known(context),
-                       context.state, _surrogate(context), context.value)
-        for record in context.records:
-            strategy.note_outcome(record)
-        return strategy
+        return cls(context.space, context.params, context.rng, _by_id(context), _known(context), context.state, _surrogate(context),
+                   context.value).caught_up(context)
 
     def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict, surrogate: Surrogate | None = None,
                  value: Value | None = None):
@@ -295,15 +302,13 @@ class Generational(_Breeder):
 
     @classmethod
     def create(cls, context: Context) -> Generational:
-        return cls._carry_on(cls(context.space, context.params, context.rng, {r.id: r for r in context.records}, _known(context),
-                                 context.state, _surrogate(context), context.value), context)
+        return cls(context.space, context.params, context.rng, _by_id(context), _known(context), context.state, _surrogate(context),
+                   context.value).caught_up(context)
 
-    @staticmethod
-    def _carry_on(strategy: Generational, context: Context) -> Generational:
-        strategy.adopt(context.pending)
-        for record in context.records:
-            strategy.note_outcome(record)
-        return strategy
+    def caught_up(self, context: Context) -> Generational:
+        """As a breeder catches up, and counting as out the pending individuals the state does not (:meth:`adopt`)."""
+        self.adopt(context.pending)
+        return super().caught_up(context)
 
     def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict, surrogate: Surrogate | None = None,
                  value: Value | None = None):
@@ -412,8 +417,8 @@ class NSGA2(Generational):
 
     @classmethod
     def create(cls, context: Context) -> NSGA2:
-        return cls._carry_on(cls(context.space, context.params, context.rng, {r.id: r for r in context.records}, _known(context),
-                                 context.state, context.objective), context)
+        return cls(context.space, context.params, context.rng, _by_id(context), _known(context), context.state,
+                   context.objective).caught_up(context)
 
     def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict, objective: str = "params"):
         if objective not in OBJECTIVES:
