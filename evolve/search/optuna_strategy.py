@@ -99,7 +99,6 @@ class OptunaSampler:
         self.optuna, self.space = optuna, context.space
         self.sampler_name = getattr(context.params, "sampler", "tpe")
         self.distributions = _distributions(optuna, context.space)
-        self.order = context.space.condition_order
         self.study = optuna.create_study(direction="maximize", sampler=_sampler(optuna, self.sampler_name, context.rng.randrange(2**31)))
         self.out: dict[tuple, collections.deque] = collections.defaultdict(collections.deque)  # genome -> its running trials
         self.fitness_of: dict[tuple, float] = {}  # a recorded network's key -> its fitness (nan: it failed)
@@ -139,22 +138,6 @@ class OptunaSampler:
         self.out[tuple(genome)].append(trial)
         self.pending_keys.add(self.space.key(genome))
 
-    def _suggest(self, trial) -> dict:
-        """Define-by-run: each gene whose conditions hold and that has a choice is suggested. The active genes' values."""
-        values, active = {}, {}
-        for gene in self.order:
-            on = all(active[other] and values[other] in allowed for other, allowed in gene.conditions())
-            active[gene.name] = on
-            dist = self.distributions[gene.name]
-            if on and dist is not None:
-                values[gene.name] = _suggest(trial, gene.name, dist)
-            elif on:  # one value
-                d = gene.domain
-                values[gene.name] = d.options[0] if isinstance(d, Choice) else (int(d.low) if d.integer else d.low)
-            else:
-                values[gene.name] = gene.default
-        return {name: v for name, v in values.items() if active[name]}  # (an inactive gene's genome position: see SearchSpace.encode)
-
     # --- the strategy's verbs --------------------------------------------------------------------------
 
     def ask(self):
@@ -162,7 +145,7 @@ class OptunaSampler:
 
         for draw in range(REDRAWS + 1):
             trial = self.study.ask()
-            genome = self.space.encode(self._suggest(trial))
+            genome = self.space.encode(suggest(trial, self.space))
             key = self.space.key(genome)
             if draw == REDRAWS or (key not in self.fitness_of and key not in self.pending_keys):
                 break
@@ -194,11 +177,24 @@ class OptunaSampler:
         return {"mode": self.mode, "sampler": self.sampler_name}
 
 
-def _suggest(trial, name: str, dist):
-    """``trial``'s value for gene ``name`` of distribution ``dist``, through Optuna's public suggest calls."""
-    kind = type(dist).__name__
-    if kind == "CategoricalDistribution":
-        return trial.suggest_categorical(name, list(dist.choices))
-    if kind == "IntDistribution":
-        return trial.suggest_int(name, dist.low, dist.high, log=dist.log)
-    return trial.suggest_float(name, dist.low, dist.high, log=dist.log)
+def suggest(trial, space: SearchSpace) -> dict:
+    """Define-by-run over the space's native genes, in :attr:`~evolve.search.space.SearchSpace.condition_order`:
+    each gene whose conditions hold and that has a choice is suggested to ``trial`` (categorical, or int or float
+    with its log flag), a gene of one value takes it. The active genes' values (an inactive gene is left out, as
+    :meth:`~evolve.search.space.SearchSpace.decode` leaves it out)."""
+    values, active = {}, {}
+    for gene in space.condition_order:
+        on = all(active[other] and values[other] in allowed for other, allowed in gene.conditions())
+        active[gene.name] = on
+        d = gene.domain
+        if not on:
+            values[gene.name] = gene.default  # (what the conditions of genes after it test)
+        elif isinstance(d, Choice):
+            values[gene.name] = d.options[0] if len(d.options) == 1 else trial.suggest_categorical(gene.name, list(d.options))
+        elif d.low == d.high:
+            values[gene.name] = int(d.low) if d.integer else d.low
+        elif d.integer:
+            values[gene.name] = trial.suggest_int(gene.name, int(d.low), int(d.high), log=d.log)
+        else:
+            values[gene.name] = trial.suggest_float(gene.name, d.low, d.high, log=d.log)
+    return {name: v for name, v in values.items() if active[name]}

@@ -39,7 +39,8 @@ from evolve.config.schema import Config
 from evolve.engine.loop import run_search, task_seed
 from evolve.engine.state import SearchState
 from evolve.search.ga import random_genome
-from evolve.search.space import Choice, Gene, SearchSpace
+from evolve.search.optuna_strategy import suggest
+from evolve.search.space import Choice, SearchSpace
 from evolve.transport.protocol import InProcessTransport, Task, evaluate_safely
 from evolve.transport.worker import trainer_for
 
@@ -139,38 +140,20 @@ def run_random(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, bud
     return out
 
 
-def condition_order(space: SearchSpace) -> list[Gene]:
-    """The genes, each after the genes its conditions test."""
-    return list(space.condition_order)
-
-
-def suggest_key(trial, space: SearchSpace, order: list[Gene]) -> tuple:
-    """Define-by-run: suggest each active gene natively; an inactive one takes its default. A key of the space."""
-    values, active = {}, {}
-    for gene in order:
-        on = all(active[other] and values[other] in allowed for other, allowed in gene.conditions())
-        active[gene.name] = on
-        d = gene.domain
-        if not on:
-            values[gene.name] = gene.default
-        elif isinstance(d, Choice):
-            values[gene.name] = d.options[0] if len(d.options) == 1 else trial.suggest_categorical(gene.name, list(d.options))
-        elif d.low == d.high:
-            values[gene.name] = int(d.low) if d.integer else d.low
-        elif d.integer:
-            values[gene.name] = trial.suggest_int(gene.name, int(d.low), int(d.high), log=d.log)
-        else:
-            values[gene.name] = trial.suggest_float(gene.name, d.low, d.high, log=d.log)
-    return tuple(values[n] for n in space.names)
+def suggest_key(trial, space: SearchSpace) -> tuple:
+    """Define-by-run, as the optuna strategy suggests (evolve.search.optuna_strategy.suggest): a key of the space,
+    each inactive gene at its default."""
+    values = suggest(trial, space)
+    return tuple(values.get(g.name, g.default) for g in space.genes)
 
 
 def check_suggestions(space: SearchSpace, n: int = 300) -> None:
     """The define-by-run space is the evens space: fed a genome's decoded values, it gives the genome's key."""
-    rng, order = random.Random(1234), condition_order(space)
+    rng = random.Random(1234)
     for _ in range(n):
         genome = random_genome(rng, len(space))
         decoded = space.decode(genome)
-        got, want = suggest_key(optuna.trial.FixedTrial(decoded), space, order), space.key(genome)
+        got, want = suggest_key(optuna.trial.FixedTrial(decoded), space), space.key(genome)
         if got != want:
             raise SystemExit(f"bench_quality: the Optuna space disagrees with evens' on {decoded}: {got} != {want}")
 
@@ -179,7 +162,6 @@ def run_tpe(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, group:
     """Optuna's defaults (5.x: multivariate TPE over the genes every trial has; a conditional gene falls back
     to independent TPE) unless ``group``, which models each set of co-occurring genes jointly."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    order = condition_order(space)
     sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True) if group else optuna.samplers.TPESampler(seed=seed)
     study = optuna.create_study(direction="maximize", sampler=sampler)
     capture = Capture(trainer_for(data))
@@ -187,7 +169,7 @@ def run_tpe(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, group:
     with Timer() as t:
         for ident in networks(cfg, capture, budget):
             trial = study.ask()
-            ev = evaluate_one(capture, out.hall, seed, ident, *space.specs(suggest_key(trial, space, order)))
+            ev = evaluate_one(capture, out.hall, seed, ident, *space.specs(suggest_key(trial, space)))
             if ev.status == "ok":
                 study.tell(trial, ev.fitness)
             else:
@@ -229,7 +211,6 @@ def run_tpe_hyperband(cfg: Config, space: SearchSpace, data: DeviceData, seed: i
     """Optuna's TPE with its ``HyperbandPruner`` (reduction factor 3, from one epoch to the space's most), the
     validation fitness reported after every epoch: Optuna's own multi-fidelity search."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    order = condition_order(space)
     epochs = space.gene("epochs").domain
     most = max(epochs.values()) if epochs.values() else int(epochs.high)
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed),
@@ -239,7 +220,7 @@ def run_tpe_hyperband(cfg: Config, space: SearchSpace, data: DeviceData, seed: i
     with Timer() as t:
         for ident in networks(cfg, capture, budget):
             trial = study.ask()
-            network, training = space.specs(suggest_key(trial, space, order))
+            network, training = space.specs(suggest_key(trial, space))
 
             def report(epoch: int, fitness: float) -> bool:
                 trial.report(fitness, epoch)
