@@ -179,6 +179,23 @@ def run_tpe(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, group:
     return out
 
 
+def timed(capture: Capture, ident: int, network, call) -> Evaluation:
+    """``call()``, a training of network ``ident`` run here rather than through ``capture``: its CPU seconds and
+    family kept in ``capture`` as Capture keeps a task's."""
+    began = time.process_time()
+    ev = call()
+    capture.cpu[ident], capture.family[ident] = time.process_time() - began, getattr(network, "family", "?")
+    capture.total += capture.cpu[ident]
+    return ev
+
+
+def offer(capture: Capture, hall: HallOfFame, ident: int, ev: Evaluation) -> None:
+    """A whole training with its payload, to the hall of fame if it qualifies (its predictions kept for the anytime ensemble)."""
+    if ev.status == "ok" and ev.has_payload and hall.qualifies(ev.fitness, ident, ev.loss):
+        capture.preds[ident] = (ev.val_pred, ev.test_pred)
+        hall.offer(Member(ident, ev.fitness, {}, {}, ev.val_pred, ev.test_pred, {}, loss=ev.loss))
+
+
 def staged(capture: Capture, hall: HallOfFame, seed: int, ident: int, network, training, data: DeviceData, report) -> Evaluation:
     """Train one network epoch by epoch, as an evens worker trains it (the same seed, the same network at the end),
     each epoch a stage that carries the last one on (ensemble.paused); ``report(epoch, fitness)`` after each but the
@@ -186,8 +203,8 @@ def staged(capture: Capture, hall: HallOfFame, seed: int, ident: int, network, t
     from ensemble.paused import Paused
     from ensemble.train import train_and_evaluate
 
-    began, paused, ev = time.process_time(), None, None
-    try:
+    def stages() -> Evaluation:
+        paused = None
         for epoch in range(1, training.epochs):
             ev = train_and_evaluate(network, training, data, task_seed(seed, ident), until=epoch, resume=paused)
             if ev.status != "paused":
@@ -198,13 +215,11 @@ def staged(capture: Capture, hall: HallOfFame, seed: int, ident: int, network, t
         keep = lambda fitness, loss: hall.qualifies(fitness, ident, loss)  # noqa: E731
         ev = train_and_evaluate(network, training, data, task_seed(seed, ident), keep=keep, resume=paused)
         ev.epochs_done = training.epochs
-        if ev.status == "ok" and ev.has_payload:
-            capture.preds[ident] = (ev.val_pred, ev.test_pred)
-            hall.offer(Member(ident, ev.fitness, {}, {}, ev.val_pred, ev.test_pred, {}, loss=ev.loss))
         return ev
-    finally:
-        capture.cpu[ident], capture.family[ident] = time.process_time() - began, network.family if hasattr(network, "family") else "?"
-        capture.total += capture.cpu[ident]
+
+    ev = timed(capture, ident, network, stages)
+    offer(capture, hall, ident, ev)
+    return ev
 
 
 def run_tpe_hyperband(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, budget: float = 0.0) -> Outcome:
@@ -250,24 +265,15 @@ def run_top_k(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, budg
     out = Outcome(hall=HallOfFame(cfg.ensemble.candidates), preds=capture.preds)
     first: list[tuple[float, int, object, object, Paused]] = []
 
-    def timed(ident: int, network, call) -> Evaluation:
-        began = time.process_time()
-        ev = call()
-        capture.cpu[ident], capture.family[ident] = time.process_time() - began, getattr(network, "family", "?")
-        capture.total += capture.cpu[ident]
-        return ev
-
     def finished(ident: int, ev: Evaluation) -> None:
-        if ev.status == "ok" and ev.has_payload and out.hall.qualifies(ev.fitness, ident, ev.loss):
-            capture.preds[ident] = (ev.val_pred, ev.test_pred)
-            out.hall.offer(Member(ident, ev.fitness, {}, {}, ev.val_pred, ev.test_pred, {}, loss=ev.loss))
+        offer(capture, out.hall, ident, ev)
         out.networks.append(network_row(ident, ev, data.problem.metric, capture))
 
     with Timer() as t:
         ident = 0
         while capture.total < share * budget:
             network, training = space.candidate(random_genome(rng, len(space)))
-            ev = timed(ident, network, lambda: train_and_evaluate(network, training, data, task_seed(seed, ident), until=1))
+            ev = timed(capture, ident, network, lambda: train_and_evaluate(network, training, data, task_seed(seed, ident), until=1))
             if ev.status == "paused":
                 first.append((ev.fitness, ident, network, training, Paused.from_arrays(ev.paused)))
                 out.networks.append(network_row(ident, Evaluation(status="stopped", fitness=ev.fitness, metrics=ev.metrics, epochs_done=1),
@@ -278,7 +284,7 @@ def run_top_k(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, budg
         for fitness, ident, network, training, paused in sorted(first, key=lambda f: (-f[0], f[1])):
             if capture.total >= budget:
                 break
-            ev = timed(ident, network, lambda: train_and_evaluate(network, training, data, task_seed(seed, ident), resume=paused))
+            ev = timed(capture, ident, network, lambda: train_and_evaluate(network, training, data, task_seed(seed, ident), resume=paused))
             finished(ident, ev)
     out.seconds, out.cpu_seconds = t.wall, t.cpu
     return out
