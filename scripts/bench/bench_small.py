@@ -121,19 +121,14 @@ def main(argv=None) -> int:
     if args.quick:
         args.datasets, args.seeds, args.evaluations, args.recipe_epochs = "GunPoint,iris", 2, 8, 100
     if args.tables_from:
-        with open(args.tables_from) as f:
-            return report([json.loads(line) for line in f if line.strip()], args)
+        return report(harness.read_rows(args.tables_from), args)
     datasets, contenders = args.datasets.split(","), args.contenders.split(",")
     for name in contenders:
         if name not in CONTENDERS:
             raise SystemExit(f"unknown contender {name!r} (known: {', '.join(CONTENDERS)})")
-    done = []
-    if args.rows and os.path.exists(args.rows):
-        with open(args.rows) as f:
-            done = [json.loads(line) for line in f if line.strip()]
+    done = harness.read_rows(args.rows) if args.rows and os.path.exists(args.rows) else []
     if args.recipe_rows:
-        with open(args.recipe_rows) as f:
-            done += [json.loads(line) for line in f if line.strip()]
+        done += harness.read_rows(args.recipe_rows)
     have = {(r["dataset"], r["contender"], r["seed"], r["evaluations"] if r["contender"] != "recipe" else args.evaluations) for r in done}
     folder = tempfile.mkdtemp(prefix="bench-small-")  # (jobs go dataset by dataset, in --datasets' order: a run cut short has whole datasets)
     paths = prepare(datasets, folder)
@@ -149,8 +144,7 @@ def main(argv=None) -> int:
             print(f"{row['dataset']:>16} {row['contender']:>12} seed {row['seed']}: test {row['ensemble_test']:.4f} "
                   f"(best single {row['best_test']:.4f})  {row['cpu']:.0f} s CPU", flush=True)
             if args.rows:
-                with open(args.rows, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                harness.append_row(args.rows, row)
     return report(rows, args)
 
 

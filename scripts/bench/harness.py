@@ -62,6 +62,18 @@ def machine_line(name: str, details: str = "") -> str:
     return f"{line}  {details}" if details else line
 
 
+def read_rows(path: str) -> list[dict]:
+    """A rows file's JSON lines (blank lines skipped): what a benchmark appended with :func:`append_row`."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def append_row(path: str, row: dict) -> None:
+    """One finished run's row, as a JSON line at the end of ``path`` (a run cut short keeps the rows before it)."""
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
 def emit(result: dict) -> None:
     """The benchmark's last line: its figures as one JSON object (what docs/benchmarks.md and scripts read)."""
     print(json.dumps(result), flush=True)

@@ -214,6 +214,7 @@ def main(argv=None) -> int:
     import json
     import os
 
+    import harness
     import small_data
 
     p = argparse.ArgumentParser(description=main.__doc__.split(":")[0])
@@ -231,8 +232,7 @@ def main(argv=None) -> int:
             r = RECIPES[data.kind](*splits, seed=seed, **device)
             row = {"dataset": name, "contender": "recipe", "seed": seed, "evaluations": 0, "ensemble_test": r.accuracy,
                    "best_test": r.accuracy, "ensemble_nll": r.log_loss, "cpu": r.cpu_seconds, "device": args.device if device else "cpu"}
-            with open(args.out, "a") as f:
-                f.write(json.dumps(row) + "\n")
+            harness.append_row(args.out, row)
             print(json.dumps(row), flush=True)
     return 0
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import os
 import sys
 import tempfile
@@ -101,12 +100,8 @@ def main(argv=None) -> int:
     if args.quick:
         args.sizes, args.seeds, args.networks = "150,600", 2, 6
     if args.tables_from:
-        with open(args.tables_from) as f:
-            return report([json.loads(line) for line in f if line.strip()], args.networks)
-    done = []
-    if args.rows and os.path.exists(args.rows):
-        with open(args.rows) as f:
-            done = [json.loads(line) for line in f if line.strip()]
+        return report(harness.read_rows(args.tables_from), args.networks)
+    done = harness.read_rows(args.rows) if args.rows and os.path.exists(args.rows) else []
     have = {(r["dataset"], r["size"], r["contender"], r["seed"], r["evaluations"]) for r in done}
     folder = tempfile.mkdtemp(prefix="study-folds-")
     jobs = []
@@ -125,8 +120,7 @@ def main(argv=None) -> int:
             print(f"{row['dataset']:>14} {row['contender']:>6} seed {row['seed']}: test {row['ensemble_test']:.4f} "
                   f"(best single {row['best_test']:.4f}, chosen on {row['chosen_on']} rows)  {row['cpu']:.0f} s CPU", flush=True)
             if args.rows:
-                with open(args.rows, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                harness.append_row(args.rows, row)
     return report(rows, args.networks)
 
 

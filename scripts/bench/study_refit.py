@@ -20,7 +20,6 @@ refits; it ends with one JSON line.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -107,8 +106,7 @@ def main(argv=None) -> int:
     rows = []
     source = args.tables_from or args.out
     if source and os.path.exists(source):
-        with open(source) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+        rows = harness.read_rows(source)
     if not args.tables_from:
         done = {r["run"] for r in rows}
         print(harness.machine_line("study_refit", f"runs={len(args.runs)}"), flush=True)
@@ -120,8 +118,7 @@ def main(argv=None) -> int:
             print(f"{row['run']:>28}: bagged {row['bagged_accuracy']:.4f}  refit {row['refit_accuracy']:.4f}  "
                   f"({row['members']} members, {row['refit_cpu']:.0f} s CPU)", flush=True)
             if args.out:
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                harness.append_row(args.out, row)
     return report(rows) if rows else 0
 
 

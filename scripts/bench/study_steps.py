@@ -29,6 +29,7 @@ import time
 
 import numpy as np
 
+import harness
 import small_data
 
 from data_bcast import load_dataset
@@ -87,8 +88,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tables-from", help="only print the tables of a JSON-lines file")
     args = parser.parse_args(argv)
     if args.tables_from:
-        with open(args.tables_from) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+        rows = harness.read_rows(args.tables_from)
         print_tables(rows)
         return 0
     folder = tempfile.mkdtemp(prefix="study-steps-")
@@ -106,8 +106,7 @@ def main(argv=None) -> int:
         for row in pool.map(train_one, jobs):
             rows.append(row)
             if args.out:
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                harness.append_row(args.out, row)
             print(f"{row['dataset']:>18} net {row['network']} steps {row['steps']:>5} batch {row['batch']:>3} epochs {row['epochs']:>5}: "
                   f"fold accuracy {row['accuracy']:.3f} ({row['cpu_seconds']:.1f} s)", flush=True)
     print_tables(rows)
