@@ -89,24 +89,27 @@ class RungTable:
         if ident not in r.promoted and math.isfinite(key[0]):
             heapq.heappush(r.ready, _negated(key))
 
+    @staticmethod
+    def _next(r: _Rung) -> int | None:
+        """The rung's best network that may be promoted now, or None. Entries that fell out of the top, or were
+        promoted, are dropped here, lazily. (A negated key: its third item is the id itself.)"""
+        while r.ready and (r.ready[0][2] not in r.in_top or r.ready[0][2] in r.promoted):
+            heapq.heappop(r.ready)
+        return r.ready[0][2] if r.ready else None
+
     def due(self) -> bool:
         """Is a promotion due now (without making it)?"""
-        for r in self._rungs:
-            while r.ready and (r.ready[0][2] not in r.in_top or r.ready[0][2] in r.promoted):
-                heapq.heappop(r.ready)  # (entries that fell out of the top, or were promoted, are dropped lazily)
-            if r.ready:
-                return True
-        return False
+        return any(self._next(r) is not None for r in self._rungs)
 
     def promotion(self) -> tuple[int, int] | None:
         """The next promotion, marked made: ``(network id, the rung it goes to)``, highest rung first; None if none is due."""
         for rung in range(self.rungs - 2, -1, -1):
             r = self._rungs[rung]
-            while r.ready:
-                ident = heapq.heappop(r.ready)[2]  # (a negated key: its third item is the id itself)
-                if ident in r.in_top and ident not in r.promoted:
-                    r.promoted.add(ident)
-                    return ident, rung + 1
+            ident = self._next(r)
+            if ident is not None:
+                heapq.heappop(r.ready)
+                r.promoted.add(ident)
+                return ident, rung + 1
         return None
 
     def mark_promoted(self, rung: int, ident: int) -> None:
