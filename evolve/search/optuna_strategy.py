@@ -134,6 +134,13 @@ class OptunaSampler:
         params = self._params(record.genome)
         return optuna.trial.create_trial(params=params, distributions={k: self.distributions[k] for k in params}, **done)
 
+    def _tell(self, trial, value: float) -> None:
+        """The trial finished with ``value``, or failed (nan)."""
+        if math.isfinite(value):
+            self.study.tell(trial, value)
+        else:
+            self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+
     def _hold(self, genome, trial) -> None:
         self.out[tuple(genome)].append(trial)
         self.pending_keys.add(self.space.key(genome))
@@ -149,11 +156,7 @@ class OptunaSampler:
             key = self.space.key(genome)
             if draw == REDRAWS or (key not in self.fitness_of and key not in self.pending_keys):
                 break
-            known = self.fitness_of.get(key, math.nan)  # a repeat: answered from its record, or failed if still out
-            if math.isfinite(known):
-                self.study.tell(trial, known)
-            else:
-                self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+            self._tell(trial, self.fitness_of.get(key, math.nan))  # a repeat: answered from its record, or failed if still out
         self._hold(genome, trial)
         return Proposal(genome=genome, parents=(-1, -1), operators=f"optuna-{self.sampler_name}", key=key)
 
@@ -168,10 +171,7 @@ class OptunaSampler:
         trial = waiting.popleft()
         if not waiting:
             del self.out[tuple(record.genome)]
-        if math.isfinite(value):
-            self.study.tell(trial, value)
-        else:
-            self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+        self._tell(trial, value)
 
     def to_state(self) -> dict:
         return {"mode": self.mode, "sampler": self.sampler_name}
