@@ -102,7 +102,7 @@ class PausedCache:
         self.hits = self.misses = 0
 
     def put(self, key: tuple, arrays: dict[str, np.ndarray]) -> None:
-        self.take(key, count=False)
+        self._drop(key)
         size = sum(a.nbytes for a in arrays.values())
         if size > self.max_bytes:
             return
@@ -112,15 +112,22 @@ class PausedCache:
             _, (_, gone) = self._held.popitem(last=False)
             self.bytes -= gone
 
-    def take(self, key: tuple, count: bool = True) -> Paused | None:
+    def take(self, key: tuple) -> Paused | None:
         """The paused training ``key``, no longer held; None if it is not here."""
+        arrays = self._drop(key)
+        if arrays is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return Paused.from_arrays(arrays)
+
+    def _drop(self, key: tuple) -> dict[str, np.ndarray] | None:
+        """Hold ``key`` no longer; its arrays, or None if it was not held."""
         held = self._held.pop(key, None)
         if held is None:
-            self.misses += count
             return None
         self.bytes -= held[1]
-        self.hits += count
-        return Paused.from_arrays(held[0])
+        return held[0]
 
     def __len__(self) -> int:
         return len(self._held)

@@ -93,3 +93,20 @@ def test_a_staged_training_leaves_the_callers_random_stream_as_the_unbroken_one_
     first = train_and_evaluate(network, training, data, seed=5, until=3)
     train_and_evaluate(network, training, data, seed=5, resume=Paused.from_arrays(first.paused))
     assert torch.equal(torch.get_rng_state(), after_whole)
+
+
+def test_the_cache_holds_paused_trainings_up_to_its_bytes_and_lets_the_oldest_go_first():
+    from ensemble.paused import PausedCache
+
+    data = data_for((8,))
+    arrays = train_and_evaluate(NetworkSpec("mlp", 1, 8), TrainSpec(1e-3, 16, 4), data, seed=0, until=1).paused
+    size = sum(a.nbytes for a in arrays.values())
+    cache = PausedCache(max_bytes=2 * size)
+    cache.put((1, ()), arrays)
+    cache.put((2, ()), arrays)
+    cache.put((1, ()), arrays)  # held again: once, and now the most recent
+    assert len(cache) == 2 and cache.bytes == 2 * size
+    cache.put((3, ()), arrays)  # one too many: the least recently paused (2) goes
+    assert cache.take((2, ())) is None and cache.take((1, ())).epoch == 1 and cache.take((3, ())) is not None
+    assert (cache.hits, cache.misses, len(cache), cache.bytes) == (2, 1, 0, 0)
+    PausedCache(max_bytes=size - 1).put((4, ()), arrays)  # larger than the whole cache: not kept (and no error)
