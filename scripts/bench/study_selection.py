@@ -16,7 +16,13 @@ are candidates that were considered and measured here, implemented in this scrip
 * ``bagged_from_best``: 20 bags, each the best member plus a random half of the others, greedy in
   each, picks pooled;
 * ``bagged``: 20 bags of a random half of the hall (Caruana et al. 2006), picks pooled;
-* ``top_k``: the mean of the best 5; ``best``: the best single network.
+* ``top_k``: the mean of the best 5; ``best``: the best single network;
+* ``product:...``: the product's own :func:`ensemble.select.select_ensemble` with the run's
+  ``[ensemble]`` settings (``product:run``), and with one or two of them changed: log-loss as the
+  criterion, at least 3 or 5 distinct members, more picks, no bags (the variants in :data:`PRODUCT`).
+
+A run with ``data.folds`` chooses on its out-of-fold predictions over the training split, as the
+search does (the hall of fame's ``val_pred``), so the same script studies small-data selection.
 
 Prints, per variant: mean test accuracy, how often it is at least the best single network's
 (and within 0.005 of it), the worst difference, and one JSON line.
@@ -32,6 +38,7 @@ import statistics
 import numpy as np
 
 from ensemble.problem import problem_from_dict
+from ensemble.select import select_ensemble
 from evolve.runfile import checkpoint
 
 SIZE, BAGS = 5, 20
@@ -84,11 +91,36 @@ VARIANTS = {
 }
 
 
+PRODUCT = {  # changes to the run's own [ensemble] settings
+    "run": {},
+    "loss": {"criterion": "loss"},
+    "min3": {"min_members": 3},
+    "min5": {"min_members": 5},
+    "loss_min5": {"criterion": "loss", "min_members": 5},
+    "size10": {"size": 10},
+    "loss_size10": {"criterion": "loss", "size": 10},
+    "no_bags": {"bags": 0},
+    "top10": {"method": "top_k", "size": 10},
+    "top32": {"method": "top_k", "size": 32},
+    "loss_size30": {"criterion": "loss", "size": 30},
+    "loss_min10": {"criterion": "loss", "min_members": 10, "size": 20},
+}
+
+
+def product_accuracy(state, info, problem, **changes) -> float:
+    """Test accuracy of the ensemble select_ensemble chooses with the run's settings under ``changes``."""
+    ens = {**info.config.to_dict()["ensemble"], **changes}
+    criterion = ens["criterion"] if ens["criterion"] != "auto" else "metric" if info.config.search.metric != "auto" else "accuracy"
+    chosen = select_ensemble(list(state.hall_of_fame), problem, info.val_y, info.test_y, ens["method"], ens["size"],
+                             criterion=criterion, bags=ens["bags"], seed=info.config.search.seed, min_members=ens["min_members"])
+    return chosen.curve_test[chosen.picks - 1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="run directories")
     args = parser.parse_args()
-    results = {name: [] for name in VARIANTS}
+    results = {name: [] for name in [*VARIANTS, *(f"product:{p}" for p in PRODUCT)]}
     for run in sorted(args.runs):
         state, info = checkpoint.load(os.path.join(run, "checkpoint.h5"), weights=False)
         problem = problem_from_dict(info.data["problem"])
@@ -100,17 +132,22 @@ def main() -> None:
             picks = choose(val, info.val_y, problem)
             mean = sum(test[i] for i in picks) / len(picks)
             results[name].append(problem.scores(mean, info.test_y)["accuracy"])
+        for name, changes in PRODUCT.items():
+            results[f"product:{name}"].append(product_accuracy(state, info, problem, **changes))
     best = results["best"]
     summary = {"runs": len(best)}
     print(f"# study_selection: {len(best)} runs; test accuracy of each way to choose, against the best single network")
-    print(f"{'variant':>17} {'mean':>7} {'>= best':>8} {'>= best-0.005':>14} {'worst diff':>11} {'mean diff':>10}")
+    print(f"{'variant':>17} {'mean':>7} {'>= best':>8} {'>= best-0.005':>14} {'worst diff':>11} {'mean diff':>10} {'- product:run (SE)':>19}")
     for name, acc in results.items():
         diff = [a - b for a, b in zip(acc, best)]
+        paired = [a - b for a, b in zip(acc, results["product:run"])]
+        se = statistics.stdev(paired) / len(paired) ** 0.5 if len(paired) > 1 else float("nan")
         row = {"mean": statistics.mean(acc), "at_least_best": sum(d >= 0 for d in diff),
-               "within_0.005": sum(d >= -0.005 for d in diff), "worst": min(diff), "mean_diff": statistics.mean(diff)}
+               "within_0.005": sum(d >= -0.005 for d in diff), "worst": min(diff), "mean_diff": statistics.mean(diff),
+               "vs_product_run": statistics.mean(paired), "vs_product_run_se": se}
         summary[name] = row
-        print(f"{name:>17} {row['mean']:>7.4f} {row['at_least_best']:>5}/{len(best)} {row['within_0.005']:>11}/{len(best)} "
-              f"{row['worst']:>+11.4f} {row['mean_diff']:>+10.4f}")
+        print(f"{name:>17.17} {row['mean']:>7.4f} {row['at_least_best']:>5}/{len(best)} {row['within_0.005']:>11}/{len(best)} "
+              f"{row['worst']:>+11.4f} {row['mean_diff']:>+10.4f} {row['vs_product_run']:>+10.4f} ({se:.4f})")
     print(json.dumps(summary))
 
 
