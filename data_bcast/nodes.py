@@ -43,6 +43,11 @@ class SharedDataset:
     _comms: tuple = ()
     layout: Layout | None = None  # where each array lies in ``memory``
 
+    @property
+    def node_comm(self) -> MPI.Comm:
+        """The communicator of this node's ranks (valid until :meth:`close`)."""
+        return self._comms[0]
+
     def specs(self) -> list[tuple[str, tuple[int, ...], str]]:
         """The arrays' names, shapes and dtypes in ``layout``'s order: plain values that a process handed
         ``memory.fd`` turns into the same views with ``unpack_arrays(specs, buffer)`` (the same layout)."""

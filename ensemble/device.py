@@ -103,8 +103,8 @@ def check_bindings(bindings: list[dict], workers_per_gpu: int, cores: dict[str, 
 def cpu_threads(cores: int, ranks_sharing: int, requested: int = 0, cores_per_task: int = 0) -> int:
     """Threads per rank so that the ranks sharing ``cores`` together do not oversubscribe them.
 
-    ``requested`` (the config's ``train.threads``) wins; then ``cores_per_task`` (what the
-    scheduler gave each task, e.g. Slurm's ``--cpus-per-task``); else the cores are divided.
+    ``requested`` (the config's ``train.threads``) wins; then ``cores_per_task`` (what the user or the
+    launcher asked for each task: ``OMP_NUM_THREADS``, Slurm's ``--cpus-per-task``); else the cores are divided.
     """
     if requested > 0:
         return requested

@@ -78,3 +78,58 @@ def test_cpu_threads_that_oversubscribe_a_host_are_reported():
 def test_describe_the_cpu():
     d = dev.describe_device(torch.device("cpu"))
     assert d["device"] == "cpu" and d["uuid"] == "" and d["threads"] == torch.get_num_threads()
+
+
+def test_ranks_bound_to_cores_of_their_own_each_take_them_all_and_unbound_ranks_divide_them():
+    from evolve.app.local import ranks_sharing
+
+    node = frozenset(range(16))
+    assert ranks_sharing(node, [node] * 4) == 4  # mpiexec, no binding: 4 threads each
+    own = [frozenset(range(4 * i, 4 * i + 4)) for i in range(4)]  # srun --cpus-per-task=4 --cpu-bind=cores
+    assert [ranks_sharing(m, own) for m in own] == [1, 1, 1, 1]
+    halves = [frozenset(range(8)), frozenset(range(8)), frozenset(range(8, 16))]  # two ranks on one socket's cores
+    assert [ranks_sharing(m, halves) for m in halves] == [2, 2, 1]
+    assert ranks_sharing(node, [None, node, node]) == 2  # the master trains nothing and takes no share
+    assert ranks_sharing(None, [None, node]) == 1
+
+
+@pytest.mark.parametrize("env, threads, expected", [
+    ({}, 0, 4),  # 16 cores, 4 training ranks on them
+    ({"OMP_NUM_THREADS": "2"}, 0, 2),  # the user's (or srun's) OMP_NUM_THREADS
+    ({"SLURM_CPUS_PER_TASK": "8"}, 0, 8),
+    ({"OMP_NUM_THREADS": "2", "SLURM_CPUS_PER_TASK": "8"}, 0, 2),
+    ({"OMP_NUM_THREADS": "2"}, 3, 3),  # train.threads wins
+    ({"OMP_NUM_THREADS": "junk"}, 0, 4),
+])
+def test_trainer_threads_honour_train_threads_then_the_launcher_then_divide_the_cores(monkeypatch, env, threads, expected):
+    from evolve.app import local
+
+    for name in ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(local, "usable_cores", lambda: 16)
+    assert local.trainer_threads(4, threads) == expected
+
+
+def test_workers_take_the_threads_omp_num_threads_asks_for(tmp_path):
+    """End to end: with train.threads = 0 each worker of an MPI job trains on the threads OMP_NUM_THREADS says,
+    and without it on its share of the cores (devices.json records what each took)."""
+    import json
+    import os
+    import sys
+
+    from conftest import ROOT, launch, write_blobs
+
+    from data_bcast.host import usable_cores
+
+    data = write_blobs(tmp_path / "d.h5", sample_shape=(6,), n=(60, 20, 20))
+    args = [sys.executable, "-m", "evolve", "run", "--set", f"data.path={data}", "--set", "search.evaluations=2",
+            "--set", "space.epochs={low = 1, high = 1}", "--set", "space.width=[4]", "--set", "space.depth={low = 1, high = 1}",
+            os.path.join(ROOT, "examples", "diabetes.toml")]
+    for omp, expected in (("3", 3), ("", max(1, usable_cores() // 2))):
+        out = tmp_path / f"run{omp}"
+        proc = launch(3, args + ["--out", str(out)], timeout=180, cwd=ROOT, env={"OMP_NUM_THREADS": omp})
+        assert proc.returncode == 0, proc.stderr
+        with open(out / "devices.json") as f:
+            assert [w["threads"] for w in json.load(f)["workers"]] == [expected, expected]

@@ -106,3 +106,30 @@ def test_the_early_warning_signal_checkpoints_and_requeues_the_job(job):
     # the requeued job resumes
     code, err = finish(start("--set", "search.evaluations=3"))
     assert code == 0 and f"run --resume {run_dir}" in srun_calls(calls)[-1], err
+
+
+def test_srun_is_given_the_cores_per_task_and_the_mpi_plugin_and_evens_chooses_the_threads(job):
+    start, calls, run_dir, _ = job
+    code, err = finish(start("--set", "search.evaluations=2", SLURM_CPUS_PER_TASK="1", EVENS_SRUN_MPI="pmi2", EVENS_THREADS=""))
+    assert code == 0, err
+    step = srun_calls(calls)[0]
+    assert "--kill-on-bad-exit=1 --cpus-per-task=1 --mpi=pmi2 " in step, step  # srun stopped inheriting sbatch's -c in 22.05
+    assert step.endswith("--set train.device=cpu")  # no train.threads from the script: evens divides the task's cores itself
+
+
+def test_a_job_that_keeps_being_stopped_before_it_trains_stops_requeuing_itself(job):
+    """A step that exits 75 before any evaluation (stopped during start-up, every time) is requeued twice, and the third
+    job says why it does not requeue again instead of looping every two minutes; evens still takes the directory."""
+    start, calls, run_dir, stub_dir = job
+    stopped = stub_dir / "stopped"
+    stopped.write_text("#!/bin/bash\nexit 75\n")  # what evens does when a signal stops it before its broadcast
+    stopped.chmod(0o755)
+    (stub_dir / "job_state").write_text("RUNNING")
+    for job_number in (1, 2):
+        code, err = finish(start("--set", "search.evaluations=2", EVENS=str(stopped)))
+        assert code == 0 and "requeued (it was RUNNING)" in err, err
+    code, err = finish(start("--set", "search.evaluations=2", EVENS=str(stopped)))
+    assert code == 75 and "is not requeued: its last 2 requeues recorded no new evaluation" in err, err
+    assert len([c for c in calls() if c.startswith("scontrol requeue")]) == 2
+    code, err = finish(start("--set", "search.evaluations=2"))  # evens itself: the count does not stand in its way
+    assert code == 0 and "the search is complete" in err, err

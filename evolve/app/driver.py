@@ -27,7 +27,7 @@ from evolve.transport.mpi_transport import MPIWorkerChannel, world
 from evolve.transport.worker import serve, trainer_for
 
 from .cli import STOP_SIGNALS, StopFlag
-from .local import trainer_threads, usable_cores
+from .local import affinity, ranks_sharing, trainer_threads, usable_cores
 from .log import LOG, setup_logging
 from .prepare import Prepared, check_same_data, prepare
 from .session import EXIT_RESUMABLE, MASTER, run_master, say
@@ -60,13 +60,13 @@ def data_description(data: SharedDataset, folds: int = 0) -> DataFacts:
     return DataFacts(tuple(data.plan.sample_shape), data.plan.kind, int(data.plan.spec("train/y").shape[0]), folds)
 
 
-def setup_trainer(config: Config, data: SharedDataset, problem: Problem, local_index: int, ranks_here: int) -> DeviceData:
+def setup_trainer(config: Config, data: SharedDataset, problem: Problem, local_index: int, sharing: int) -> DeviceData:
     """Pick this rank's device and threads and put the data there (a GPU copy, or the shared host copy)."""
     from ensemble.train import DeviceData  # (here: a rank that only serves a training process imports no torch)
 
     from .local import take_device
 
-    device = take_device(config.train.device, local_index, ranks_here, config.train.threads, config.train.workers_per_gpu)
+    device = take_device(config.train.device, local_index, sharing, config.train.threads, config.train.workers_per_gpu)
     return DeviceData.from_arrays(data.arrays, problem, device, config.train.precision, config.train.loss, config.train.class_weights)
 
 
@@ -79,7 +79,7 @@ def described(trainer_data: DeviceData | None) -> dict | None:
     return describe_device(trainer_data.device)
 
 
-def start_trainer_process(config: Config, data: SharedDataset, problem: Problem, local_index: int, ranks_here: int) -> TrainerProcess:
+def start_trainer_process(config: Config, data: SharedDataset, problem: Problem, local_index: int, sharing: int) -> TrainerProcess:
     """This rank's training process (``train.isolation = "process"``), set up as :func:`setup_trainer` sets
     up the rank itself; raises TrainerError with its reason."""
     t = config.train
@@ -88,7 +88,7 @@ def start_trainer_process(config: Config, data: SharedDataset, problem: Problem,
         "data": {"size": data.memory.size, "specs": data.specs()},
         "problem": problem.to_dict(),
         "device": {"prefer": t.device, "local_index": local_index, "workers_per_gpu": t.workers_per_gpu,
-                   "threads": trainer_threads(ranks_here, t.threads)},
+                   "threads": trainer_threads(sharing, t.threads)},
         "train": {"precision": t.precision, "loss": t.loss, "class_weights": t.class_weights, "split_seed": config.data.split_seed},
         "max_host_memory_gb": t.max_host_memory_gb,
     }
@@ -159,7 +159,11 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
     error, space, trainer_data, trainer = None, None, None, None
     # Workers on the master's node count from 0 after it, so they take GPUs 0, 1, ...
     local_index = data.node_rank - (1 if data.root_here else 0)
-    ranks_here = data.node_size - (1 if data.root_here and comm.size > 1 else 0)
+    trains = not is_master or comm.size == 1
+    # Collective on the node: the training ranks that may run on this rank's cores divide them (all the node's
+    # where none is bound, one where srun binds each task to cores of its own)
+    mine = affinity() if trains else None
+    sharing = ranks_sharing(mine, data.node_comm.allgather(mine))
     try:
         problem = data_problem(comm, data, config.search.metric)
         if is_master:
@@ -169,9 +173,9 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
             if prepared.info is not None:
                 check_same_data(prepared.info, data, problem)
         if not is_master and config.train.isolation == "process":
-            trainer = start_trainer_process(config, data, problem, max(local_index, 0), ranks_here)
+            trainer = start_trainer_process(config, data, problem, max(local_index, 0), sharing)
         elif not is_master or comm.size == 1:
-            trainer_data = setup_trainer(config, data, problem, max(local_index, 0), ranks_here)
+            trainer_data = setup_trainer(config, data, problem, max(local_index, 0), sharing)
         elif is_master:
             import torch
 

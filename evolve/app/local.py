@@ -14,22 +14,46 @@ from ensemble.device import choose_device, cpu_threads
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["slurm_cpus_per_task", "take_device", "trainer_threads", "usable_cores"]  # usable_cores: data_bcast.host's, the one reading of affinity
+__all__ = ["affinity", "launcher_threads", "ranks_sharing", "take_device", "trainer_threads", "usable_cores"]  # usable_cores: data_bcast.host's, the one reading of affinity
 
 
-def slurm_cpus_per_task() -> int:
-    value = os.environ.get("SLURM_CPUS_PER_TASK", "")
+def _count(name: str) -> int:
+    value = os.environ.get(name, "").strip()
     return int(value) if value.isdigit() else 0
 
 
-def trainer_threads(ranks_here: int, threads: int = 0) -> int:
-    """The torch threads of a rank's training, so that the node's ranks do not oversubscribe its cores."""
-    return cpu_threads(usable_cores(), ranks_here, threads, slurm_cpus_per_task())
+def launcher_threads() -> int:
+    """Threads per task that the user or the launcher asked for: ``OMP_NUM_THREADS`` (the user's, or srun's
+    from ``--cpus-per-task``), else Slurm's ``SLURM_CPUS_PER_TASK``; 0 where neither says."""
+    return _count("OMP_NUM_THREADS") or _count("SLURM_CPUS_PER_TASK")
 
 
-def take_device(prefer: str, local_index: int, ranks_here: int, threads: int = 0, workers_per_gpu: int = 0) -> torch.device:
+def affinity() -> frozenset[int]:
+    """The cores this process may run on."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return frozenset(range(os.cpu_count() or 1))
+
+
+def ranks_sharing(mine: frozenset[int] | None, masks: list[frozenset[int] | None]) -> int:
+    """How many of the training ranks whose core sets are ``masks`` (None: a rank that trains nothing) may run on
+    one of the cores in ``mine``: all of them where none is bound, one where each is bound to its own cores."""
+    if not mine:
+        return 1
+    return max(1, sum(1 for m in masks if m and m & mine))
+
+
+def trainer_threads(sharing: int, threads: int = 0) -> int:
+    """The torch threads of a rank's training: ``train.threads`` if set, else what the launcher asked for
+    (:func:`launcher_threads`), else this rank's cores divided among the ``sharing`` training ranks that may run on
+    them, so that a node's ranks do not oversubscribe its cores."""
+    return cpu_threads(usable_cores(), sharing, threads, launcher_threads())
+
+
+def take_device(prefer: str, local_index: int, sharing: int, threads: int = 0, workers_per_gpu: int = 0) -> torch.device:
     """Set this rank's torch threads (:func:`trainer_threads`) and pick its device."""
     import torch
 
-    torch.set_num_threads(trainer_threads(ranks_here, threads))
+    torch.set_num_threads(trainer_threads(sharing, threads))
     return choose_device(local_index, prefer, workers_per_gpu)

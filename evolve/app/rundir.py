@@ -20,7 +20,8 @@ SUMMARY_NAME = "summary.json"
 
 
 CLAIM_NAME = ".evens-run"  # a new run's mark; it says whether the run created the directory
-OWN_FILES = {CLAIM_NAME, LOCK_NAME}  # what a start that died before its first checkpoint leaves ...
+REQUEUES_NAME = ".evens-requeues"  # scripts/slurm/evens-job.sh's count of requeues that recorded no new evaluation
+OWN_FILES = {CLAIM_NAME, LOCK_NAME, REQUEUES_NAME}  # what a start that died before its first checkpoint leaves ...
 DEVICES_NAME = "devices.json"  # each worker's rank, host, device and GPU UUID, for the latest session
 # ... and, beside the claim, what one killed while writing its first checkpoint may leave: the workers' devices,
 # the in-flight log, the segments' folder and the state file's temporary (tempfiles.exclusive_temp)

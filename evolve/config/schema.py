@@ -106,7 +106,7 @@ class EnsembleConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     device: str = "auto"  # "auto", "cpu" or "cuda"
-    threads: int = 0  # torch CPU threads per worker; 0 divides the node's cores among its ranks
+    threads: int = 0  # torch CPU threads per worker; 0: `OMP_NUM_THREADS` where it is set (yours, or srun's from `--cpus-per-task`), else `SLURM_CPUS_PER_TASK`, else the cores the rank may run on divided among the training ranks that may run on them (all the node's where none is bound; one where srun binds each task to its own cores)
     precision: str = "fp32"  # "fp32", "tf32" (GPU matrix units) or "bf16" (autocast); see docs/gpu.md
     workers_per_gpu: int = 0  # 0: a node's workers share its GPUs round robin; k: k per GPU, more on one GPU is an error
     loss: str = "auto"  # the training loss: "auto" (cross_entropy; regression: mse), cross_entropy or focal; mse, mae or huber; or "module:function" (docs/custom-models.md)

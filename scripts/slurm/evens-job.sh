@@ -9,7 +9,12 @@
 #   EVENS_DEVICE            cuda or cpu (default cuda)
 #   EVENS_TASKS_PER_NODE    MPI ranks per node: GPUs x workers per GPU, or cores / threads
 #   EVENS_WORKERS_PER_GPU   (cuda) workers sharing each GPU, checked by UUID at start (default 1)
-#   EVENS_THREADS           (cpu) torch threads per worker (default: SLURM_CPUS_PER_TASK)
+#   EVENS_THREADS           (cpu) torch threads per worker (default: evens' own choice, train.threads = 0:
+#                           OMP_NUM_THREADS, else the cores srun binds each task to, divided among the
+#                           tasks that share them)
+#   EVENS_CPUS_PER_TASK     cores per task given to srun (default SLURM_CPUS_PER_TASK, which srun no longer
+#                           inherits from sbatch since Slurm 22.05)
+#   EVENS_SRUN_MPI          srun's --mpi plugin (default: the site's); pmi2 for the MPICH that PyPI installs
 #   EVENS_RESTARTS          restarts inside one allocation after a step dies (default 3)
 #   EVENS_RESTART_DELAY     seconds before a restart (default 10)
 #   EVENS_LOCK_WAIT         seconds to wait for an earlier step that still holds the run (default 120)
@@ -18,9 +23,13 @@
 # (scancel): Slurm's state of the job decides. After SIGTERM (cancel, preemption, time limit) no
 # step is started again.
 #
-# Exit: 0 when the search is complete or the job was requeued; 2 when evens refused its input;
-# 75 when a checkpoint was saved but the job was cancelled or could not be requeued (resubmit to
-# resume); else the failing step's status after the last restart.
+# A job that requeued itself twice in a row without a new evaluation recorded is not requeued a
+# third time: something other than the time limit stops it (RUN_DIR/.evens-requeues counts them).
+#
+# Exit: 0 when the search is complete or the job was requeued; 2 when evens refused its input
+# (bad input, or srun's MPI plugin not matching evens' MPI); 75 when a checkpoint was saved but the
+# job was cancelled, could not be requeued or made no progress (resubmit to resume); else the failing
+# step's status after the last restart.
 set -uo pipefail
 CONFIG=${1:?usage: evens-job.sh CONFIG RUN_DIR [evens run arguments]}
 RUN_DIR=${2:?usage: evens-job.sh CONFIG RUN_DIR [evens run arguments]}
@@ -36,13 +45,16 @@ TASKS=$(( NODES * PER_NODE ))  # rank 0, the master, takes one slot of the first
 RESUMABLE=75                   # evens: stopped by a signal, checkpoint saved
 
 export HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-FALSE}  # parallel file systems that refuse HDF5's locks
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 device_args=(--set "train.device=$DEVICE")
 if [ "$DEVICE" = cuda ]; then
     device_args+=(--set "train.workers_per_gpu=${EVENS_WORKERS_PER_GPU:-1}")
-else
-    device_args+=(--set "train.threads=${EVENS_THREADS:-${SLURM_CPUS_PER_TASK:-1}}")
+elif [ -n "${EVENS_THREADS:-}" ]; then
+    device_args+=(--set "train.threads=$EVENS_THREADS")
 fi
+srun_args=(--ntasks="$TASKS" --ntasks-per-node="$PER_NODE" --kill-on-bad-exit=1)
+CPUS_PER_TASK=${EVENS_CPUS_PER_TASK:-${SLURM_CPUS_PER_TASK:-}}
+[ -n "$CPUS_PER_TASK" ] && srun_args+=(--cpus-per-task="$CPUS_PER_TASK")
+[ -n "${EVENS_SRUN_MPI:-}" ] && srun_args+=(--mpi="$EVENS_SRUN_MPI")
 
 step_pid=0
 ending=0
@@ -95,6 +107,18 @@ clean_mpich_leftovers() {  # what MPICH leaves after MPI_Abort, on this node (do
     done
 }
 
+recorded_evaluations() {  # evaluations in the run file so far (0 before the first checkpoint)
+    [ -f "$RUN_DIR/checkpoint.h5" ] || { echo 0; return; }
+    "$EVENS" status "$RUN_DIR" --json 2>/dev/null | sed -n 's/^  "evaluations": \([0-9]*\),*$/\1/p' | head -n 1
+}
+
+idle_requeues() {  # requeues in a row, before this one, after which no new evaluation was recorded
+    local count
+    count=$(cat "$RUN_DIR/.evens-requeues" 2>/dev/null)
+    [[ "$count" =~ ^[0-9]+$ ]] && echo "$count" || echo 0
+}
+
+at_start=$(recorded_evaluations)
 attempt=0
 while :; do
     if [ -f "$RUN_DIR/checkpoint.h5" ]; then
@@ -103,9 +127,8 @@ while :; do
         args=(run "$CONFIG" --out "$RUN_DIR" "$@")
     fi
     wait_for_run_lock
-    echo "evens-job.sh: job ${SLURM_JOB_ID:-?}, attempt $attempt: srun -n $TASKS $EVENS ${args[*]}" >&2
-    srun --ntasks="$TASKS" --ntasks-per-node="$PER_NODE" --kill-on-bad-exit=1 \
-        "$EVENS" "${args[@]}" "${device_args[@]}" &
+    echo "evens-job.sh: job ${SLURM_JOB_ID:-?}, attempt $attempt: srun ${srun_args[*]} $EVENS ${args[*]}" >&2
+    srun "${srun_args[@]}" "$EVENS" "${args[@]}" "${device_args[@]}" &
     step_pid=$!
     wait "$step_pid"; rc=$?
     while kill -0 "$step_pid" 2>/dev/null; do  # a trapped signal interrupted the wait: the step goes on
@@ -120,8 +143,16 @@ while :; do
         "$RESUMABLE")
             [ -n "${SLURM_JOB_ID:-}" ] || { echo "evens-job.sh: checkpoint saved; not a Slurm job: run it again to resume" >&2; exit "$RESUMABLE"; }
             state=$(job_state)
+            now=$(recorded_evaluations)
+            idle=$(idle_requeues)
+            if [ "${now:-0}" -gt "${at_start:-0}" ]; then idle=0; else idle=$(( idle + 1 )); fi
+            mkdir -p "$RUN_DIR" && echo "$idle" > "$RUN_DIR/.evens-requeues"  # (evens takes a new run's directory holding only this)
             case "$state" in
                 RUNNING|PREEMPTED|TIMEOUT)  # the early warning, a preemption, the time limit
+                    if [ "$idle" -gt 2 ]; then  # a loop, not a time limit: stop before a site notices
+                        echo "evens-job.sh: checkpoint saved; job $SLURM_JOB_ID is not requeued: its last $(( idle - 1 )) requeues recorded no new evaluation (${now:-0} in all; is each step stopped before it can train?); submit it again to resume" >&2
+                        exit "$RESUMABLE"
+                    fi
                     if scontrol requeue "$SLURM_JOB_ID"; then
                         echo "evens-job.sh: checkpoint saved; job $SLURM_JOB_ID requeued (it was $state), and it will resume" >&2
                         exit 0
