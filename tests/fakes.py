@@ -45,7 +45,8 @@ def landscape(task: Task) -> Evaluation:
 
 class SimulatedTransport:
     """Workers with fixed speeds on a virtual clock; ``receive`` jumps to the next finish. A worker holds
-    up to ``depth`` tasks (``1 + search.prefetch``): one sent while it trains starts when that one ends."""
+    up to ``depth`` tasks (``1 + search.prefetch``): one sent while it trains starts when that one ends.
+    ``evaluate``: one function for every worker, or a dict of one per worker (each with its own memory)."""
 
     def __init__(self, seconds_per_task: dict[int, float], evaluate=landscape, clock: VirtualClock | None = None, depth: int = 1):
         self.workers = sorted(seconds_per_task)
@@ -80,7 +81,8 @@ class SimulatedTransport:
         self.results.append((finish, worker, task.id))
         if task.id in self.skipped:
             return worker, Result(task.id, failed_evaluation("dropped from the queue at a drain", SKIPPED))
-        return worker, Result(task.id, delivered(evaluate_safely(self.evaluate, task), task.id, wants))
+        evaluate = self.evaluate[worker] if isinstance(self.evaluate, dict) else self.evaluate
+        return worker, Result(task.id, delivered(evaluate_safely(evaluate, task), task.id, wants))
 
     def drain(self) -> None:
         """Every task queued behind a training comes back ``skipped`` when that training ends."""

@@ -7,12 +7,13 @@ import math
 
 import numpy as np
 import pytest
-from fakes import search_config
+from fakes import SimulatedTransport, search_config
 
 from ensemble.problem import Classification
 from ensemble.specs import TrainSpec
 from ensemble.train import DeviceData, train_and_evaluate
 from evolve.config.schema import config_from_dict
+from evolve.engine.evaluations import FoldPlan
 from evolve.engine.loop import run_search, task_seed
 from evolve.engine.promotion import rung_epochs
 from evolve.engine.state import SearchState
@@ -122,6 +123,25 @@ def test_a_resume_rebuilds_the_rungs_and_trains_promotions_again_from_the_start_
     # the same search as the unbroken one: one worker, so the same networks, stages and results in the same order
     strip = lambda rs: [(r.id, tuple(r.genome), r.rung, r.network, r.status, r.fitness) for r in rs]  # noqa: E731
     assert strip(sorted(resumed.records, key=lambda r: r.id)) == strip(sorted(whole.records, key=lambda r: r.id))
+
+
+@pytest.mark.parametrize("folds", [0, 3])
+def test_a_promotion_goes_to_the_worker_that_holds_its_paused_training(folds):
+    """Four workers of uneven speeds (on a virtual clock), each a trainer of its own with its own paused trainings: a
+    promotion is sent to the worker that paused it and carries on there, while the budget still starts new networks
+    elsewhere; only a promotion left when a worker has nothing else to do goes to another worker (which trains it again
+    from the start). With folds, each fold of a promotion goes to the worker that holds that fold. (Sent to whichever
+    worker is free, about three in four would train again.)"""
+    state = SearchState.fresh(0, candidates=8)
+    plan = FoldPlan.of(folds, DATA.y["train"], DATA.y["test"], PROBLEM, seed=0) if folds else None
+    transport = SimulatedTransport({1: 1.0, 2: 1.7, 3: 2.9, 4: 4.3}, evaluate={w: trainer_for(DATA) for w in range(1, 5)})
+    run_search(state, transport, SPACE, config(30), validation=(PROBLEM, DATA.y["val"]), folds=plan, clock=transport.clock)
+    stages = [r for r in state.records if r.network >= 0]
+    carried = [r for r in stages if r.metrics["carried_on_from"] > 0]
+    again = [r for r in stages if r.metrics["carried_on_from"] == 0]
+    assert len(stages) >= 8 and len(again) <= 3, [(r.id, r.worker, r.metrics["carried_on_from"]) for r in stages]
+    if not folds:  # the stage before ran on the same worker
+        assert all(r.worker == state.by_id()[r.parents[0]].worker for r in carried)
 
 
 def test_promotion_needs_a_strategy_that_supports_it():

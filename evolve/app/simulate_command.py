@@ -59,5 +59,7 @@ def simulate_command(args) -> str:
         f"median {args.task_seconds:g} s, sigma {args.sigma:g}; master {master_seconds * 1e6:.0f} us per result ({where})",
         f"projected worker utilization {100 * p.utilization:.2f} %; {p.evaluations_per_hour:,.0f} evaluations per hour; "
         f"master load {100 * p.master_load:.1f} % ({p.evaluations:,} evaluations over {p.makespan_seconds:,.0f} simulated seconds)",
+        *([f"successive halving: {100 * p.carried_on:.1f} % of promotions carried on by the worker holding their paused training "
+           "(the rest trained again from the start)"] if config.search.promotion else []),
         *(f"warning: {w}" for w in warnings),
     ])

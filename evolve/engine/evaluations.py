@@ -145,9 +145,13 @@ class Evaluations:
         """Has it begun in this session, or is it a promotion (which the budget of networks does not count)?"""
         return evaluation.individual.id not in self.unstarted or evaluation.individual.id in self.promotions
 
-    def take_part(self, evaluation: Open) -> tuple[int, ...]:
-        """The next part of ``evaluation`` to send: ``(j, k)`` for fold j of k, ``()`` for a whole training."""
-        part = evaluation.unsent.popleft()
+    def take_part(self, evaluation: Open, part: int | None = None) -> tuple[int, ...]:
+        """A part of ``evaluation`` to send, the next unless ``part`` names one not yet out: ``(j, k)`` for fold j of k,
+        ``()`` for a whole training."""
+        if part is None:
+            part = evaluation.unsent.popleft()
+        else:
+            evaluation.unsent.remove(part)
         evaluation.out += 1
         self.unsent -= 1
         self.unstarted.discard(evaluation.individual.id)

@@ -35,12 +35,13 @@ from evolve.search.registry import Context, capabilities, make_strategy
 from evolve.transport.protocol import SKIPPED, Result, Task, Transport
 
 from .dispatch import Dispatcher, Journal, Sent
-from .evaluations import Evaluations, FoldPlan, Open, is_refit
+from .evaluations import WHOLE, Evaluations, FoldPlan, Open, is_refit
 from .promotion import Halving
 from .state import SearchState
 
 CRASHED_MESSAGE = "in flight when 2 jobs ended; not sent again"
 MAX_ATTEMPTS = 2  # an individual out at this many job deaths is recorded as "crashed" instead of sent again
+HELD_ELSEWHERE = -2  # _Search._part_for: every part of a promotion left is held paused by another worker
 YOUNG_COLLECTION = 50_000  # the garbage collector's first threshold while a search runs (Python's default: 700)
 _MASK64 = (1 << 64) - 1
 
@@ -228,29 +229,51 @@ class _Search:
             worker = self.dispatch.free_worker(tasks) if tasks > 0 else None
             if worker is None:
                 break
-            evaluation = self.propose(room)
-            if evaluation is None:
+            chosen = self.propose(room, worker)
+            if chosen is None:
                 break  # the strategy waits for results (a generation's barrier), or a suspect for another
-            fold = evaluations.take_part(evaluation)
+            evaluation, part = chosen
+            fold = evaluations.take_part(evaluation, part)
             self.dispatch.send(worker, evaluation.individual, self.task(evaluation, fold))
         self.dispatch.flush()
 
-    def propose(self, room: int) -> Open | None:
-        """The network whose part goes out next: an open one with parts not yet out (the next fold of one being
-        cross-validated, or one to redo, while the budget has ``room`` for networks to begin) first, else (with
-        ``room``) a new one from the strategy; None if none may go now.
+    def propose(self, room: int, worker: int) -> tuple[Open, int | None] | None:
+        """The network whose part goes out next to ``worker``, and which part (None: the next): an open one with parts
+        not yet out (the next fold of one being cross-validated, or one to redo, while the budget has ``room`` for
+        networks to begin) first, else a promotion ``worker`` holds (or no worker is known to hold), else (with
+        ``room``) a new one from the strategy, else a promotion another worker holds (promotion.py: a promotion goes to its holder, which carries
+        it on); None if none may go now.
 
         A suspect (an individual out when a job died) goes out only while no other is out: two suspects
         out together at another death would both be blamed, though one killed the job."""
         evaluations = self.evaluations
+        elsewhere = None  # an open promotion whose parts left are held by other workers
         for evaluation in evaluations.waiting():
             if (room > 0 or evaluations.is_started(evaluation)) and (evaluation.individual.attempts == 0 or not self.dispatch.suspects):
-                return evaluation
+                part = self._part_for(evaluation, worker)
+                if part != HELD_ELSEWHERE:
+                    return evaluation, part
+                elsewhere = elsewhere or evaluation
+        if self.halving is not None:
+            promoted = self.halving.promote(self.state, worker)
+            if promoted is not None:
+                evaluation = self._open_promotion(promoted)
+                return evaluation, self._part_for(evaluation, worker)
+        new = self._new_network(room)
+        if new is not None:
+            return new, None
+        if elsewhere is not None:  # nothing else for this worker: it trains that part again from the start
+            return elsewhere, None
         if self.halving is not None:
             promoted = self.halving.promote(self.state)
             if promoted is not None:
-                self.state.next_id += 1
-                return self.evaluations.start(promoted, self.space.key(promoted.genome))
+                return self._open_promotion(promoted), None
+        return None
+
+    def _new_network(self, room: int) -> Open | None:
+        """A new network from the strategy, if the budget has room for it (after the networks to redo) and the strategy
+        proposes one."""
+        evaluations = self.evaluations
         if room - len(evaluations.unstarted - evaluations.promotions) <= 0:  # networks to redo take the room before new ones
             return None
         proposal = self.strategy.ask()
@@ -259,6 +282,23 @@ class _Search:
         self.state.next_id += 1
         individual = Pending(id=self.state.next_id - 1, genome=proposal.genome, parents=proposal.parents, operators=proposal.operators)
         return self.evaluations.start(individual, proposal.key)
+
+    def _open_promotion(self, promoted: Pending) -> Open:
+        self.state.next_id += 1
+        return self.evaluations.start(promoted, self.space.key(promoted.genome))
+
+    def _part_for(self, evaluation: Open, worker: int) -> int | None:
+        """Which of ``evaluation``'s parts not yet out ``worker`` takes: of a promotion, the one it holds paused, or
+        :data:`HELD_ELSEWHERE` where other workers (still in the job) hold every one left; else the next (None)."""
+        network = evaluation.individual.network
+        if self.halving is None or network < 0:
+            return None
+        holders = [(part, self.halving.holder(network, part)) for part in evaluation.unsent]
+        mine = next((part for part, holder in holders if holder == worker), None)
+        if mine is not None:
+            return mine
+        workers = self.dispatch.out
+        return HELD_ELSEWHERE if all(holder in workers for _, holder in holders) else None
 
     def task(self, evaluation: Open, fold: tuple) -> Task:
         """The task of one part of a network: its genome's key (the worker decodes its settings), seed, entry bar
@@ -282,6 +322,8 @@ class _Search:
         self.state.busy_seconds += self.clock() - sent.since
         if ev.status in ("ok", "paused") and not math.isfinite(ev.fitness) and not is_refit(sent.task.fold):  # a worker's bug must not put NaN into the search
             ev = failed_evaluation(f"the worker returned a fitness of {ev.fitness}", seconds=ev.seconds, epochs_done=ev.epochs_done)
+        if self.halving is not None and ev.status == "paused":  # the worker keeps that part's training: its promotion goes there
+            self.halving.hold(network_of(sent.individual), sent.task.fold[0] if sent.task.fold else WHOLE, worker)
         complete = self.evaluations.returned(sent.individual.id, sent.task.fold, ev)
         if complete is None:
             return  # more parts to come, or a part of a network recorded already

@@ -7,9 +7,17 @@ epochs (its ``epochs`` gene): with reduction factor ``eta`` and minimum budget `
 rungs, and the networks at a rung have all trained the same share of their plans.
 
 A network at rung i is promotable once it is among the best ``n_i // eta`` of the ``n_i`` results at rung i
-(fitness, then validation loss, then id: ensemble.hall_of_fame.standing's order) and has not been promoted;
-a free worker takes a promotion, highest rung first, before a new network. No worker ever waits for a rung to
-fill: a rung promotes as soon as it has ``eta`` results. :class:`RungTable` answers in O(log n) per result.
+(fitness, then validation loss, then id: ensemble.hall_of_fame.standing's order) and has not been promoted.
+No worker ever waits for a rung to fill: a rung promotes as soon as it has ``eta`` results. :class:`RungTable`
+answers in O(log n) per result.
+
+A paused training lives in the memory of the worker that trained it (its holder: ensemble.paused.PausedCache),
+so a promotion goes to its holder, which carries it on; any other worker would train it again from the start.
+A free worker takes a promotion it holds (highest rung first) before a new network, and a new network before
+a promotion another worker holds, which it takes only when it has nothing else to do (the holders of the
+promotions waiting are busy, and the budget starts no new network): a promotion waits for its holder at most
+one of the holder's trainings. The holders are the master's bookkeeping only (:meth:`Halving.hold`); a resume
+starts with none, and every promotion it makes trains from the start.
 """
 from __future__ import annotations
 
@@ -47,6 +55,8 @@ class _Rung:
     top: list = field(default_factory=list)  # min-heap of the best n // eta results' keys (its worst first)
     rest: list = field(default_factory=list)  # max-heap (negated keys) of the others
     ready: list = field(default_factory=list)  # max-heap (negated keys) of unpromoted results that were in the top
+    held: dict = field(default_factory=dict)  # worker -> a heap like ``ready``, of the networks whose paused training it holds
+    # (None -> of those no worker is known to hold: after a resume, any worker trains them again alike)
     in_top: set = field(default_factory=set)
     promoted: set = field(default_factory=set)
     results: int = 0
@@ -62,11 +72,15 @@ class RungTable:
     def __init__(self, eta: int, rungs: int):
         self.eta, self.rungs = eta, rungs
         self._rungs = [_Rung() for _ in range(rungs - 1)]
+        self._holders: dict[int, tuple[int, ...]] = {}  # network -> the workers that hold its paused training
 
-    def add(self, rung: int, ident: int, fitness: float, loss: float) -> None:
-        """A network's result at ``rung`` (a failure too: it counts among the rung's results, last)."""
+    def add(self, rung: int, ident: int, fitness: float, loss: float, holders: tuple[int, ...] = ()) -> None:
+        """A network's result at ``rung`` (a failure too: it counts among the rung's results, last); ``holders``: the
+        workers that hold its paused training (one, or one per fold), which take its promotion first."""
         if rung >= self.rungs - 1:
             return  # the whole training: nothing to promote to
+        if holders:
+            self._holders[ident] = holders
         r, key = self._rungs[rung], _key(fitness, loss, ident)
         r.results += 1
         heapq.heappush(r.rest, _negated(key))
@@ -88,28 +102,34 @@ class RungTable:
         r.in_top.add(ident)
         if ident not in r.promoted and math.isfinite(key[0]):
             heapq.heappush(r.ready, _negated(key))
+            for worker in self._holders.get(ident) or (None,):
+                heapq.heappush(r.held.setdefault(worker, []), _negated(key))
 
     @staticmethod
-    def _next(r: _Rung) -> int | None:
-        """The rung's best network that may be promoted now, or None. Entries that fell out of the top, or were
-        promoted, are dropped here, lazily. (A negated key: its third item is the id itself.)"""
-        while r.ready and (r.ready[0][2] not in r.in_top or r.ready[0][2] in r.promoted):
-            heapq.heappop(r.ready)
-        return r.ready[0][2] if r.ready else None
+    def _next(r: _Rung, heap: list) -> int | None:
+        """The best network of ``heap`` (the rung's ready heap, or a holder's) that may be promoted now, or None.
+        Entries that fell out of the top, or were promoted, are dropped here, lazily. (A negated key: its third item
+        is the id itself.)"""
+        while heap and (heap[0][2] not in r.in_top or heap[0][2] in r.promoted):
+            heapq.heappop(heap)
+        return heap[0][2] if heap else None
 
     def due(self) -> bool:
         """Is a promotion due now (without making it)?"""
-        return any(self._next(r) is not None for r in self._rungs)
+        return any(self._next(r, r.ready) is not None for r in self._rungs)
 
-    def promotion(self) -> tuple[int, int] | None:
-        """The next promotion, marked made: ``(network id, the rung it goes to)``, highest rung first; None if none is due."""
+    def promotion(self, holder: int | None = None) -> tuple[int, int] | None:
+        """The next promotion, marked made: ``(network id, the rung it goes to)``, highest rung first; None if none is
+        due. With ``holder``, only one whose paused training that worker holds, or that no worker is known to hold."""
         for rung in range(self.rungs - 2, -1, -1):
             r = self._rungs[rung]
-            ident = self._next(r)
-            if ident is not None:
-                heapq.heappop(r.ready)
-                r.promoted.add(ident)
-                return ident, rung + 1
+            for heap in ((r.ready,) if holder is None else (r.held.get(holder), r.held.get(None))):
+                ident = self._next(r, heap) if heap is not None else None
+                if ident is not None:
+                    heapq.heappop(heap)  # (its entries in the other heaps go lazily: it is promoted)
+                    r.promoted.add(ident)
+                    self._holders.pop(ident, None)
+                    return ident, rung + 1
         return None
 
     def mark_promoted(self, rung: int, ident: int) -> None:
@@ -133,6 +153,7 @@ class Halving:
         self.table = RungTable(eta, self.rungs)
         self.last: dict[int, Record] = {}  # network -> its latest recorded stage
         self.promotions_recorded = 0
+        self.holders: dict[int, dict[int, int]] = {}  # network -> part (fold, or -1) -> the worker holding it paused
 
     @classmethod
     def of(cls, search, state) -> Halving:
@@ -157,10 +178,19 @@ class Halving:
             self.promotions_recorded += 1
             self.table.mark_promoted(record.rung - 1, network)
         self.last[network] = record
+        held = self.holders.get(network, {}) if record.status == "paused" else self.holders.pop(network, {})
         if record.status == "paused":
-            self.table.add(record.rung, network, record.fitness, record.loss)
+            self.table.add(record.rung, network, record.fitness, record.loss, tuple(dict.fromkeys(held.values())))
         elif record.status != "ok" and record.rung < self.top:
             self.table.add(record.rung, network, -math.inf, math.inf)
+
+    def hold(self, network: int, part: int, worker: int) -> None:
+        """``worker`` paused a part of ``network``'s training (a fold, or -1 for the whole) and holds it."""
+        self.holders.setdefault(network, {})[part] = worker
+
+    def holder(self, network: int, part: int) -> int | None:
+        """The worker holding that part of ``network`` paused, if one is known."""
+        return self.holders.get(network, {}).get(part)
 
     def reached(self, record: Record) -> Record:
         """A stage that trained the whole of its network's epochs (one of few epochs, whose rungs coincide) is at the top."""
@@ -168,9 +198,10 @@ class Halving:
             record.rung = self.top
         return record
 
-    def promote(self, state) -> Pending | None:
-        """The next promotion as a stage to send (id ``state.next_id``), or None if none is due."""
-        made = self.table.promotion()
+    def promote(self, state, holder: int | None = None) -> Pending | None:
+        """The next promotion as a stage to send (id ``state.next_id``), or None if none is due; with ``holder``, only
+        one that worker holds (a part of it, with folds)."""
+        made = self.table.promotion(holder)
         if made is None:
             return None
         network, rung = made

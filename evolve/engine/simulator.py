@@ -59,13 +59,14 @@ class SimulatedWorkers:
         self._sent = 0
         self._free_at: dict[int, float] = {}  # when each worker's last task ends: one sent before then waits in its queue
         self.trainings: list[tuple[float, float]] = []  # (start, finish) of every task
-        self._reached: dict[int, int] = {}  # search.promotion: the epoch each paused network reached
+        self._reached: dict[int, tuple[int, int]] = {}  # search.promotion: the epoch each paused network reached, and where
+        self.carried_on = self.trained_again = 0  # promotions sent to the worker holding their paused training, and not
         self.last_sent = self.last_new = 0.0
         self.last_finish = 0.0
 
     def send(self, worker: int, task: Task) -> None:
         start = max(self.clock.now, self._free_at.get(worker, 0.0))
-        finish = self._free_at[worker] = start + self.rng.lognormvariate(self.mu, self.sigma) * self._share(task)
+        finish = self._free_at[worker] = start + self.rng.lognormvariate(self.mu, self.sigma) * self._share(task, worker)
         self.trainings.append((start, finish))
         self.last_sent = self.clock.now
         if task.watch.get("carry_on", -1) < 0:
@@ -73,13 +74,18 @@ class SimulatedWorkers:
         self._sent += 1  # (two of a worker's tasks may end at once: a stage of no epochs queued behind another)
         heapq.heappush(self._running, (finish, worker, self._sent, task))
 
-    def _share(self, task: Task) -> float:
-        """The share of its network's whole training a task trains: all of it, or with successive halving its stage
-        (from where its network paused, on this worker or not: a carried-on training is assumed found)."""
+    def _share(self, task: Task, worker: int) -> float:
+        """The share of its network's whole training a task trains: all of it, or with successive halving its stage:
+        from where its network paused on this worker, or from the start on another (as a real worker's memory)."""
         watch, epochs = task.watch, task.training["epochs"]
         if not watch.get("pause_after") and watch.get("carry_on", -1) < 0:
             return 1.0
-        begin = self._reached.get(watch.get("carry_on", -1), 0)
+        begin = 0
+        if watch.get("carry_on", -1) >= 0:
+            reached, holder = self._reached.get(watch["carry_on"], (0, None))
+            begin = reached if holder == worker else 0
+            self.carried_on += holder == worker
+            self.trained_again += holder != worker
         return max(0.0, (watch.get("pause_after") or epochs) - begin) / epochs
 
     def utilization(self) -> float:
@@ -105,7 +111,7 @@ class SimulatedWorkers:
         size = float(task.network["depth"] * task.network["width"] ** 2)  # a made-up cost, for nsga2's second objective
         metrics = {"val_accuracy": fitness, "params": size, "latency_us": size / 1e3}
         if paused:
-            self._reached[task.watch.get("carry_on", -1) if task.watch.get("carry_on", -1) >= 0 else task.id] = paused
+            self._reached[task.watch.get("carry_on", -1) if task.watch.get("carry_on", -1) >= 0 else task.id] = (paused, worker)
         return worker, Result(task.id, Evaluation(status="paused" if paused else "ok", fitness=fitness, metrics=metrics, epochs_done=reached))
 
     def stop(self) -> None:
@@ -120,6 +126,7 @@ class Projection:
     utilization: float  # workers' training time / their capacity, until the last task is handed out
     evaluations_per_hour: float
     master_load: float  # the master's busy time / makespan
+    carried_on: float = 1.0  # search.promotion: the share of promotions sent to the worker holding their paused training
 
 
 def simulate(config: Config, workers: int, task_seconds: float, sigma: float = 0.5, master_seconds: float = 250e-6,
@@ -144,6 +151,7 @@ def simulate(config: Config, workers: int, task_seconds: float, sigma: float = 0
         utilization=transport.utilization(),
         evaluations_per_hour=3600.0 * done / makespan if makespan > 0 else 0.0,
         master_load=done * master_seconds / makespan if makespan > 0 else 0.0,
+        carried_on=transport.carried_on / max(1, transport.carried_on + transport.trained_again),
     )
 
 
