@@ -410,7 +410,7 @@ def train_and_evaluate(
                             first=first, until=until)
     epochs = reached - first  # trained here (a stage carried on trains from where its network paused)
     if status == "paused":
-        return _paused(model, optimizer, generator, data, reached, epochs, curve, time.perf_counter() - start)
+        return _paused(model, optimizer, generator, data, reached, epochs, curve, time.perf_counter() - start, watch.measure_latency)
     if status == "stopped":
         seconds = time.perf_counter() - start
         metrics = {f"val_{k}": v for k, v in last_val.items()}
@@ -441,14 +441,20 @@ def train_and_evaluate(
     return ev
 
 
-def _paused(model, optimizer, generator, data: DeviceData, reached: int, epochs: int, curve: list[float], seconds: float) -> Evaluation:
-    """A training paused after epoch ``reached`` (``epochs`` of them trained here): its validation scores now and its
-    state (diverged if it already has)."""
+def _paused(model, optimizer, generator, data: DeviceData, reached: int, epochs: int, curve: list[float], seconds: float,
+            measure_latency: bool = False) -> Evaluation:
+    """A training paused after epoch ``reached`` (``epochs`` of them trained here): its validation scores now, its size
+    (and inference time, if asked: what a two-objective search promotes by) and its state (diverged if it already has)."""
     pred = predict(model, data.head, data.x["val"], autocast=data.autocast).cpu().numpy()
     if not np.isfinite(pred).all():
         return Evaluation(status="diverged", fitness=-math.inf, seconds=seconds, epochs_done=epochs, message="loss became NaN or infinite")
     scores = data.problem.scores(pred, data.y["val"])
-    ev = Evaluation(status="paused", fitness=data.problem.fitness(scores), metrics={f"val_{k}": v for k, v in scores.items()},
-                    seconds=seconds, epochs_done=epochs, curve=list(curve))
-    ev.paused = Paused.capture(reached, model, optimizer, generator, curve).to_arrays()
+    state = Paused.capture(reached, model, optimizer, generator, curve).to_arrays()  # (before the timing below runs the model)
+    metrics = {f"val_{k}": v for k, v in scores.items()}
+    metrics["params"] = float(sum(p.numel() for p in model.parameters() if p.requires_grad))
+    if measure_latency and data.x["val"].shape[0] > 0:
+        metrics["latency_us"] = latency_us(model, data)
+    ev = Evaluation(status="paused", fitness=data.problem.fitness(scores), metrics=metrics, seconds=seconds, epochs_done=epochs,
+                    curve=list(curve))
+    ev.paused = state
     return ev

@@ -75,8 +75,21 @@ def test_every_worker_gets_its_first_task_before_any_gets_a_second_and_tasks_go_
     dispatch.flush()
     assert fill(dispatch, 1) == [2, 3, 1, 2, 3]
     assert [w for w, _ in transport.sends] == [1, 2, 3, 1, 2, 3] and dispatch.inflight == 6
-    with pytest.raises(ValueError, match="not the next free one"):
+    with pytest.raises(ValueError, match="worker rank 1 is not free"):
         dispatch.send(1, individual(9), task(9))
+
+
+def test_a_worker_with_a_free_slot_may_take_a_task_out_of_turn_and_a_full_one_may_not():
+    transport = Loopback(workers=3)
+    dispatch = Dispatcher(transport, depth=1, clock=lambda: 0.0, wall_clock=lambda: 0.0)
+    assert dispatch.has_slot(3) and dispatch.free_worker(100) == 1
+    dispatch.send(3, individual(0), task(0))  # a promotion's holder, idle at a barrier, before worker 1 in turn
+    assert not dispatch.has_slot(3) and list(dispatch.idle) == [1, 2]
+    with pytest.raises(ValueError, match="worker rank 3 is not free"):
+        dispatch.send(3, individual(1), task(1))
+    dispatch.send(1, individual(1), task(1))
+    dispatch.flush()
+    assert [w for w, _ in transport.sends] == [3, 1]
 
 
 def test_the_last_round_queues_nothing_behind_a_busy_worker():

@@ -144,9 +144,21 @@ def test_a_promotion_goes_to_the_worker_that_holds_its_paused_training(folds):
         assert all(r.worker == state.by_id()[r.parents[0]].worker for r in carried)
 
 
-def test_promotion_needs_a_strategy_that_supports_it():
-    with pytest.raises(ConfigError, match='search.promotion works with search.mode async, optuna, not "generational"'):
-        config_from_dict({"search": {"mode": "generational", "promotion": True}})
+def test_promotion_needs_a_strategy_that_supports_it(monkeypatch):
+    from evolve.search import registry
+
+    monkeypatch.setattr(registry, "_STRATEGIES", dict(registry._loaded()))
+
+    @registry.register
+    class Unstaged:  # a strategy that cannot promote
+        name = mode = "unstaged-test"
+        capabilities = registry.Capabilities()
+        create = classmethod(lambda cls, context: cls())
+
+    problem = registry.check("unstaged-test", config_from_dict({"search": {"promotion": True}}).search)
+    assert problem == 'search.promotion works with search.mode async, generational, nsga2, optuna, not "unstaged-test"'
+    for mode in ("async", "generational", "nsga2", "optuna"):
+        assert config_from_dict({"search": {"mode": mode, "promotion": True}}).search.promotion
     with pytest.raises(ConfigError, match="ensemble.refit"):
         config_from_dict({"search": {"promotion": True}, "data": {"folds": 5}, "ensemble": {"refit": True}})
     assert config_from_dict({"search": {"promotion": True, "mode": "optuna"}}).search.promotion
@@ -250,3 +262,64 @@ def test_the_csv_has_each_stages_rung_network_and_budget():
         epochs = SPACE.candidate(r.genome)[1].epochs
         assert (int(row["rung"]), int(row["network"])) == (r.rung, r.network)
         assert int(row["budget"]) == rung_epochs(epochs, 3, 1 / 9)[r.rung]  # the epochs trained when the stage ended
+
+
+def _generations(records):
+    """The records in id order cut into generations (a barrier strategy: its children, then its promotions rung by rung),
+    each a dict rung -> the stages recorded at that rung."""
+    out, seen_promotion = [], True
+    for r in sorted(records, key=lambda r: r.id):
+        if r.network < 0 and seen_promotion:
+            out.append({})
+        seen_promotion = r.network >= 0
+        out[-1].setdefault(r.rung, []).append(r)
+    return out
+
+
+def _staged_search(mode, workers, budget=12, **search):
+    state = SearchState.fresh(0, candidates=8)
+    cfg = search_config(budget, population=4, candidates=8, mode=mode, checkpoint_seconds=0, promotion=True, eta=3, min_budget=1 / 9,
+                        space=SPACE, **search)
+    if workers == 1:
+        transport, clock = InProcessTransport(trainer_for(DATA), 1), {}
+    else:
+        transport = SimulatedTransport({w: 1.0 + 0.7 * w for w in range(1, workers + 1)}, evaluate={w: trainer_for(DATA) for w in range(1, workers + 1)})
+        clock = {"clock": transport.clock}
+    run_search(state, transport, SPACE, cfg, validation=(PROBLEM, DATA.y["val"]), **clock)
+    return state
+
+
+@pytest.mark.parametrize("mode", ["generational", "nsga2"])
+def test_a_barrier_strategy_promotes_the_best_of_each_generations_rung_and_the_same_on_any_number_of_workers(mode):
+    """Successive halving within each generation: once a generation's stages at a rung are all in, the best
+    max(1, n // eta) of them go on (by fitness; by Pareto rank, then crowding, in nsga2), and nothing else is promoted.
+    The barrier decides, so one worker and four of uneven speeds train the same stages to the same results."""
+    from evolve.search.ga import nsga2_survivors, pareto_individual
+    from evolve.search.records import best_first
+
+    state = _staged_search(mode, 1, second_objective="params")
+    generations = _generations(state.records)
+    assert len(generations) == 3 and [len(g[0]) for g in generations] == [4, 4, 4]
+    for g in generations:
+        for rung in (1, 2):
+            below = [r for r in g.get(rung - 1, []) if r.status == "paused"]
+            promoted = {r.parents[0] for r in g.get(rung, [])}
+            if not below:
+                assert not promoted
+                continue
+            k = max(1, len(below) // 3)
+            if mode == "nsga2":
+                inds = [pareto_individual(r.genome, r.fitness, r.metrics["params"], r.id) for r in sorted(below, key=lambda r: r.id)]
+                best = {ind.ident for ind in nsga2_survivors(inds, k)}
+            else:
+                best = {r.id for r in sorted(below, key=best_first)[:k]}
+            assert promoted == best
+    assert any(r.rung == 2 and r.status == "ok" for r in state.records)
+    if mode == "nsga2":  # the front holds whole trainings only
+        by_id = state.by_id()
+        assert state.strategy["front"] and all(by_id[i].status == "ok" for i in state.strategy["front"])
+    many = _staged_search(mode, 4, second_objective="params")
+    strip = lambda rs: [(r.id, tuple(r.genome), r.rung, r.network, r.status, r.fitness) for r in sorted(rs, key=lambda r: r.id)]  # noqa: E731
+    assert strip(many.records) == strip(state.records)
+    carried = [r for r in many.records if r.network >= 0]
+    assert sum(r.metrics["carried_on_from"] > 0 for r in carried) >= len(carried) // 2  # most go to the worker holding them

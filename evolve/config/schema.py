@@ -81,7 +81,7 @@ class SearchConfig:
     brood: int = 4  # model breeding: candidates bred and ranked per child sent (larger exploits the model harder)
     checkpoint_seconds: float = 10.0  # at most this long between checkpoint writes
     early_stopping: bool = True  # stop trainings below the median of earlier ones (async mode only; off with promotion)
-    promotion: bool = False  # asynchronous successive halving: each network trains to its first rung, and on to the next only if it is in the best 1/eta there (a strategy that supports it: async, optuna)
+    promotion: bool = False  # successive halving: each network trains to its first rung, and on to the next only if it is in the best 1/eta there: as results come (async, optuna: ASHA), or at each generation's barrier (generational; nsga2 by Pareto rank)
     eta: int = 3  # promotion: the reduction factor between rungs (the best 1/eta go on, each rung eta times the one below)
     min_budget: float = 0.111  # promotion: the first rung, as a share of each network's planned epochs (rungs at min_budget x eta^i, then the whole training)
     early_stopping_warmup: int = 2  # never stop a training before this many epochs

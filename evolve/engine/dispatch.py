@@ -73,11 +73,19 @@ class Dispatcher:
             self.idle.popleft()
         return None
 
+    def has_slot(self, worker: int) -> bool:
+        """May ``worker`` take a task now (idle, or with room in its queue: it starts when its training ends)?"""
+        return worker in self.out and worker in self.idle
+
     def send(self, worker: int, individual: Pending, task: Task) -> None:
-        """Give ``task`` to ``worker`` (a :meth:`free_worker`); it goes out at the next :meth:`flush`."""
-        if not self.idle or self.idle[0] != worker:
-            raise ValueError(f"worker rank {worker} is not the next free one")
-        self.idle.popleft()
+        """Give ``task`` to ``worker`` (a :meth:`free_worker`, or out of turn another that :meth:`has_slot`: a promotion's
+        holder); it goes out at the next :meth:`flush`."""
+        if self.idle and self.idle[0] == worker:
+            self.idle.popleft()
+        elif self.has_slot(worker):
+            self.idle.remove(worker)
+        else:
+            raise ValueError(f"worker rank {worker} is not free")
         if self.journal is not None:  # a job death counts against the task its worker trains, not those queued
             self.journal.sent(individual, individual.attempts + (0 if self.out[worker] else 1))
         self.out[worker].append(Sent(individual, task, self.clock(), self.wall_clock()))

@@ -224,7 +224,7 @@ class _Search:
         while True:
             room = self.search.evaluations - self.networks_recorded() - evaluations.counted()  # networks the budget lets begin
             tasks = evaluations.parts_left() + max(room, 0) * evaluations.parts
-            if self.halving is not None and self.halving.table.due():
+            if self.halving is not None and self._promotion_due():
                 tasks += evaluations.parts
             worker = self.dispatch.free_worker(tasks) if tasks > 0 else None
             if worker is None:
@@ -232,13 +232,14 @@ class _Search:
             chosen = self.propose(room, worker)
             if chosen is None:
                 break  # the strategy waits for results (a generation's barrier), or a suspect for another
-            evaluation, part = chosen
+            evaluation, part, target = chosen
             fold = evaluations.take_part(evaluation, part)
-            self.dispatch.send(worker, evaluation.individual, self.task(evaluation, fold))
+            self.dispatch.send(target, evaluation.individual, self.task(evaluation, fold))
         self.dispatch.flush()
 
-    def propose(self, room: int, worker: int) -> tuple[Open, int | None] | None:
-        """The network whose part goes out next to ``worker``, and which part (None: the next): an open one with parts
+    def propose(self, room: int, worker: int) -> tuple[Open, int | None, int] | None:
+        """The network whose part goes out next, which part (None: the next) and to whom: ``worker``, unless that part
+        is a promotion whose holder has a free slot now (idle at a barrier, or room in its queue), which gets it instead. An open one with parts
         not yet out (the next fold of one being cross-validated, or one to redo, while the budget has ``room`` for
         networks to begin) first, else a promotion ``worker`` holds (or no worker is known to hold), else (with
         ``room``) a new one from the strategy, else a promotion another worker holds (promotion.py: a promotion goes to its holder, which carries
@@ -247,28 +248,41 @@ class _Search:
         A suspect (an individual out when a job died) goes out only while no other is out: two suspects
         out together at another death would both be blamed, though one killed the job."""
         evaluations = self.evaluations
+        if self.halving is not None and not self.halving.asynchronous:  # the strategy's barrier decided these: all open now,
+            while (proposal := self.strategy.promote()) is not None:    # in its order (ids that do not depend on the workers)
+                self._open_promotion(self.halving.stage(self.state, proposal.network, proposal.rung))
         elsewhere = None  # an open promotion whose parts left are held by other workers
         for evaluation in evaluations.waiting():
             if (room > 0 or evaluations.is_started(evaluation)) and (evaluation.individual.attempts == 0 or not self.dispatch.suspects):
                 part = self._part_for(evaluation, worker)
                 if part != HELD_ELSEWHERE:
-                    return evaluation, part
+                    return evaluation, part, worker
                 elsewhere = elsewhere or evaluation
         if self.halving is not None:
-            promoted = self.halving.promote(self.state, worker)
+            promoted = self._promotion(worker)
             if promoted is not None:
                 evaluation = self._open_promotion(promoted)
-                return evaluation, self._part_for(evaluation, worker)
+                return evaluation, self._part_for(evaluation, worker), worker
         new = self._new_network(room)
         if new is not None:
-            return new, None
-        if elsewhere is not None:  # nothing else for this worker: it trains that part again from the start
-            return elsewhere, None
+            return new, None, worker
+        if elsewhere is not None:  # nothing else for this worker: the holder takes it if it has a slot (queued behind its
+            network = elsewhere.individual.network  # training, if any), else this worker, from the start
+            held = next(((part, h) for part in elsewhere.unsent if self.dispatch.has_slot(h := self.halving.holder(network, part))), None)
+            return (elsewhere, *held) if held is not None else (elsewhere, None, worker)
         if self.halving is not None:
-            promoted = self.halving.promote(self.state)
+            promoted = self._promotion(None)
             if promoted is not None:
-                return self._open_promotion(promoted), None
+                return self._open_promotion(promoted), None, worker
         return None
+
+    def _promotion_due(self) -> bool:
+        return self.halving.table.due() if self.halving.asynchronous else self.strategy.promotions_waiting()
+
+    def _promotion(self, worker: int | None) -> Pending | None:
+        """A due promotion of the rung table (ASHA) as a stage to send: one that ``worker`` holds (or no worker is known
+        to hold), or with None any. (A strategy that promotes at its barrier has its promotions opened by :meth:`propose`.)"""
+        return self.halving.promote(self.state, worker) if self.halving.asynchronous else None
 
     def _new_network(self, room: int) -> Open | None:
         """A new network from the strategy, if the budget has room for it (after the networks to redo) and the strategy

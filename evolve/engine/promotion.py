@@ -26,23 +26,9 @@ import math
 from dataclasses import dataclass, field
 
 from evolve.search.records import Pending, Record, network_of
+from evolve.search.rungs import rung_count, rung_epochs
 
-
-def rung_count(eta: int, min_budget: float) -> int:
-    """The rungs, the whole training included: 1 + how many times ``eta`` fits between ``min_budget`` and 1."""
-    if eta < 2 or not 0.0 < min_budget <= 1.0:
-        raise ValueError(f"successive halving needs eta >= 2 and 0 < min_budget <= 1, got {eta} and {min_budget}")
-    return 1 + int(math.floor(math.log(1.0 / min_budget, eta) + 1e-9))
-
-
-def rung_epochs(epochs: int, eta: int, min_budget: float) -> list[int]:
-    """The epochs a network planned for ``epochs`` has trained at each rung: at least 1, never fewer than at
-    the rung below, the last the whole ``epochs``. Rung i is ``min_budget * eta**i`` of them, rounded."""
-    rungs = rung_count(eta, min_budget)
-    out: list[int] = []
-    for i in range(rungs - 1):
-        out.append(min(epochs, max(1, round(epochs * min_budget * eta**i), out[-1] if out else 1)))
-    return out + [epochs]
+__all__ = ["Halving", "RungTable", "rung_count", "rung_epochs"]
 
 
 def _key(fitness: float, loss: float, ident: int) -> tuple:
@@ -147,8 +133,10 @@ class Halving:
     task is held to. Rebuilt from the records and the pending stages on resume (:meth:`of`): nothing of it is
     stored but the records' ``rung`` and ``network``."""
 
-    def __init__(self, eta: int, min_budget: float):
+    def __init__(self, eta: int, min_budget: float, asynchronous: bool = True):
         self.eta, self.min_budget = eta, min_budget
+        # True: the table promotes as results come (ASHA); False: the strategy promotes at its barrier (Generational)
+        self.asynchronous = asynchronous
         self.rungs = rung_count(eta, min_budget)
         self.table = RungTable(eta, self.rungs)
         self.last: dict[int, Record] = {}  # network -> its latest recorded stage
@@ -158,7 +146,9 @@ class Halving:
     @classmethod
     def of(cls, search, state) -> Halving:
         """The halving of ``search``'s settings, carrying on from ``state``'s records and pending stages."""
-        halving = cls(search.eta, search.min_budget)
+        from evolve.search.registry import capabilities
+
+        halving = cls(search.eta, search.min_budget, asynchronous=not capabilities(search.mode).barrier)
         for record in sorted(state.records, key=lambda r: r.id):
             halving.tell(record)
         for stage in state.pending:
@@ -179,6 +169,8 @@ class Halving:
             self.table.mark_promoted(record.rung - 1, network)
         self.last[network] = record
         held = self.holders.get(network, {}) if record.status == "paused" else self.holders.pop(network, {})
+        if not self.asynchronous:
+            return
         if record.status == "paused":
             self.table.add(record.rung, network, record.fitness, record.loss, tuple(dict.fromkeys(held.values())))
         elif record.status != "ok" and record.rung < self.top:
@@ -204,7 +196,10 @@ class Halving:
         made = self.table.promotion(holder)
         if made is None:
             return None
-        network, rung = made
+        return self.stage(state, *made)
+
+    def stage(self, state, network: int, rung: int) -> Pending:
+        """``network``'s promotion to ``rung`` as a stage to send (id ``state.next_id``), carrying on its latest stage."""
         before = self.last[network]
         return Pending(id=state.next_id, genome=list(before.genome), parents=(before.id, -1), operators="promotion", rung=rung,
                        network=network)

@@ -11,8 +11,9 @@ OBJECTIVES = {"params": "params", "latency": "latency_us"}
 
 
 def objective_value(record: Record, objective: str) -> float | None:
-    """The second objective's value of a successful evaluation (see :data:`OBJECTIVES`); None if it has none."""
-    value = record.metrics.get(OBJECTIVES[objective]) if record.status == "ok" else None
+    """The second objective's value of a successful evaluation, or of a stage paused at its rung (see :data:`OBJECTIVES`);
+    None if it has none."""
+    value = record.metrics.get(OBJECTIVES[objective]) if record.status in ("ok", "paused") else None
     return value if value is not None and math.isfinite(value) and math.isfinite(record.fitness) else None
 
 

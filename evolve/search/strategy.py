@@ -32,6 +32,15 @@ Selection (``search.selection``) is by ``fitness``, or in the async and generati
 ``ensemble``: parents (tournaments) and survivors (replacement) are chosen by what an individual
 adds to the run's current ensemble (``value``, from :mod:`ensemble.contribution`, given by the engine).
 
+With successive halving (``search.promotion``) a network trains in stages to rungs (evolve.engine.promotion).
+The async strategy's promotions are made by the engine, asynchronously (ASHA). A strategy with a barrier promotes at
+its barrier instead, within the generation (synchronous successive halving, as each bracket of Hyperband): once the
+generation's stages at a rung are all in, the best ``max(1, n // eta)`` of those ``n`` go on to the next rung (by
+fitness; by Pareto rank, then crowding distance, in ``nsga2``), handed out by ``promote()``, and the generation is
+complete when no stage of it is paused. The networks that stopped at a lower rung join the pool too, ranked below
+every one that went further (their rung first, then fitness, or Pareto rank within the rung): parents come from the
+highest rungs. The choices depend on the seed alone, as the barrier's always do.
+
 Breeding (``search.breeding``) is ``blind`` (each child is the operators' draw) or, in the
 async and generational modes, ``model``: a surrogate of the fitness (:mod:`.surrogate`) ranks
 ``search.brood`` bred candidates per child sent, and the best are sent.
@@ -59,8 +68,9 @@ from .ga import (
     value_tournament,
 )
 from .pareto import OBJECTIVES, ParetoFront, objective_value
-from .records import Pending, Record
+from .records import Pending, Record, best_first, network_of
 from .registry import Capabilities, Context, Value, register
+from .rungs import rung_count
 from .space import SearchSpace
 from .surrogate import Surrogate
 
@@ -71,17 +81,21 @@ POOL_MAX = 32  # async, model breeding: children ranked at once at most (see Ste
 class Proposal:
     genome: list[float]
     parents: tuple[int, int]
-    operators: str  # "random", "crossover", "mutation", "crossover+mutation" or "copy"
+    operators: str  # "random", "crossover", "mutation", "crossover+mutation" or "copy"; "promotion"
     key: tuple  # what the genome decodes to (SearchSpace.key, computed once, when proposed)
+    network: int = -1  # a promotion (Generational.promote): the network trained on, from its stage parents[0]
+    rung: int = 0  # ... to this rung
 
     def to_json(self) -> list:
-        return [list(self.genome), list(self.parents), self.operators]
+        return [list(self.genome), list(self.parents), self.operators] + ([self.network, self.rung] if self.network >= 0 else [])
 
     @classmethod
     def from_json(cls, item: list, space: SearchSpace) -> Proposal:
-        genome, parents, operators = item
+        genome, parents, operators, *promoted = item
         genome = [float(g) for g in genome]
-        return cls(genome=genome, parents=(int(parents[0]), int(parents[1])), operators=str(operators), key=candidate_key(space, genome))
+        network, rung = (int(promoted[0]), int(promoted[1])) if promoted else (-1, 0)
+        return cls(genome=genome, parents=(int(parents[0]), int(parents[1])), operators=str(operators), key=candidate_key(space, genome),
+                   network=network, rung=rung)
 
 
 class Strategy(Protocol):
@@ -298,7 +312,8 @@ class Generational(_Breeder):
     """``generational``: breed a whole generation at once; wait for all of it; keep the best of parents and children."""
 
     name = mode = "generational"
-    capabilities = Capabilities(barrier=True, order_matters=False, breeding=("blind", "model"), selection=("fitness", "ensemble"))
+    capabilities = Capabilities(barrier=True, order_matters=False, breeding=("blind", "model"), selection=("fitness", "ensemble"),
+                                promotion=True)
 
     @classmethod
     def create(cls, context: Context) -> Generational:
@@ -313,11 +328,17 @@ class Generational(_Breeder):
     def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict, surrogate: Surrogate | None = None,
                  value: Value | None = None):
         super().__init__(space, params, rng, known, surrogate, value)
+        # search.promotion: successive halving within each generation (see the module's docstring)
+        self.rungs = bool(getattr(params, "promotion", False))
+        self.eta = int(getattr(params, "eta", 3))
+        self.top = rung_count(self.eta, getattr(params, "min_budget", 1.0)) - 1 if self.rungs else 0
         self.population = [self._member(records[i]) for i in state.get("population", [])]
         self.generation = int(state.get("generation", 0))
         self.queue = [Proposal.from_json(item, space) for item in state.get("queue", [])]
         self.seen.update(p.key for p in self.queue)  # proposed, as before the stop
         self.outstanding = int(state.get("outstanding", 0))  # handed out, not yet told
+        self.stage = [records[i] for i in state.get("stage", [])]  # the generation's stages paused at its current rung
+        self.promotions = [Proposal.from_json(item, space) for item in state.get("promotions", [])]  # decided, not yet out
         self.told = [self._member(records[i]) for i in state.get("told", []) if self._eligible(records[i])]
         if not state:  # a new search: generation 0 is random
             self.queue = [self.random() for _ in range(params.population)]
@@ -329,10 +350,15 @@ class Generational(_Breeder):
         generation this state has not reached joins the one in progress. None is sent twice, and the barrier
         waits for them all."""
         for individual in sorted(pending, key=lambda p: p.id)[self.outstanding:]:
-            key = candidate_key(self.space, individual.genome)
-            sent = next((i for i, p in enumerate(self.queue) if p.key == key), None)
-            if sent is not None:
-                del self.queue[sent]
+            if individual.network >= 0:  # a promotion
+                sent = next((i for i, p in enumerate(self.promotions) if (p.network, p.rung) == (individual.network, individual.rung)), None)
+                if sent is not None:
+                    del self.promotions[sent]
+            else:
+                key = candidate_key(self.space, individual.genome)
+                sent = next((i for i, p in enumerate(self.queue) if p.key == key), None)
+                if sent is not None:
+                    del self.queue[sent]
             self.outstanding += 1
 
     def ask(self) -> Proposal | None:
@@ -341,22 +367,51 @@ class Generational(_Breeder):
         self.outstanding += 1
         return self.queue.pop(0)
 
+    def promote(self) -> Proposal | None:
+        """The next promotion decided at the barrier (successive halving), or None. (The engine opens them all at once,
+        in this order, and sends each to the worker that holds its paused training when it can.)"""
+        if not self.promotions:
+            return None
+        self.outstanding += 1
+        return self.promotions.pop(0)
+
+    def promotions_waiting(self) -> bool:
+        return bool(self.promotions)
+
     def tell(self, record: Record) -> None:
         self.note_outcome(record)
         self.outstanding -= 1
-        if self._eligible(record):
+        if self.rungs and record.status == "paused":
+            self.stage.append(record)
+        elif self._eligible(record):
             self.told.append(self._member(record))
         if self.surrogate is not None:
             self.surrogate.tell(record)
-        if not self.queue and self.outstanding <= 0:
+        if not self.queue and not self.promotions and self.outstanding <= 0:
+            self._barrier()
+
+    def _barrier(self) -> None:
+        """The generation's results so far are all in: with stages paused at a rung, the best of them go on to the
+        next (the rest join the pool, ranked at their rung); else the generation is complete."""
+        if not self.stage:
             self._next_generation()
+            return
+        chosen = {r.id for r in self._best(self.stage, max(1, len(self.stage) // self.eta))}
+        self.told += [self._member(r) for r in self.stage if r.id not in chosen and self._eligible(r)]
+        self.promotions = [Proposal(list(r.genome), (r.id, -1), "promotion", candidate_key(self.space, r.genome), network_of(r), r.rung + 1)
+                           for r in sorted(self.stage, key=lambda r: r.id) if r.id in chosen]
+        self.stage = []
+
+    def _best(self, records: list[Record], k: int) -> list[Record]:
+        """The ``k`` of ``records`` (stages at one rung) promoted: the best by fitness, then loss, then id."""
+        return sorted(records, key=best_first)[:k]
 
     def _eligible(self, record: Record) -> bool:
-        """May this result enter the population?"""
-        return record.status == "ok"
+        """May this result enter the population: a whole training that ended well, or a stage paused at its rung?"""
+        return record.status == "ok" or (self.rungs and record.status == "paused")
 
     def _member(self, record: Record) -> Individual:
-        return _individual(record)
+        return _individual(record, self.rungs)
 
     def _survivors(self, pool: list[Individual]) -> list[Individual]:
         """The next population: the best ``population`` of parents and children (by fitness, or by value to the
@@ -395,6 +450,7 @@ class Generational(_Breeder):
             "generation": self.generation,
             "queue": [p.to_json() for p in self.queue],
             "outstanding": self.outstanding,
+            **({"stage": [r.id for r in self.stage], "promotions": [p.to_json() for p in self.promotions]} if self.rungs else {}),
             "told": sorted(ind.ident for ind in self.told),  # by id, not arrival: the state is the same on any number of workers
             **self.surrogate_state(),
         }
@@ -413,7 +469,7 @@ class NSGA2(Generational):
     """
 
     name = mode = "nsga2"
-    capabilities = Capabilities(barrier=True, order_matters=False, objectives=2)
+    capabilities = Capabilities(barrier=True, order_matters=False, objectives=2, promotion=True)
 
     @classmethod
     def create(cls, context: Context) -> NSGA2:
@@ -426,6 +482,7 @@ class NSGA2(Generational):
         if state and state.get("objective", objective) != objective:
             raise ValueError(f"the run's second objective is {state.get('objective')!r}, not {objective!r}")
         self.objective = objective
+        self.rung_of: dict[int, int] = {}  # a member's rung (search.promotion): the pool is ranked by it first
         super().__init__(space, params, rng, records, known, state)
         self.front = ParetoFront()
         for i in state.get("front", []):
@@ -433,18 +490,39 @@ class NSGA2(Generational):
 
     def tell(self, record: Record) -> None:
         cost = objective_value(record, self.objective)
-        if cost is not None:
+        if cost is not None and record.status == "ok":  # the front: whole trainings only
             self.front.add(record.id, record.fitness, cost)
         super().tell(record)
 
     def _eligible(self, record: Record) -> bool:
-        return objective_value(record, self.objective) is not None
+        return record.status in ("ok", "paused" if self.rungs else "ok") and objective_value(record, self.objective) is not None
 
     def _member(self, record: Record) -> Individual:
+        self.rung_of[record.id] = record.rung
         return pareto_individual(record.genome, record.fitness, objective_value(record, self.objective), record.id)
 
+    def _best(self, records: list[Record], k: int) -> list[Record]:
+        """Promotion by Pareto rank within the rung, then crowding distance (``selNSGA2``, ties to the earlier id); a
+        stage without the objective goes on only where too few have it."""
+        scored = [r for r in sorted(records, key=lambda r: r.id) if objective_value(r, self.objective) is not None]
+        chosen = {ind.ident for ind in nsga2_survivors([self._member(r) for r in scored], min(k, len(scored)))}
+        rest = sorted((r for r in records if r.id not in chosen), key=best_first)
+        return [r for r in records if r.id in chosen] + rest[: k - len(chosen)]
+
     def _survivors(self, pool: list[Individual]) -> list[Individual]:
-        return nsga2_survivors(sorted(pool, key=lambda ind: ind.ident), self.params.population)
+        """``selNSGA2`` over the pool; with successive halving, rung by rung from the highest (a whole training before
+        any network stopped at a lower rung), ``selNSGA2`` within the rung that fills the last places."""
+        pool = sorted(pool, key=lambda ind: ind.ident)
+        if not self.rungs:
+            return nsga2_survivors(pool, self.params.population)
+        out: list[Individual] = []
+        for rung in sorted({self.rung_of.get(ind.ident, self.top) for ind in pool}, reverse=True):
+            group = [ind for ind in pool if self.rung_of.get(ind.ident, self.top) == rung]
+            room = self.params.population - len(out)
+            out += group if len(group) <= room else nsga2_survivors(group, room)
+            if len(out) >= self.params.population:
+                break
+        return out
 
     def _breed(self) -> list[Proposal]:
         self.toolbox.register("select", crowded_tournament(pareto_ranks(self.population), self.rng))
