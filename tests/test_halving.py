@@ -323,3 +323,23 @@ def test_a_barrier_strategy_promotes_the_best_of_each_generations_rung_and_the_s
     assert strip(many.records) == strip(state.records)
     carried = [r for r in many.records if r.network >= 0]
     assert sum(r.metrics["carried_on_from"] > 0 for r in carried) >= len(carried) // 2  # most go to the worker holding them
+
+
+@pytest.mark.parametrize("mode, stop_at", [("generational", 5), ("generational", 6), ("nsga2", 9)])
+def test_a_barrier_strategy_with_promotion_resumes_to_the_search_it_would_have_been(tmp_path, mode, stop_at):
+    """Stopped with a generation's promotions decided (5: the first rung's barrier passed; 6: a promotion out) or its
+    next rung under way, saved and resumed: the same stages and results as the unbroken search."""
+    whole = _staged_search(mode, 1, second_objective="params")
+    state = SearchState.fresh(0, candidates=8)
+    cfg = search_config(12, population=4, candidates=8, mode=mode, checkpoint_seconds=0, promotion=True, eta=3, min_budget=1 / 9,
+                        space=SPACE, second_objective="params")
+    run_search(state, InProcessTransport(trainer_for(DATA), 1), SPACE, cfg, validation=(PROBLEM, DATA.y["val"]),
+               should_stop=lambda: len(state.records) >= stop_at)
+    data = {"problem": PROBLEM.to_dict(), "sample_shape": [6], "x_dtype": "float32"}
+    path = str(tmp_path / "c.h5")
+    checkpoint.save(path, state, RunInfo(config_from_dict({"search": {"evaluations": 12, "promotion": True, "mode": mode}, "space": {}}),
+                                         list(GENE_NAMES), data, DATA.y["val"], DATA.y["test"]))
+    resumed, _ = checkpoint.load(path)
+    run_search(resumed, InProcessTransport(trainer_for(DATA), 1), SPACE, cfg, validation=(PROBLEM, DATA.y["val"]))
+    strip = lambda rs: [(r.id, tuple(r.genome), r.rung, r.network, r.status, r.fitness) for r in sorted(rs, key=lambda r: r.id)]  # noqa: E731
+    assert strip(resumed.records) == strip(whole.records)
