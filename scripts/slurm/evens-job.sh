@@ -69,13 +69,29 @@ terminated() {  # Slurm signals every rank itself (cancel, preemption, time limi
 trap warned USR1
 trap terminated TERM
 
-job_state() {  # Slurm's state of this job: RUNNING, CANCELLED, PREEMPTED, TIMEOUT, PENDING, ... (empty: unknown)
-    local state
-    state=$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -n 1)
+seconds() {  # a Slurm duration ([D-][HH:]MM:SS) in seconds; nothing for UNLIMITED or none
+    local d=0 t=$1 h=0 m=0 s=0
+    [[ "$t" =~ ^([0-9]+-)?([0-9]+:)?([0-9]+):([0-9]+)$ ]] || return 0
+    [ -n "${BASH_REMATCH[1]}" ] && d=${BASH_REMATCH[1]%-}
+    [ -n "${BASH_REMATCH[2]}" ] && h=${BASH_REMATCH[2]%:}
+    m=${BASH_REMATCH[3]}; s=${BASH_REMATCH[4]}
+    echo $(( ((10#$d * 24 + 10#$h) * 60 + 10#$m) * 60 + 10#$s ))
+}
+
+job_state() {  # Slurm's state of this job: RUNNING, CANCELLED, PREEMPTED, TIMEOUT, PENDING, COMPLETING, ... (empty: unknown)
+    local info state acct run limit
+    info=$(scontrol show job "$SLURM_JOB_ID" -o 2>/dev/null)
+    state=$(grep -o 'JobState=[A-Z_]*' <<< "$info" | head -n 1)
     state=${state#JobState=}
     if [ "$state" = COMPLETING ]; then  # scontrol names this flag while Slurm kills the job; accounting has the state
-        state=$(sacct -X -n -P -o State -j "$SLURM_JOB_ID" 2>/dev/null | head -n 1)
-        state=${state%% *}  # "CANCELLED by 1000"
+        acct=$(sacct -X -n -P -o State -j "$SLURM_JOB_ID" 2>/dev/null | head -n 1)
+        if [ -n "$acct" ]; then
+            state=${acct%% *}  # "CANCELLED by 1000"
+        else  # no accounting: a job that has run its whole time limit timed out; a cancel and a preemption look alike
+            run=$(seconds "$(grep -o 'RunTime=[0-9:-]*' <<< "$info" | head -n 1 | cut -d= -f2)")
+            limit=$(seconds "$(grep -o 'TimeLimit=[0-9:-]*' <<< "$info" | head -n 1 | cut -d= -f2)")
+            [ -n "$run" ] && [ -n "$limit" ] && [ "$run" -ge "$limit" ] && state=TIMEOUT
+        fi
     fi
     echo "$state"
 }
@@ -163,6 +179,8 @@ while :; do
                     exit 0 ;;
                 CANCELLED)  # scancel: what the user asked for
                     echo "evens-job.sh: checkpoint saved; job $SLURM_JOB_ID was cancelled, so it is not requeued; submit it again to resume" >&2 ;;
+                COMPLETING)  # Slurm ends the job before its time limit, and keeps no accounting that would say why
+                    echo "evens-job.sh: checkpoint saved; Slurm is ending job $SLURM_JOB_ID before its time limit (a cancel, or a preemption: without accounting, sacct cannot tell), so it is not requeued; submit it again to resume" >&2 ;;
                 *)
                     echo "evens-job.sh: checkpoint saved; Slurm shows job $SLURM_JOB_ID as '$state' (scontrol, sacct), so it is not requeued; submit it again to resume" >&2 ;;
             esac
