@@ -338,7 +338,7 @@ def test_scancel_is_not_requeued_but_a_preemption_is(slurm_job, cancel_shows, ac
     job.scancel()
     code, err = job.finish(proc)
     assert code == 75 and "job 4242 was cancelled, so it is not requeued; submit it again to resume" in err, err
-    assert not _requeues(job.calls()) and "scontrol show job 4242" in job.calls()
+    assert not _requeues(job.calls()) and "scontrol show job 4242 -o" in job.calls()
 
     if accounting:
         (job.stub_dir / "sacct_state").write_text("PREEMPTED\n")
