@@ -14,7 +14,7 @@ from ensemble.device import choose_device, cpu_threads
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["affinity", "launcher_threads", "ranks_sharing", "take_device", "trainer_threads", "usable_cores"]  # usable_cores: data_bcast.host's, the one reading of affinity
+__all__ = ["affinity", "launcher_threads", "ranks_sharing", "spare_cores", "take_device", "trainer_threads", "usable_cores"]  # usable_cores: data_bcast.host's, the one reading of affinity
 
 
 def _count(name: str) -> int:
@@ -44,11 +44,26 @@ def ranks_sharing(mine: frozenset[int] | None, masks: list[frozenset[int] | None
     return max(1, sum(1 for m in masks if m and m & mine))
 
 
+def spare_cores(cores: int) -> int:
+    """Of the ``cores`` this process may run on, those other work leaves it: all of them where a scheduler bound it to
+    some of the machine's (they are its own), else the machine's cores less its load average over the last minute
+    (rounded), at least 1. Threads beyond the idle cores are worse than none: on a 2-core machine at load 4, a rank
+    with 2 torch threads trained 3 times slower than with 1 (scripts/bench/bench_threads.py)."""
+    machine = os.cpu_count() or cores
+    if cores < machine:
+        return cores
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # pragma: no cover - no load average on this system
+        return cores
+    return max(1, min(cores, machine - int(load + 0.5)))
+
+
 def trainer_threads(sharing: int, threads: int = 0) -> int:
     """The torch threads of a rank's training: ``train.threads`` if set, else what the launcher asked for
-    (:func:`launcher_threads`), else this rank's cores divided among the ``sharing`` training ranks that may run on
-    them, so that a node's ranks do not oversubscribe its cores."""
-    return cpu_threads(usable_cores(), sharing, threads, launcher_threads())
+    (:func:`launcher_threads`), else this rank's spare cores (:func:`spare_cores`) divided among the ``sharing``
+    training ranks that may run on them, so that a node's ranks do not oversubscribe its cores."""
+    return cpu_threads(spare_cores(usable_cores()), sharing, threads, launcher_threads())
 
 
 def take_device(prefer: str, local_index: int, sharing: int, threads: int = 0, workers_per_gpu: int = 0) -> torch.device:
