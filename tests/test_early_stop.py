@@ -249,3 +249,41 @@ def test_generational_search_never_stops_early():
     state = SearchState.fresh(0, candidates=3)
     run_search(state, InProcessTransport(spy, 2), SPACE, settings(40, mode="generational"))
     assert all("stop_below" not in w for w in seen) and not any(r.status == "stopped" for r in state.records)
+
+
+def test_a_network_told_in_stages_counts_once_at_every_epoch_as_if_told_whole():
+    """Successive halving brings a network's curve back stage by stage, each record the whole curve so far: the rule
+    takes in only what each stage added, so the medians are those of the unbroken curves."""
+    curves = {0: [0.2, 0.4, 0.5, 0.6, 0.65, 0.7], 1: [0.3, 0.35, 0.4, 0.42, 0.43, 0.44], 2: [0.1, 0.5, 0.6, 0.7, 0.8, 0.9]}
+    whole = MedianRule(min_peers=1, planned_fraction=0)
+    for ident, curve in curves.items():
+        whole.tell(Record(id=ident, genome=[0.5], status="ok", fitness=curve[-1], curve=curve))
+    staged, next_id = MedianRule(min_peers=1, planned_fraction=0), 3
+    for ident, curve in curves.items():
+        staged.tell(Record(id=ident, genome=[0.5], status="paused", fitness=curve[1], curve=curve[:2]))
+    for ident, curve in curves.items():  # promotions: each a later record of its network, the curve so far
+        staged.tell(Record(id=next_id, genome=[0.5], status="paused", fitness=curve[3], curve=curve[:4], rung=1, network=ident))
+        next_id += 1
+    for ident, curve in curves.items():
+        staged.tell(Record(id=next_id, genome=[0.5], status="ok", fitness=curve[5], curve=curve, rung=2, network=ident))
+        next_id += 1
+    assert [len(m) for m in staged._by_epoch] == [len(m) for m in whole._by_epoch] == [3] * 6
+    assert staged.bars(6) == whole.bars(6)
+
+
+def test_with_stage_early_stopping_the_median_rule_stops_stages_and_promotion_goes_on():
+    from test_halving import DATA, PROBLEM, SPACE
+
+    state = SearchState.fresh(0, candidates=8)
+    cfg = search_config(30, population=4, candidates=8, mode="async", checkpoint_seconds=0, promotion=True, eta=3, min_budget=1 / 9,
+                        space=SPACE, early_stopping=True, stage_early_stopping=True, early_stopping_warmup=1)
+    run_search(state, InProcessTransport(trainer_for(DATA), 1), SPACE, cfg, validation=(PROBLEM, DATA.y["val"]))
+    stopped = [r for r in state.records if r.status == "stopped"]
+    assert stopped and all(r.curve for r in state.records if r.status in ("ok", "paused", "stopped"))
+    assert any(r.status == "ok" and r.network >= 0 for r in state.records)  # promotions still reach the whole training
+    rule = MedianRule(state.records)  # rebuilt as a resume does: each network once at every epoch it reached
+    reached = {}
+    for r in state.records:
+        network = r.network if r.network >= 0 else r.id
+        reached[network] = max(reached.get(network, 0), len(r.curve))
+    assert [len(m) for m in rule._by_epoch] == [sum(n > e for n in reached.values()) for e in range(max(reached.values()))]

@@ -80,10 +80,11 @@ class SearchConfig:
     selection: str = "fitness"  # what parents and survivors are chosen by: "fitness", or "ensemble" (async and generational: each one's value to the run's current ensemble, its validation log-loss or RMSE with the network as one more pick)
     brood: int = 4  # model breeding: candidates bred and ranked per child sent (larger exploits the model harder)
     checkpoint_seconds: float = 10.0  # at most this long between checkpoint writes
-    early_stopping: bool = True  # stop trainings below the median of earlier ones (async mode only; off with promotion)
+    early_stopping: bool = True  # stop trainings below the median of earlier ones (async mode only; with promotion only if stage_early_stopping)
     promotion: bool = False  # successive halving: each network trains to its first rung, and on to the next only if it is in the best 1/eta there: as results come (async, optuna: ASHA), or at each generation's barrier (generational; nsga2 by Pareto rank)
     eta: int = 3  # promotion: the reduction factor between rungs (the best 1/eta go on, each rung eta times the one below)
     min_budget: float = 0.111  # promotion: the first rung, as a share of each network's planned epochs (rungs at min_budget x eta^i, then the whole training)
+    stage_early_stopping: bool = False  # promotion with early_stopping: the median rule also stops a stage below the median of earlier networks at the same epoch (each network's epochs counted once); off: promotion replaces the rule
     early_stopping_warmup: int = 2  # never stop a training before this many epochs
     eval_timeout_seconds: float = 0.0  # stop a training after this many seconds (recorded as "timeout"); 0: no limit
     drain_seconds: float = 60.0  # after SIGUSR1 (Slurm's early warning) or SIGINT, wait this long for running trainings (recorded) before the checkpoint and exit 75; a second signal ends the wait

@@ -145,7 +145,7 @@ class _Search:
         # Early stopping follows results in the order they arrive, so a strategy whose proposals must not depend
         # on that order (a generational one) never uses it.
         self.bars = (BarCache(MedianRule(state.records), len(state.records))
-                     if search.early_stopping and caps.order_matters and not search.promotion else None)
+                     if search.early_stopping and caps.order_matters and (not search.promotion or search.stage_early_stopping) else None)
         self.halving = Halving.of(search, state) if search.promotion else None  # rungs and promotions (successive halving)
         # Workers queue tasks only without a barrier (a generation's would leave its last children queued behind
         # busy workers while others idle), over a transport whose workers queue (in one process it gains nothing).

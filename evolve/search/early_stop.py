@@ -24,6 +24,10 @@ message. Results bring their curves (the fitness after each epoch) back in their
 
 Only finite values count: a curve's running averages end at its first NaN or infinite value, so a
 diverged network never moves a median.
+
+With successive halving (``search.stage_early_stopping``) a network's curve comes back in stages, each
+record's the whole curve so far: the rule takes in only the epochs a stage added (it remembers how far
+each paused network's curve was told), so every network counts once at every epoch it reached.
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ import math
 
 import numpy as np
 
-from .records import Record
+from .records import Record, network_of
 
 MIN_PEERS = 5  # an epoch's median is a bar only once this many networks have reached it
 PLANNED_FRACTION = 1 / 3  # no bar in the first third of a network's planned epochs
@@ -91,15 +95,21 @@ class MedianRule:
         self.planned_fraction = planned_fraction
         self._by_epoch: list[RunningMedian] = []
         self._adders: list = []  # each epoch's RunningMedian.adder
+        self._told: dict[int, int] = {}  # a paused network (successive halving) -> the epochs of its curve told so far
         for record in records:
             self.tell(record)
 
     def tell(self, record: Record) -> None:
         adders, total, isfinite = self._adders, 0.0, math.isfinite
+        told = self._told.pop(network_of(record), 0) if self._told or record.network >= 0 else 0
+        if record.status == "paused":
+            self._told[network_of(record)] = len(record.curve)
         for epoch, fitness in enumerate(record.curve):  # the running average after each epoch, to the first non-finite value
             if not isfinite(fitness):
                 break
             total += fitness
+            if epoch < told:
+                continue  # an earlier stage of this network told it
             if epoch == len(adders):
                 self._by_epoch.append(RunningMedian())
                 adders.append(self._by_epoch[-1].adder)

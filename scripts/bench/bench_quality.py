@@ -37,7 +37,8 @@ evaluation's index), on one CPU thread. Contenders (``--contenders``):
 * ``evens-no-es``, ``evens-no-prefetch`` (diagnostics): evens with early stopping off, or with no task
   queued behind a worker's training (``search.prefetch = 0``; matters with ``--workers`` above 1).
 * Issue 33's, for quality at equal compute (``--budget-cpu``): ``evens-promotion`` and ``evens-no-promotion``
-  (``search.promotion`` on or off, whatever the config says); ``random-asha`` (random search with asynchronous
+  (``search.promotion`` on or off, whatever the config says); ``evens-promotion-median`` (promotion with the median
+  rule inside each stage: ``search.stage_early_stopping``); ``random-asha`` (random search with asynchronous
   successive halving: Optuna's random sampler through evens' loop with promotion); ``optuna-tpe-hyperband``
   (TPE with Optuna's ``HyperbandPruner``, each network trained epoch by epoch in stages that carry on, its
   validation fitness reported after each); ``top-k-1epoch`` (Egele et al. 2023: random networks trained one
@@ -102,7 +103,8 @@ from evolve.search.space import Choice, Gene, Range, SearchSpace
 from evolve.transport.worker import trainer_for
 
 CONTENDERS = ("evens", "evens-classic", "random", "optuna-tpe", "evens-model", "evens-blind", "evens-ensemble", "evens-fitness", "evens-no-augment",
-              "evens-no-es", "evens-no-prefetch", "evens-promotion", "evens-no-promotion", "random-asha", "optuna-tpe-hyperband", "top-k-1epoch", "dehb")
+              "evens-no-es", "evens-no-prefetch", "evens-promotion", "evens-no-promotion", "evens-promotion-median", "random-asha", "optuna-tpe-hyperband", "top-k-1epoch",
+              "dehb")
 BUDGETED = ("top-k-1epoch", "dehb")  # contenders that need --budget-cpu (they have no number of networks to stop at)
 PEERS = ("evens", "evens-classic", "random", "optuna-tpe")  # the default; the others are diagnostics
 # examples/digits.toml's [space] table before presets (issue 22): the classic space, kept here so that
@@ -216,8 +218,10 @@ def run_contender(settings: Settings, path: str, contender: str, seed: int) -> d
         setting = "breeding" if contender in ("evens-model", "evens-blind") else "selection"
         search = replace(cfg.search, **{setting: contender.removeprefix("evens-")})
         out = run_evens(replace(cfg, search=search), space, data, seed, settings.workers)
-    elif contender in ("evens-promotion", "evens-no-promotion", "random-asha"):
+    elif contender in ("evens-promotion", "evens-no-promotion", "evens-promotion-median", "random-asha"):
         search = replace(cfg.search, promotion=contender != "evens-no-promotion")
+        if contender == "evens-promotion-median":  # the median rule inside each stage too
+            search = replace(search, early_stopping=True, stage_early_stopping=True)
         if contender == "random-asha":  # random search with ASHA: Optuna's random sampler through evens' loop
             search = replace(search, mode="optuna", sampler="random", breeding="blind", selection="fitness")
         out = run_evens(replace(cfg, search=search), space, data, seed, settings.workers, budget=settings.budget_cpu)
