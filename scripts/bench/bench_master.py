@@ -113,9 +113,12 @@ def instant_training(curve_epochs: int):
     return instant
 
 
-def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int = PREFETCH, variant: str = "blind") -> dict:
+def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int = PREFETCH, variant: str = "blind",
+           folder: str | None = None, after_save=None) -> dict:
     """The evens contender on rank 0 (or in one process): figures of the master's CPU over the whole search.
-    ``workers_cpu()`` is CPU this process spent as the workers (the loopback's), taken out of the figures."""
+    ``workers_cpu()`` is CPU this process spent as the workers (the loopback's), taken out of the figures.
+    ``folder``: the run directory to keep (default: a temporary one, removed); ``after_save(evaluations)``: called
+    after each checkpoint (bench_scale.py samples the master's memory there)."""
     from ensemble.problem import Classification
     from evolve.app.progress import Progress
     from evolve.app.reselect import SelectionCache
@@ -135,7 +138,8 @@ def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int =
     wanted = {n for window in windows for n in window}
     mine = lambda: time.process_time() - workers_cpu()
 
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = folder or scratch
         path = os.path.join(folder, "checkpoint.h5")
         data = {"problem": problem.to_dict(), "sample_shape": [1, 8, 8], "x_dtype": "float32"}
         # run_search's clock counts evaluations, so a checkpoint falls every CHECKPOINT_EVERY of them
@@ -156,6 +160,8 @@ def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int =
             checkpoint.save(path, s, info)
             journal.reset()
             saves.append((len(s.records), 1e3 * (mine() - began)))
+            if after_save is not None:
+                after_save(len(s.records))
 
         def on_result(record, state):
             progress(record, state)
