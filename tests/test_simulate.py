@@ -82,3 +82,20 @@ def test_the_command_says_it_is_a_simulation():
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     out = json.loads(proc.stdout)
     assert out["simulation"] is True and out["workers"] == 16 and out["master_us"] > 0
+
+
+def test_the_command_projects_a_campaigns_memory_run_file_and_resume_from_its_rate():
+    from evolve.engine.simulator import MASTER_BYTES_PER_EVALUATION, RESUME_SECONDS_PER_EVALUATION, RESUME_START_SECONDS
+
+    proc = subprocess.run(evens_cmd() + ["simulate", "examples/digits.toml", "--workers", "16", "--task-seconds", "10", "--master-us", "100",
+                                         "--hours", "12,72", "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    twelve, seventy_two = out["campaigns"]
+    assert twelve["hours"] == 12 and twelve["evaluations"] == int(out["evaluations_per_hour"] * 12)
+    assert seventy_two["evaluations"] == int(out["evaluations_per_hour"] * 72)
+    assert twelve["master_gb"] == twelve["evaluations"] * MASTER_BYTES_PER_EVALUATION / 1e9
+    assert twelve["resume_seconds"] == RESUME_START_SECONDS + twelve["evaluations"] * RESUME_SECONDS_PER_EVALUATION
+    text = subprocess.run(evens_cmd() + ["simulate", "examples/digits.toml", "--workers", "16", "--task-seconds", "10", "--master-us", "100",
+                                         "--hours", "12"], capture_output=True, text=True, timeout=120, cwd=ROOT).stdout
+    assert "a 12-hour campaign at that rate:" in text and "a resume reads it in about" in text

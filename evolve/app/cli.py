@@ -176,6 +176,8 @@ def build_parser() -> Parser:
     sim.add_argument("--sigma", type=float, default=0.5, help="lognormal shape of training times (default 0.5)")
     sim.add_argument("--evaluations", type=int, help="default: five per worker")
     sim.add_argument("--master-us", type=float, help="the master's CPU per result in microseconds (default: measured here)")
+    sim.add_argument("--hours", type=lambda text: [float(h) for h in text.split(",")], default=[12.0, 72.0],
+                     help="campaign lengths to project the master's memory, the run file and a resume for (default 12,72)")
     sim.add_argument("--json", action="store_true")
 
     keys = """keys of the .npz (any case: x_train or X_train; split first works too: train_x):

@@ -129,6 +129,31 @@ class Projection:
     carried_on: float = 1.0  # search.promotion: the share of promotions sent to the worker holding their paused training
 
 
+# What the master keeps and a resume reads as the history grows, measured by scripts/bench/bench_scale.py over the real
+# loop (docs/benchmarks.md, "The master's memory and a resume as the history grows"): per evaluation recorded.
+MASTER_BYTES_PER_EVALUATION = 2_000
+RUN_FILE_BYTES_PER_EVALUATION = 360
+RESUME_SECONDS_PER_EVALUATION = 12e-6
+RESUME_START_SECONDS = 0.6  # a resume's fixed cost (imports, the run file's state) before it reads any record
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """What a search of ``hours`` at ``evaluations_per_hour`` leaves: the master's memory, the run file, a resume."""
+
+    hours: float
+    evaluations: int
+    master_gb: float
+    run_file_gb: float
+    resume_seconds: float
+
+
+def campaign(evaluations_per_hour: float, hours: float) -> Campaign:
+    n = int(evaluations_per_hour * hours)
+    return Campaign(hours, n, n * MASTER_BYTES_PER_EVALUATION / 1e9, n * RUN_FILE_BYTES_PER_EVALUATION / 1e9,
+                    RESUME_START_SECONDS + n * RESUME_SECONDS_PER_EVALUATION)
+
+
 def simulate(config: Config, workers: int, task_seconds: float, sigma: float = 0.5, master_seconds: float = 250e-6,
              evaluations: int | None = None) -> Projection:
     """Project the worker utilization, throughput and master load of ``config``'s search (see the module docstring).
