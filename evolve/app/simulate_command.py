@@ -50,7 +50,7 @@ def simulate_command(args) -> str:
     master_seconds = master_cost(config) if measured else args.master_us * 1e-6
     p = simulate(config, args.workers, args.task_seconds, args.sigma, master_seconds, args.evaluations)
     warnings = population_warnings(config.search.population, args.workers)
-    campaigns = [campaign(p.evaluations_per_hour, hours) for hours in args.hours]
+    campaigns = [campaign(p.steady_evaluations_per_hour, hours) for hours in args.hours]
     if args.json:
         return json.dumps({"simulation": True, "master_us": master_seconds * 1e6, **asdict(p), "warnings": warnings,
                            "campaigns": [asdict(c) for c in campaigns]})
@@ -63,6 +63,7 @@ def simulate_command(args) -> str:
         f"master load {100 * p.master_load:.1f} % ({p.evaluations:,} evaluations over {p.makespan_seconds:,.0f} simulated seconds)",
         *([f"successive halving: {100 * p.carried_on:.1f} % of promotions carried on by the worker holding their paused training "
            "(the rest trained again from the start)"] if config.search.promotion else []),
+        f"steady state (up to the last new network): {p.steady_evaluations_per_hour:,.0f} evaluations per hour",
         *(f"a {c.hours:g}-hour campaign at that rate: {c.evaluations:,} evaluations; the master keeps about {c.master_gb:,.1f} GB, "
           f"the run file holds {c.run_file_gb:,.1f} GB, and a resume reads it in about {c.resume_seconds:,.0f} s "
           "(bench_scale.py's per-evaluation costs)" for c in campaigns),

@@ -97,6 +97,12 @@ class SimulatedWorkers:
         busy = sum(min(finish, until) - start for start, finish in self.trainings if start < until)
         return busy / (len(self.workers) * until) if until > 0 else 0.0
 
+    def steady_per_hour(self) -> float:
+        """Results an hour up to the last dispatch of a new network (the steady state, as :meth:`utilization`'s):
+        what a long campaign records, without a short simulation's ramp and drain."""
+        until = self.last_new
+        return 3600.0 * sum(1 for _, finish in self.trainings if finish <= until) / until if until > 0 else 0.0
+
     def receive(self, timeout: float | None = None, wants: Wants = want_all) -> tuple[int, Result] | None:
         if not self._running:
             return None
@@ -127,6 +133,7 @@ class Projection:
     evaluations_per_hour: float
     master_load: float  # the master's busy time / makespan
     carried_on: float = 1.0  # search.promotion: the share of promotions sent to the worker holding their paused training
+    steady_evaluations_per_hour: float = 0.0  # up to the last dispatch of a new network: a long campaign's rate
 
 
 # What the master keeps and a resume reads as the history grows, measured by scripts/bench/bench_scale.py over the real
@@ -177,6 +184,7 @@ def simulate(config: Config, workers: int, task_seconds: float, sigma: float = 0
         evaluations_per_hour=3600.0 * done / makespan if makespan > 0 else 0.0,
         master_load=done * master_seconds / makespan if makespan > 0 else 0.0,
         carried_on=transport.carried_on / max(1, transport.carried_on + transport.trained_again),
+        steady_evaluations_per_hour=transport.steady_per_hour(),
     )
 
 
