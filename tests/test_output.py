@@ -117,7 +117,8 @@ def test_report_into_head_prints_its_first_line_and_no_traceback(finished_run_di
 
 def simulate_args(population, workers, as_json=False):
     return argparse.Namespace(config=os.path.join(ROOT, "examples", "digits.toml"), overrides=[f"search.population={population}"],
-                              workers=workers, task_seconds=30.0, sigma=0.5, evaluations=2 * workers, master_us=100.0, json=as_json)
+                              workers=workers, task_seconds=30.0, sigma=0.5, evaluations=2 * workers, master_us=100.0, json=as_json,
+                              hours=[12.0, 72.0])
 
 
 def test_simulate_warns_when_the_population_is_far_below_the_workers():
