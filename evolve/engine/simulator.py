@@ -98,10 +98,14 @@ class SimulatedWorkers:
         return busy / (len(self.workers) * until) if until > 0 else 0.0
 
     def steady_per_hour(self) -> float:
-        """Results an hour up to the last dispatch of a new network (the steady state, as :meth:`utilization`'s):
-        what a long campaign records, without a short simulation's ramp and drain."""
-        until = self.last_new
-        return 3600.0 * sum(1 for _, finish in self.trainings if finish <= until) / until if until > 0 else 0.0
+        """Results an hour in the steady state: the workers busy as :meth:`utilization` says, each result taking the
+        mean of the simulated tasks (stages, with successive halving). What a long campaign records, without a
+        short simulation's ramp and drain (counting the results that end before the last dispatch would leave out
+        the trainings under way then: a quarter of them at two tasks per worker)."""
+        if not self.trainings:
+            return 0.0
+        mean = sum(finish - start for start, finish in self.trainings) / len(self.trainings)
+        return self.utilization() * len(self.workers) * 3600.0 / mean if mean > 0 else 0.0
 
     def receive(self, timeout: float | None = None, wants: Wants = want_all) -> tuple[int, Result] | None:
         if not self._running:
