@@ -113,14 +113,15 @@ def test_processes_that_mpi_sees_each_alone_end_the_job_at_once_without_a_requeu
 
 
 def test_the_early_warning_drains_requeues_and_resumes_to_completion(slurm, job):
-    """--signal=B:USR1@50 on a one-minute limit: the warning reaches the batch shell some 10 s in, the search drains and
-    saves, the script requeues the job, and the requeued job resumes; every evaluation once."""
+    """--signal=B:USR1@90 on a two-minute limit: the warning reaches the batch shell some 30 s in (time enough for the
+    first results on a loaded machine), the search drains and saves, the script requeues the job, and the requeued job
+    resumes; every evaluation once."""
     job_id = job.submit("--set", "search.evaluations=1000000", "--set", "search.drain_seconds=5",
-                        sbatch=["--time=00:01:00", "--signal=B:USR1@50"])
-    job.wait_for_records(job_id, 1)
-    slurm.wait_for(job_id, "PENDING", 90)  # requeued by the script after the warning
+                        sbatch=["--time=00:02:00", "--signal=B:USR1@90"])
+    slurm.wait_for(job_id, "PENDING", 150)  # requeued by the script after the warning
     assert "SIGUSR1: asking the search to save its checkpoint" in job.out() and "requeued (it was RUNNING)" in job.out(), job.out()
     first = job.recorded()
+    assert first > 0, ("the warning came before the first result was saved", job.out())
     (job.tmp / "more_args").write_text(f"--set search.evaluations={first + 30}")  # a budget the resumed job finishes
     slurm.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=10"])
     done = slurm.wait_for(job_id, ("COMPLETED", "FAILED", "CANCELLED"), 300, started_again=True)
