@@ -118,6 +118,7 @@ def test_the_early_warning_drains_requeues_and_resumes_to_completion(slurm, job)
     resumes; every evaluation once."""
     job_id = job.submit("--set", "search.evaluations=1000000", "--set", "search.drain_seconds=5",
                         sbatch=["--time=00:02:00", "--signal=B:USR1@90"])
+    slurm.wait_for(job_id, "RUNNING", 60)
     slurm.wait_for(job_id, "PENDING", 150)  # requeued by the script after the warning
     assert "SIGUSR1: asking the search to save its checkpoint" in job.out() and "requeued (it was RUNNING)" in job.out(), job.out()
     first = job.recorded()
