@@ -157,12 +157,11 @@ def delivered(ev: Evaluation, task_id: int, wants: Wants) -> Evaluation:
 
 
 class InProcessTransport:
-    """Workers that are plain function calls in this process, run one task at a time in send order. ``evaluate``: one
-    function for every worker, or a list of one per worker (each with its own memory, as separate processes have)."""
+    """Workers that are plain function calls in this process, run one task at a time in send order."""
 
-    def __init__(self, evaluate: Callable[[Task], Evaluation] | list[Callable[[Task], Evaluation]], workers: int):
+    def __init__(self, evaluate: Callable[[Task], Evaluation], workers: int):
         self.workers = list(range(1, workers + 1))
-        self._each = dict(zip(self.workers, evaluate)) if isinstance(evaluate, list) else {w: evaluate for w in self.workers}
+        self._evaluate = evaluate
         self._queue: deque[tuple[int, Task]] = deque()
         self.stopped = False
 
@@ -173,7 +172,7 @@ class InProcessTransport:
         if not self._queue:
             return None
         worker, task = self._queue.popleft()
-        return worker, Result(task.id, delivered(evaluate_safely(self._each[worker], task), task.id, wants))
+        return worker, Result(task.id, delivered(evaluate_safely(self._evaluate, task), task.id, wants))
 
     def stop(self) -> None:
         self.stopped = True
