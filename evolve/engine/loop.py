@@ -249,8 +249,8 @@ class _Search:
         out together at another death would both be blamed, though one killed the job."""
         evaluations = self.evaluations
         if self.halving is not None and not self.halving.asynchronous:  # the strategy's barrier decided these: all open now,
-            while (proposal := self.strategy.promote()) is not None:    # in its order (ids that do not depend on the workers)
-                self._open_promotion(self.halving.stage(self.state, proposal.network, proposal.rung))
+            while (made := self.strategy.promote()) is not None:        # in its order (ids that do not depend on the workers)
+                self._open_promotion(self.halving.stage(self.state, *made))
         elsewhere = None  # an open promotion whose parts left are held by other workers
         for evaluation in evaluations.waiting():
             if (room > 0 or evaluations.is_started(evaluation)) and (evaluation.individual.attempts == 0 or not self.dispatch.suspects):

@@ -81,21 +81,17 @@ POOL_MAX = 32  # async, model breeding: children ranked at once at most (see Ste
 class Proposal:
     genome: list[float]
     parents: tuple[int, int]
-    operators: str  # "random", "crossover", "mutation", "crossover+mutation" or "copy"; "promotion"
+    operators: str  # "random", "crossover", "mutation", "crossover+mutation" or "copy"
     key: tuple  # what the genome decodes to (SearchSpace.key, computed once, when proposed)
-    network: int = -1  # a promotion (Generational.promote): the network trained on, from its stage parents[0]
-    rung: int = 0  # ... to this rung
 
     def to_json(self) -> list:
-        return [list(self.genome), list(self.parents), self.operators] + ([self.network, self.rung] if self.network >= 0 else [])
+        return [list(self.genome), list(self.parents), self.operators]
 
     @classmethod
     def from_json(cls, item: list, space: SearchSpace) -> Proposal:
-        genome, parents, operators, *promoted = item
+        genome, parents, operators = item
         genome = [float(g) for g in genome]
-        network, rung = (int(promoted[0]), int(promoted[1])) if promoted else (-1, 0)
-        return cls(genome=genome, parents=(int(parents[0]), int(parents[1])), operators=str(operators), key=candidate_key(space, genome),
-                   network=network, rung=rung)
+        return cls(genome=genome, parents=(int(parents[0]), int(parents[1])), operators=str(operators), key=candidate_key(space, genome))
 
 
 class Strategy(Protocol):
@@ -338,7 +334,7 @@ class Generational(_Breeder):
         self.seen.update(p.key for p in self.queue)  # proposed, as before the stop
         self.outstanding = int(state.get("outstanding", 0))  # handed out, not yet told
         self.stage = [records[i] for i in state.get("stage", [])]  # the generation's stages paused at its current rung
-        self.promotions = [Proposal.from_json(item, space) for item in state.get("promotions", [])]  # decided, not yet out
+        self.promotions = [(int(n), int(r)) for n, r in state.get("promotions", [])]  # (network, rung): decided, not yet out
         self.told = [self._member(records[i]) for i in state.get("told", []) if self._eligible(records[i])]
         if not state:  # a new search: generation 0 is random
             self.queue = [self.random() for _ in range(params.population)]
@@ -351,9 +347,8 @@ class Generational(_Breeder):
         waits for them all."""
         for individual in sorted(pending, key=lambda p: p.id)[self.outstanding:]:
             if individual.network >= 0:  # a promotion
-                sent = next((i for i, p in enumerate(self.promotions) if (p.network, p.rung) == (individual.network, individual.rung)), None)
-                if sent is not None:
-                    del self.promotions[sent]
+                if (individual.network, individual.rung) in self.promotions:
+                    self.promotions.remove((individual.network, individual.rung))
             else:
                 key = candidate_key(self.space, individual.genome)
                 sent = next((i for i, p in enumerate(self.queue) if p.key == key), None)
@@ -367,9 +362,10 @@ class Generational(_Breeder):
         self.outstanding += 1
         return self.queue.pop(0)
 
-    def promote(self) -> Proposal | None:
-        """The next promotion decided at the barrier (successive halving), or None. (The engine opens them all at once,
-        in this order, and sends each to the worker that holds its paused training when it can.)"""
+    def promote(self) -> tuple[int, int] | None:
+        """The next promotion decided at the barrier (successive halving): ``(network, the rung it goes to)``, or None. (The
+        engine opens them all at once, in this order, each carrying on its network's latest stage, and sends each to
+        the worker that holds its paused training when it can.)"""
         if not self.promotions:
             return None
         self.outstanding += 1
@@ -398,8 +394,7 @@ class Generational(_Breeder):
             return
         chosen = {r.id for r in self._best(self.stage, max(1, len(self.stage) // self.eta))}
         self.told += [self._member(r) for r in self.stage if r.id not in chosen and self._eligible(r)]
-        self.promotions = [Proposal(list(r.genome), (r.id, -1), "promotion", candidate_key(self.space, r.genome), network_of(r), r.rung + 1)
-                           for r in sorted(self.stage, key=lambda r: r.id) if r.id in chosen]
+        self.promotions = [(network_of(r), r.rung + 1) for r in sorted(self.stage, key=lambda r: r.id) if r.id in chosen]
         self.stage = []
 
     def _best(self, records: list[Record], k: int) -> list[Record]:
@@ -450,7 +445,7 @@ class Generational(_Breeder):
             "generation": self.generation,
             "queue": [p.to_json() for p in self.queue],
             "outstanding": self.outstanding,
-            **({"stage": [r.id for r in self.stage], "promotions": [p.to_json() for p in self.promotions]} if self.rungs else {}),
+            **({"stage": [r.id for r in self.stage], "promotions": [list(p) for p in self.promotions]} if self.rungs else {}),
             "told": sorted(ind.ident for ind in self.told),  # by id, not arrival: the state is the same on any number of workers
             **self.surrogate_state(),
         }
