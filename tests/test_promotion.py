@@ -97,13 +97,14 @@ def test_ties_on_fitness_go_to_the_lower_loss_then_the_earlier_id():
 
 
 def test_a_worker_is_offered_the_promotions_it_holds_or_that_no_worker_holds_and_any_worker_the_rest():
-    table = RungTable(eta=3, rungs=2)
-    for ident, (fitness, holders) in enumerate([(0.9, (1,)), (0.8, (2,)), (0.05, ()), (0.1, (1,)), (0.2, (2,)), (0.3, ())]):
-        table.add(0, ident, fitness, 0.0, holders)  # six results: the best two (0 and 1) are promotable
+    held = {0: (1,), 1: (2,), 3: (1,), 4: (2,)}  # network -> the workers holding it paused
+    table = RungTable(eta=3, rungs=2, holders=lambda ident: held.get(ident, ()))
+    for ident, fitness in enumerate([0.9, 0.8, 0.05, 0.1, 0.2, 0.3]):
+        table.add(0, ident, fitness, 0.0)  # six results: the best two (0 and 1) are promotable
     assert table.promotion(holder=2) == (1, 1)  # worker 2 holds network 1, not the better network 0
     assert table.promotion(holder=2) is None and table.promotion(holder=3) is None  # network 0 waits for worker 1
     for ident, fitness in ((6, 0.5), (7, 0.4), (8, 0.35)):
-        table.add(0, ident, fitness, 0.0, ())  # nine results: the best three (0, 1 and 6) are promotable
+        table.add(0, ident, fitness, 0.0)  # nine results: the best three (0, 1 and 6) are promotable
     assert table.promotion(holder=3) == (6, 1)  # held by none: anyone's
     assert table.promotion() == (0, 1)  # any worker may take one held elsewhere, when asked so
     assert table.promotion(holder=1) is None and not table.due()

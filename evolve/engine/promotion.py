@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 from evolve.search.records import Pending, Record, network_of
 from evolve.search.rungs import rung_count, rung_epochs
@@ -55,18 +56,17 @@ def _negated(key: tuple) -> tuple:
 class RungTable:
     """The results at each rung but the last, and the promotions made from them."""
 
-    def __init__(self, eta: int, rungs: int):
+    def __init__(self, eta: int, rungs: int, holders: Callable[[int], tuple[int, ...]] = lambda ident: ()):
+        """``holders(network)``: the workers that hold its paused training (one, or one per fold), which take its
+        promotion first (Halving's bookkeeping); none known: any worker."""
         self.eta, self.rungs = eta, rungs
         self._rungs = [_Rung() for _ in range(rungs - 1)]
-        self._holders: dict[int, tuple[int, ...]] = {}  # network -> the workers that hold its paused training
+        self._holders = holders
 
-    def add(self, rung: int, ident: int, fitness: float, loss: float, holders: tuple[int, ...] = ()) -> None:
-        """A network's result at ``rung`` (a failure too: it counts among the rung's results, last); ``holders``: the
-        workers that hold its paused training (one, or one per fold), which take its promotion first."""
+    def add(self, rung: int, ident: int, fitness: float, loss: float) -> None:
+        """A network's result at ``rung`` (a failure too: it counts among the rung's results, last)."""
         if rung >= self.rungs - 1:
             return  # the whole training: nothing to promote to
-        if holders:
-            self._holders[ident] = holders
         r, key = self._rungs[rung], _key(fitness, loss, ident)
         r.results += 1
         heapq.heappush(r.rest, _negated(key))
@@ -88,7 +88,7 @@ class RungTable:
         r.in_top.add(ident)
         if ident not in r.promoted and math.isfinite(key[0]):
             heapq.heappush(r.ready, _negated(key))
-            for worker in self._holders.get(ident) or (None,):
+            for worker in self._holders(ident) or (None,):
                 heapq.heappush(r.held.setdefault(worker, []), _negated(key))
 
     @staticmethod
@@ -114,7 +114,6 @@ class RungTable:
                 if ident is not None:
                     heapq.heappop(heap)  # (its entries in the other heaps go lazily: it is promoted)
                     r.promoted.add(ident)
-                    self._holders.pop(ident, None)
                     return ident, rung + 1
         return None
 
@@ -138,7 +137,7 @@ class Halving:
         # True: the table promotes as results come (ASHA); False: the strategy promotes at its barrier (Generational)
         self.asynchronous = asynchronous
         self.rungs = rung_count(eta, min_budget)
-        self.table = RungTable(eta, self.rungs)
+        self.table = RungTable(eta, self.rungs, lambda network: tuple(dict.fromkeys(self.holders.get(network, {}).values())))
         self.last: dict[int, Record] = {}  # network -> its latest recorded stage
         self.promotions_recorded = 0
         self.holders: dict[int, dict[int, int]] = {}  # network -> part (fold, or -1) -> the worker holding it paused
@@ -168,11 +167,12 @@ class Halving:
             self.promotions_recorded += 1
             self.table.mark_promoted(record.rung - 1, network)
         self.last[network] = record
-        held = self.holders.get(network, {}) if record.status == "paused" else self.holders.pop(network, {})
+        if record.status != "paused":
+            self.holders.pop(network, None)  # trained to the end, or failed: no paused training is held
         if not self.asynchronous:
             return
         if record.status == "paused":
-            self.table.add(record.rung, network, record.fitness, record.loss, tuple(dict.fromkeys(held.values())))
+            self.table.add(record.rung, network, record.fitness, record.loss)
         elif record.status != "ok" and record.rung < self.top:
             self.table.add(record.rung, network, -math.inf, math.inf)
 
