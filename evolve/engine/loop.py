@@ -36,12 +36,11 @@ from evolve.transport.protocol import SKIPPED, Result, Task, Transport
 
 from .dispatch import Dispatcher, Journal, Sent
 from .evaluations import WHOLE, Evaluations, FoldPlan, Open, is_refit
-from .promotion import Halving
+from .promotion import HELD_ELSEWHERE, Halving
 from .state import SearchState
 
 CRASHED_MESSAGE = "in flight when 2 jobs ended; not sent again"
 MAX_ATTEMPTS = 2  # an individual out at this many job deaths is recorded as "crashed" instead of sent again
-HELD_ELSEWHERE = -2  # _Search._part_for: every part of a promotion left is held paused by another worker
 YOUNG_COLLECTION = 50_000  # the garbage collector's first threshold while a search runs (Python's default: 700)
 _MASK64 = (1 << 64) - 1
 
@@ -302,17 +301,12 @@ class _Search:
         return self.evaluations.start(promoted, self.space.key(promoted.genome))
 
     def _part_for(self, evaluation: Open, worker: int) -> int | None:
-        """Which of ``evaluation``'s parts not yet out ``worker`` takes: of a promotion, the one it holds paused, or
-        :data:`HELD_ELSEWHERE` where other workers (still in the job) hold every one left; else the next (None)."""
+        """Which of ``evaluation``'s parts not yet out ``worker`` takes (None: the next): of a promotion, as
+        :meth:`Halving.part_for` says."""
         network = evaluation.individual.network
         if self.halving is None or network < 0:
             return None
-        holders = [(part, self.halving.holder(network, part)) for part in evaluation.unsent]
-        mine = next((part for part, holder in holders if holder == worker), None)
-        if mine is not None:
-            return mine
-        workers = self.dispatch.out
-        return HELD_ELSEWHERE if all(holder in workers for _, holder in holders) else None
+        return self.halving.part_for(network, evaluation.unsent, worker, self.dispatch.out)
 
     def task(self, evaluation: Open, fold: tuple) -> Task:
         """The task of one part of a network: its genome's key (the worker decodes its settings), seed, entry bar

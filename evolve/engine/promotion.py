@@ -29,7 +29,9 @@ from typing import Callable
 from evolve.search.records import Pending, Record, network_of
 from evolve.search.rungs import rung_count, rung_epochs
 
-__all__ = ["Halving", "RungTable", "rung_count", "rung_epochs"]
+__all__ = ["HELD_ELSEWHERE", "Halving", "RungTable", "rung_count", "rung_epochs"]
+
+HELD_ELSEWHERE = -2  # Halving.part_for: every part of a promotion left is held paused by another worker
 
 
 def _key(fitness: float, loss: float, ident: int) -> tuple:
@@ -183,6 +185,16 @@ class Halving:
     def holder(self, network: int, part: int) -> int | None:
         """The worker holding that part of ``network`` paused, if one is known."""
         return self.holders.get(network, {}).get(part)
+
+    def part_for(self, network: int, unsent, worker: int, workers) -> int | None:
+        """Which of the parts not yet out (``unsent``: folds, or -1) of ``network``'s promotion ``worker`` takes: the one
+        it holds paused; :data:`HELD_ELSEWHERE` where others of ``workers`` (those still in the job) hold every one left;
+        else None (the next: no one holds it)."""
+        held = self.holders.get(network, {})
+        mine = next((part for part in unsent if held.get(part) == worker), None)
+        if mine is not None:
+            return mine
+        return HELD_ELSEWHERE if all(held.get(part) in workers for part in unsent) else None
 
     def reached(self, record: Record) -> Record:
         """A stage that trained the whole of its network's epochs (one of few epochs, whose rungs coincide) is at the top."""
