@@ -272,11 +272,10 @@ def test_a_network_told_in_stages_counts_once_at_every_epoch_as_if_told_whole():
 
 
 def test_with_stage_early_stopping_the_median_rule_stops_stages_and_promotion_goes_on():
-    from test_halving import DATA, PROBLEM, SPACE
+    from test_halving import DATA, PROBLEM, SPACE, config
 
     state = SearchState.fresh(0, candidates=8)
-    cfg = search_config(30, population=4, candidates=8, mode="async", checkpoint_seconds=0, promotion=True, eta=3, min_budget=1 / 9,
-                        space=SPACE, early_stopping=True, stage_early_stopping=True, early_stopping_warmup=1)
+    cfg = config(30, early_stopping=True, stage_early_stopping=True, early_stopping_warmup=1)
     run_search(state, InProcessTransport(trainer_for(DATA), 1), SPACE, cfg, validation=(PROBLEM, DATA.y["val"]))
     stopped = [r for r in state.records if r.status == "stopped"]
     assert stopped and all(r.curve for r in state.records if r.status in ("ok", "paused", "stopped"))

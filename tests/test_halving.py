@@ -48,8 +48,10 @@ DATA = make_data()
 
 
 def config(budget, **search):
-    return search_config(budget, population=4, candidates=8, mode="async", checkpoint_seconds=0, promotion=True, eta=3,
-                         min_budget=1 / 9, space=SPACE, **search)
+    """A search of ``budget`` networks with successive halving (eta 3, rungs at a ninth and a third), async unless
+    ``search`` says another mode."""
+    return search_config(budget, **{"population": 4, "candidates": 8, "mode": "async", "checkpoint_seconds": 0, "promotion": True,
+                                    "eta": 3, "min_budget": 1 / 9, "space": SPACE, **search})
 
 
 def run(budget, state=None, **kwargs):
@@ -278,8 +280,7 @@ def _generations(records):
 
 def _staged_search(mode, workers, budget=12, **search):
     state = SearchState.fresh(0, candidates=8)
-    cfg = search_config(budget, population=4, candidates=8, mode=mode, checkpoint_seconds=0, promotion=True, eta=3, min_budget=1 / 9,
-                        space=SPACE, **search)
+    cfg = config(budget, mode=mode, **search)
     if workers == 1:
         transport, clock = InProcessTransport(trainer_for(DATA), 1), {}
     else:
@@ -331,8 +332,7 @@ def test_a_barrier_strategy_with_promotion_resumes_to_the_search_it_would_have_b
     next rung under way, saved and resumed: the same stages and results as the unbroken search."""
     whole = _staged_search(mode, 1, second_objective="params")
     state = SearchState.fresh(0, candidates=8)
-    cfg = search_config(12, population=4, candidates=8, mode=mode, checkpoint_seconds=0, promotion=True, eta=3, min_budget=1 / 9,
-                        space=SPACE, second_objective="params")
+    cfg = config(12, mode=mode, second_objective="params")
     run_search(state, InProcessTransport(trainer_for(DATA), 1), SPACE, cfg, validation=(PROBLEM, DATA.y["val"]),
                should_stop=lambda: len(state.records) >= stop_at)
     data = {"problem": PROBLEM.to_dict(), "sample_shape": [6], "x_dtype": "float32"}
