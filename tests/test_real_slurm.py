@@ -6,16 +6,16 @@ directory. A requeued job is started at once (``scontrol update StartTime=now``)
 hold. Where Slurm cannot run (not root, not installed) every test here skips, saying why; scripts/test.sh installs it
 where it runs as root with apt. ``-m "not slurm"`` leaves them out while working.
 """
-import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
-import h5py
 import pytest
+from cli_fixture import checkpoint_evaluations, report
 from conftest import ROOT, tiny_search, write_blobs
 from slurm_cluster import LocalSlurm, why_not
 
@@ -62,11 +62,7 @@ def job(slurm, tmp_path):
         return open(output).read() if os.path.exists(output) else ""
 
     def recorded():
-        try:
-            with h5py.File(os.path.join(run_dir, "checkpoint.h5"), "r") as f:
-                return int(sum(f["segments"]["rows"][...]))
-        except (OSError, KeyError):
-            return 0
+        return checkpoint_evaluations(run_dir)
 
     def wait_for_records(job_id, n, seconds=120):
         deadline = time.monotonic() + seconds
@@ -76,20 +72,13 @@ def job(slurm, tmp_path):
             assert time.monotonic() < deadline, ("no progress", out())
             time.sleep(0.3)
 
-    def report():
-        proc = subprocess.run([sys.executable, "-m", "evolve", "report", run_dir, "--json"], capture_output=True, text=True,
-                              timeout=60, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
-        assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout)
-
     def ids():
         from evolve.runfile import checkpoint
         state, _ = checkpoint.load(os.path.join(run_dir, "checkpoint.h5"), weights=False)
         return sorted(r.id for r in state.records)
 
-    return type("Job", (), dict(submit=staticmethod(submit), out=staticmethod(out), recorded=staticmethod(recorded),
-                                wait_for_records=staticmethod(wait_for_records), report=staticmethod(report), ids=staticmethod(ids),
-                                run_dir=run_dir, tmp=tmp_path))
+    return SimpleNamespace(submit=submit, out=out, recorded=recorded, wait_for_records=wait_for_records, report=lambda: report(run_dir),
+                           ids=ids, run_dir=run_dir, tmp=tmp_path)
 
 
 def test_a_search_runs_to_completion_under_sbatch_with_srun_launching_the_ranks(slurm, job):
@@ -113,13 +102,13 @@ def test_processes_that_mpi_sees_each_alone_end_the_job_at_once_without_a_requeu
 
 
 def test_the_early_warning_drains_requeues_and_resumes_to_completion(slurm, job):
-    """--signal=B:USR1@90 on a two-minute limit: the warning reaches the batch shell some 30 s in (time enough for the
-    first results on a loaded machine), the search drains and saves, the script requeues the job, and the requeued job
-    resumes; every evaluation once."""
+    """--signal=B:USR1@100 on a three-minute limit: the warning reaches the batch shell some 80 s in (time enough for the
+    first results on a 2-core machine at load 10, whose start-up took over 30 s), the search drains and saves, the
+    script requeues the job, and the requeued job resumes; every evaluation once."""
     job_id = job.submit("--set", "search.evaluations=1000000", "--set", "search.drain_seconds=5",
-                        sbatch=["--time=00:02:00", "--signal=B:USR1@90"])
+                        sbatch=["--time=00:03:00", "--signal=B:USR1@100"])
     slurm.wait_for(job_id, "RUNNING", 60)
-    slurm.wait_for(job_id, "PENDING", 150)  # requeued by the script after the warning
+    slurm.wait_for(job_id, "PENDING", 210)  # requeued by the script after the warning
     assert "SIGUSR1: asking the search to save its checkpoint" in job.out() and "requeued (it was RUNNING)" in job.out(), job.out()
     first = job.recorded()
     assert first > 0, ("the warning came before the first result was saved", job.out())
