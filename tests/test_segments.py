@@ -60,6 +60,28 @@ def test_a_state_saved_again_without_new_records_writes_no_segment(tmp_path, mon
     assert calls == [] and checkpoint.load(path)[0].records == state.records
 
 
+def test_a_load_holds_the_segments_its_state_file_lists_while_a_job_merges_and_removes_them(tmp_path, monkeypatch):
+    """A reader beside a job (evens status, report) opens the state file; the job then checkpoints, merging
+    the segments that file lists into one and removing them. The reader still loads the state it opened,
+    whole: it opened every listed segment before reading the rest."""
+    path = str(tmp_path / "c.h5")
+    saves = growing_saves(path)
+    assert [next(saves), next(saves)] == [3, 4]
+    before = checkpoint._listed(path)[0]
+    read_ensemble, merged = checkpoint.read_ensemble, []
+
+    def job_checkpoints_meanwhile(*args):
+        if not merged:
+            merged.append(next(saves))  # 9 records: the two listed segments and the new rows merge into one file
+        return read_ensemble(*args)
+
+    monkeypatch.setattr(checkpoint, "read_ensemble", job_checkpoints_meanwhile)
+    state, _ = checkpoint.load(path)
+    assert merged == [9] and not set(os.listdir(segments_folder(path))) & {s.name for s in before}  # they are gone
+    assert record_keys(state.records) == record_keys(full_state().records)[:4]  # and the load has all four
+    assert len(checkpoint.load(path)[0].records) == 9
+
+
 def crash(path, at):
     return subprocess.run([sys.executable, os.path.join(MPI_PROGRAMS, "prog_crash_save.py"), path, str(at)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT, env=dict(os.environ, PYTHONPATH=os.pathsep.join((ROOT, os.path.join(ROOT, "tests")))))

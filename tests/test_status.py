@@ -9,6 +9,7 @@ import pytest
 from fakes import SimulatedTransport, VirtualClock, search_config
 from test_checkpoint_report import finished_run
 
+from evolve.app.rundir import read_run
 from evolve.app.runlock import RunLock
 from evolve.app.status import format_status, status, status_command
 from evolve.engine.loop import run_search
@@ -137,6 +138,32 @@ def test_the_view_survives_the_run_file(tmp_path):
 def test_status_of_a_missing_run_directory_is_one_line():
     with pytest.raises(RunDirError, match="no such run directory"):
         status_command(os.path.join("/nonexistent", "run"))
+
+
+def test_a_read_that_met_a_replacement_is_tried_again_and_damage_is_reported_at_once(tmp_path, monkeypatch):
+    """read_run (status and report beside a job): a load that failed while the job replaced the state file
+    is tried again; one that failed on a file nobody replaced is damage, and raises on the first try."""
+    state, info = finished_run()
+    path = os.path.join(save(tmp_path / "run", state, info), "checkpoint.h5")
+    load, tries = checkpoint.load, []
+
+    def replaced_while_reading(p, **kw):
+        tries.append(1)
+        if len(tries) < 3:
+            checkpoint.save(p, state, info)  # the job checkpoints: a new state file under the same name
+            raise RunDirError(f"{p}: damaged checkpoint (segment gone)")
+        return load(p, **kw)
+
+    monkeypatch.setattr(checkpoint, "load", replaced_while_reading)
+    assert len(read_run(path)[0].records) == len(state.records) and len(tries) == 3
+    monkeypatch.setattr(checkpoint, "load", lambda p, **kw: tries.append(1) or load(p, **kw))
+    with open(path, "r+b") as f:
+        f.write(b"\xff" * 64)  # its superblock
+    tries.clear()
+    start = time.monotonic()
+    with pytest.raises(RunDirError):
+        read_run(path)
+    assert len(tries) == 1 and time.monotonic() - start < 5
 
 
 def test_a_job_killed_while_it_held_the_run_is_not_shown_as_holding_it(tmp_path):

@@ -10,7 +10,6 @@ from ensemble.problem import Problem, problem_from_dict
 from ensemble.results import kinds
 from evolve.engine.state import SearchState
 from evolve.errors import RunDirError
-from evolve.runfile import checkpoint
 from evolve.runfile.checkpoint import RunInfo
 from evolve.search.early_stop import epochs_saved
 from evolve.search.pareto import OBJECTIVES
@@ -18,7 +17,7 @@ from evolve.search.records import Record, best_first, networks
 from evolve.search.registry import capabilities
 from evolve.search.space import TRAINING_GENES
 
-from .rundir import checkpoint_path
+from .rundir import checkpoint_path, read_run
 
 # Scores between 0 and 1 print with four decimals (1 reads 1.0000, as 0.9944 does beside it); errors (rmse, loss, a
 # user's metric) with four significant digits. The summary, `evens report`, `evens status` and the live line share these.
@@ -386,7 +385,7 @@ def format_failures(failures: dict[str, dict]) -> list[str]:
 def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | None = None, plot_dir: str | None = None,
            force: bool = False) -> str:
     """``evens report``: the summary, the top networks and the failures; optionally a CSV and figures."""
-    state, info = checkpoint.load(checkpoint_path(run_dir), weights=False)
+    state, info = read_run(checkpoint_path(run_dir))
     summary = summarize(state, info, run_dir)
     space = info.space()
     summary["top"] = top_networks(state, space, top)

@@ -10,7 +10,9 @@ import os
 import time
 from dataclasses import dataclass
 
-from evolve.errors import RunDirError
+from data_bcast.h5file import DataError
+from evolve.errors import EvensError, RunDirError
+from evolve.runfile import checkpoint
 from evolve.runfile.checkpoint import CHECKPOINT_NAME
 from evolve.runfile.tempfiles import exclusive_temp
 
@@ -146,6 +148,30 @@ def checkpoint_path(run_dir: str) -> str:
     if not os.path.isfile(path):
         raise RunDirError(f"{run_dir}: no {CHECKPOINT_NAME} here; is this a run directory?")
     return path
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def read_run(path: str, patience: float = 60.0):
+    """The checkpoint at ``path`` without weights, for readers beside a job that may be writing it (status,
+    report): read again while a read fails because a job replaced it in between (and removed the
+    segments it no longer lists). A read that fails on a file nobody replaced is damage, and raises at once;
+    so does one still failing after ``patience`` seconds of replacements."""
+    deadline = time.monotonic() + patience
+    while True:
+        before = _identity(path)
+        try:
+            return checkpoint.load(path, weights=False)
+        except (OSError, KeyError, ValueError, DataError, EvensError):
+            if _identity(path) == before or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def write_json(path: str, obj) -> None:

@@ -1,8 +1,7 @@
 """``evens status RUN_DIR``: what a running or finished search is doing, from its run directory alone.
 
 Safe while a job writes the run: it only reads. The checkpoint is replaced atomically, so a read
-sees the old one or the new one whole (and is tried again if the job swapped its segment files
-in between). Everything but the job's lock comes from the last checkpoint, and says so:
+sees the old one or the new one whole (see :func:`evolve.app.rundir.read_run`). Everything but the job's lock comes from the last checkpoint, and says so:
 
 - whether a job holds the run (its host, process, Slurm job and start), or whether the run
   finished or stopped short of its budget;
@@ -25,12 +24,10 @@ import socket
 import time
 from datetime import datetime
 
-from data_bcast.h5file import DataError
-from evolve.errors import EvensError, RunDirError
-from evolve.runfile import checkpoint
+from evolve.errors import RunDirError
 
 from .report import counted, format_halving, score_text, summarize
-from .rundir import checkpoint_path
+from .rundir import checkpoint_path, read_run
 from .runlock import LOCK_NAME, holder_alive
 
 RECENT_SECONDS = 600.0
@@ -53,19 +50,6 @@ def _holder(run_dir: str, now: float) -> tuple[dict[str, str], dict[str, str]]:
     return (holder, {}) if ours or holder_alive(holder, mtime, now) else ({}, holder)
 
 
-def _load(path: str, tries: int = 20):
-    """The checkpoint, read again if a job replaced it (and removed the segments it no longer lists)
-    between our reading its listing and its segments."""
-    for attempt in range(tries):
-        try:
-            return checkpoint.load(path, weights=False)
-        except (OSError, KeyError, ValueError, DataError, EvensError):
-            if attempt == tries - 1:
-                raise
-            time.sleep(0.1)
-    raise AssertionError("unreachable")
-
-
 def _since(stamp: str | None) -> float | None:
     """A lock's ``started=`` stamp as wall-clock seconds; None if absent or unreadable."""
     try:
@@ -77,7 +61,7 @@ def _since(stamp: str | None) -> float | None:
 def status(run_dir: str, now: float | None = None) -> dict:
     """The facts ``evens status --json`` prints."""
     path = checkpoint_path(run_dir)
-    state, info = _load(path)
+    state, info = read_run(path)
     now = time.time() if now is None else now
     summary = summarize(state, info, run_dir)
     holder, gone = _holder(run_dir, now)

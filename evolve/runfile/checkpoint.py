@@ -54,7 +54,7 @@ from evolve.search.space import SearchSpace
 from . import columns as table
 from .folding import read_folding, write_folding
 from .inflight import InFlightLog, inflight_path, merge_into  # noqa: F401 (InFlightLog, inflight_path: the run's API)
-from .segments import Segment, append, merged, read_columns, read_segment, remove_unlisted
+from .segments import Segment, append, merged, read_columns, read_segment, remove_unlisted, snapshot
 from .tempfiles import exclusive_temp
 
 FORMAT = "evens-checkpoint"
@@ -366,6 +366,10 @@ def _read(f: h5py.File, weights: bool, dropped: list[str]) -> tuple[SearchState,
     """The run in ``f`` (whose format and seal :func:`_check_format` checked); damaged members are left out and
     named in ``dropped``."""
     store.check_seal(f["segments"], "/segments")
+    seg = f["segments"]
+    folder = segments_folder(f.filename)
+    listed = [Segment(str(name), int(rows), int(crc)) for name, rows, crc in zip(seg["name"].asstr()[...], seg["rows"][...], seg["crc32"][...])]
+    data = snapshot(folder, listed)  # first, while a job writing the run has not yet removed what this state file lists
     store.check_seal(f["pending"], "/pending")
     rng = random.Random()
     gauss = float(f["rng"].attrs["gauss_next"])
@@ -373,12 +377,10 @@ def _read(f: h5py.File, weights: bool, dropped: list[str]) -> tuple[SearchState,
 
     pending = table.decode(read_columns(f["pending"]), Pending, len(json.loads(f.attrs["gene_names"])))
     stored = read_ensemble(f[GROUP], "all" if weights else "none", dropped)
-    seg = f["segments"]
-    folder = segments_folder(f.filename)
     records: list[Record] = []
     genes = len(json.loads(f.attrs["gene_names"]))
-    for name, rows, crc in zip(seg["name"].asstr()[...], seg["rows"][...], seg["crc32"][...]):
-        records += read_segment(folder, Segment(str(name), int(rows), int(crc)), genes)
+    for segment, raw in zip(listed, data):
+        records += read_segment(folder, segment, genes, raw)
     state = SearchState(
         rng=rng,
         records=records,

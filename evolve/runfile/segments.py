@@ -77,34 +77,47 @@ def _new_segment(folder: str, rows: int, fill: Callable[[h5py.File], None]) -> S
 _cache: dict[tuple[str, str, int], dict] = {}  # (folder, name, crc32) -> the columns of a segment this process wrote
 
 
-def _checked_bytes(folder: str, segment: Segment) -> bytes:
-    path = os.path.join(folder, segment.name)
+def snapshot(folder: str, segments: list[Segment]) -> list[bytes]:
+    """The bytes of every listed segment, for :func:`read_segment`. All are opened before any is read, so a
+    reader that opened the state file a moment before holds the segments it lists even if a job writing
+    the run merges them and removes the old files while this reads: an open file outlives its name."""
+    handles = []
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise ValueError(f"segment {segment.name} cannot be read ({exc.strerror or exc})") from None
+        for segment in segments:
+            try:
+                handles.append(open(os.path.join(folder, segment.name), "rb"))
+            except OSError as exc:
+                raise ValueError(f"segment {segment.name} cannot be read ({exc.strerror or exc})") from None
+        return [fh.read() for fh in handles]
+    finally:
+        for fh in handles:
+            fh.close()
+
+
+def _checked_bytes(folder: str, segment: Segment, data: bytes | None = None) -> bytes:
+    if data is None:
+        [data] = snapshot(folder, [segment])
     if zlib.crc32(data) != segment.crc32:
         raise ValueError(f"segment {segment.name} does not match its checksum (changed or damaged)")
     return data
 
 
-def _columns(folder: str, segment: Segment, cached: bool = False) -> dict:
-    """A listed segment's columns: from its file, checked against its checksum, or with ``cached`` from
-    memory if this process wrote it (what a merge rewrites)."""
+def _columns(folder: str, segment: Segment, cached: bool = False, data: bytes | None = None) -> dict:
+    """A listed segment's columns: from its file (or its bytes ``data``, read by :func:`snapshot`), checked
+    against its checksum, or with ``cached`` from memory if this process wrote it (what a merge rewrites)."""
     if cached:
         columns = _cache.get((os.path.abspath(folder), segment.name, segment.crc32))
         if columns is not None:
             return columns
-    with h5py.File(io.BytesIO(_checked_bytes(folder, segment)), "r") as f:  # the very bytes that were checked
+    with h5py.File(io.BytesIO(_checked_bytes(folder, segment, data)), "r") as f:  # the very bytes that were checked
         return read_columns(f)
 
 
-def read_segment(folder: str, segment: Segment, n_genes: int | None = None) -> list[Record]:
-    """The records of a listed segment (genomes of ``n_genes``, when given); ``ValueError`` if it is missing,
-    changed or damaged."""
+def read_segment(folder: str, segment: Segment, n_genes: int | None = None, data: bytes | None = None) -> list[Record]:
+    """The records of a listed segment (genomes of ``n_genes``, when given; from its bytes ``data`` when
+    given); ``ValueError`` if it is missing, changed or damaged."""
     try:
-        records = table.decode(_columns(folder, segment), Record, n_genes)
+        records = table.decode(_columns(folder, segment, data=data), Record, n_genes)
     except ValueError as exc:
         raise ValueError(f"segment {segment.name}: {exc}") from None
     if len(records) != segment.rows:
