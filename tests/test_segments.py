@@ -9,11 +9,16 @@ from dataclasses import replace
 import h5py
 import numpy as np
 import pytest
-from checkpoint_fixture import STEPS, full_state, growing_saves, info, record_keys
+from checkpoint_fixture import SPACE, STEPS, full_state, growing_saves, info, record_keys
 from conftest import MPI_PROGRAMS, ROOT, seals_again
+from fakes import landscape, search_config
 
+from evolve.engine.loop import run_search
+from evolve.engine.state import SearchState
+from evolve.errors import RunDirError
 from evolve.runfile import checkpoint, segments
 from evolve.runfile.checkpoint import segments_folder
+from evolve.transport.protocol import InProcessTransport
 
 
 def test_an_appended_checkpoint_loads_to_the_same_state_as_one_written_whole(tmp_path):
@@ -58,6 +63,33 @@ def test_a_state_saved_again_without_new_records_writes_no_segment(tmp_path, mon
     monkeypatch.setattr(segments, "_new_segment", lambda *a: calls.append(a))
     checkpoint.save(path, state, info())
     assert calls == [] and checkpoint.load(path)[0].records == state.records
+
+
+def test_a_state_that_lets_go_of_what_each_checkpoint_committed_saves_the_same_run(tmp_path):
+    """A master lets go of the records each checkpoint committed (SearchState.let_go, as evens run does): the next
+    checkpoints append only what came since, and the run file is the one a master keeping everything writes. Saved
+    anywhere else, where the first records are not, such a state is refused in one line: they are gone."""
+    def search(path, let_go):
+        state, held = SearchState.fresh(0, candidates=3), []
+
+        def save(s):
+            checkpoint.save(path, s, info())
+            if let_go:
+                s.let_go()
+            held.append((s.recorded, len(s.records)))
+
+        run_search(state, InProcessTransport(landscape, 2), SPACE, search_config(30, 4, 3, 0, checkpoint_seconds=4), checkpoint=save,
+                   clock=lambda: float(state.recorded))
+        save(state)
+        return state, held
+
+    state, held = search(str(tmp_path / "let_go.h5"), True)
+    kept, held_all = search(str(tmp_path / "kept.h5"), False)
+    assert len(held) >= 6 and all(n == 0 for _, n in held) and [r for r, _ in held] == [r for r, _ in held_all]
+    assert record_keys(checkpoint.load(str(tmp_path / "let_go.h5"))[0].records) == record_keys(kept.records)
+    assert state.recorded == len(kept.records) == 30
+    with pytest.raises(RunDirError, match="not the first 30 of this search's"):
+        checkpoint.save(str(tmp_path / "elsewhere.h5"), state, info())
 
 
 def test_a_load_holds_the_segments_its_state_file_lists_while_a_job_merges_and_removes_them(tmp_path, monkeypatch):

@@ -60,8 +60,8 @@ def say(message: str) -> None:
 
 
 class Checkpointer:
-    """Writes the run's checkpoints: the search state with the ensemble chosen from it now, then empties
-    the in-flight log (the checkpoint holds what it noted) and refreshes the job lock."""
+    """Writes the run's checkpoints: the search state with the ensemble chosen from it now, then lets go of the
+    records it committed, empties the in-flight log (the checkpoint holds what it noted) and refreshes the job lock."""
 
     def __init__(self, prepared: Prepared, info: RunInfo, started: float):
         self.path = os.path.join(prepared.run_dir, CHECKPOINT_NAME)
@@ -70,11 +70,15 @@ class Checkpointer:
         self.choose = SelectionCache(info)
         self.journal: checkpoint.InFlightLog | None = None
 
-    def __call__(self, state: SearchState) -> None:
+    def __call__(self, state: SearchState, let_go: bool = True) -> None:
+        """Checkpoint ``state``; with ``let_go``, the records it committed leave memory (the search, built from them, no
+        longer needs them; the first checkpoint of a session comes before it is built)."""
         self.info.wall_seconds = self.wall_before + (time.time() - self.started)
         state.selection = self.choose(state.hall_of_fame)  # the ensemble in every checkpoint is ready to use
         try:
             checkpoint.save(self.path, state, self.info)
+            if let_go:
+                state.let_go()  # the run file holds the history now: the master keeps none of it (issue 34)
             if self.journal is not None:
                 self.journal.reset()
         except OSError as exc:  # a full disk, a quota, a file system gone read-only
@@ -124,7 +128,7 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
                         rows="oof" if config.data.fold_count else "val")
     track = open_tracker(config, prepared.run_dir, space, problem, state, say)  # [track]: TensorBoard, or nothing
     try:
-        save(state)
+        save(state, let_go=False)
         searched = replace(config, search=_DrainBySignal(config.search, stop))
         finished = run_search(state, transport, space, searched, checkpoint=track.checkpoints(save), on_result=track.results(progress),
                               should_stop=stop, journal=save.open_journal(), say=say, validation=(problem, info.val_y),
@@ -147,7 +151,7 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
         track.close()  # what it holds written, at a stop too
     if not finished:
         return _stopped(comm, state, stop, transport, prepared)
-    summary = summarize(state, info, prepared.run_dir)
+    summary = summarize(*checkpoint.load(save.path, weights=False), prepared.run_dir)  # the history, from the run file
     write_json(os.path.join(prepared.run_dir, SUMMARY_NAME), summary)
     print(format_summary(summary), flush=True)
     transport.stop()
@@ -198,7 +202,7 @@ def _session_state(config: Config, data: SharedDataset, problem: Problem, prepar
         say(f"search space: {describe_space(info.preset)}")
     else:
         info.config = config
-        say(f"resuming {prepared.run_dir}: {len(state.records)} evaluations done, {len(state.pending)} to redo")
+        say(f"resuming {prepared.run_dir}: {state.recorded} evaluations done, {len(state.pending)} to redo")
     info.sessions += 1
     return state, info
 
@@ -214,7 +218,7 @@ def _hung(comm, exc: HungWorker, state: SearchState, save: Checkpointer, config:
     except RunDirError as failed:
         say(f"error: {located(str(failed))}")
     else:
-        say(f"checkpoint saved with {len(state.records)} evaluations; evaluation {exc.ident} is redone once on resume; "
+        say(f"checkpoint saved with {state.recorded} evaluations; evaluation {exc.ident} is redone once on resume; "
             f"continue with: evens run --resume {prepared.run_dir} (exit status {EXIT_HUNG})")
     if comm.size > 1:
         abort(comm, EXIT_HUNG)  # a stopped process cannot take part in a clean end
@@ -223,7 +227,7 @@ def _hung(comm, exc: HungWorker, state: SearchState, save: Checkpointer, config:
 
 def _stopped(comm, state: SearchState, stop: StopFlag, transport, prepared: Prepared) -> int:
     out = len(state.pending)
-    say(f"stopped by signal {stop.signum}; checkpoint saved with {len(state.records)} evaluations"
+    say(f"stopped by signal {stop.signum}; checkpoint saved with {state.recorded} evaluations"
         f"{f', {out} to redo' if out else ''}; continue with: evens run --resume {prepared.run_dir} "
         f"(exit status {EXIT_RESUMABLE}: resumable)")
     if comm.size > 1:

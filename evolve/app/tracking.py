@@ -109,7 +109,7 @@ class TensorBoardTracker:
             if record.status == "ok" and record.fitness > self._best:
                 self._best = record.fitness
             if not self._writer.failed:
-                self._queue.put((record, len(state.records), self._best))
+                self._queue.put((record, state.recorded, self._best))
                 self.sent += 1
         return on_result
 
@@ -125,7 +125,7 @@ class TensorBoardTracker:
         selection = state.selection
         if selection is not None and (always or selection != self._selection) and not self._writer.failed:
             self._selection = selection
-            self._queue.put((selection, len(state.records)))
+            self._queue.put((selection, state.recorded))
             self.sent += 1
 
     def close(self) -> None:

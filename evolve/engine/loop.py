@@ -143,7 +143,7 @@ class _Search:
                                                            search.second_objective, _ensemble_value(state, config, validation)))
         # Early stopping follows results in the order they arrive, so a strategy whose proposals must not depend
         # on that order (a generational one) never uses it.
-        self.bars = (BarCache(MedianRule(state.records), len(state.records))
+        self.bars = (BarCache(MedianRule(state.records), state.recorded)
                      if search.early_stopping and caps.order_matters and (not search.promotion or search.stage_early_stopping) else None)
         self.halving = Halving.of(search, state) if search.promotion else None  # rungs and promotions (successive halving)
         # Workers queue tasks only without a barrier (a generation's would leave its last children queued behind
@@ -348,7 +348,7 @@ class _Search:
 
     def networks_recorded(self) -> int:
         """Records that count against ``search.evaluations``: every network's first stage (all records, without promotion)."""
-        return len(self.state.records) - (self.halving.promotions_recorded if self.halving is not None else 0)
+        return self.state.recorded - (self.halving.promotions_recorded if self.halving is not None else 0)
 
     def record(self, record: Record, member: Member | None = None) -> None:
         """Remember a result, tell the strategy and the early-stopping bars, and offer ``member`` to the hall of fame."""
@@ -381,7 +381,7 @@ class _Search:
 
     def start_drain(self) -> None:
         now, seconds = self.clock(), self.search.drain_seconds
-        self.drain = _Drain(now + seconds, now, len(self.dispatch.running()), len(self.state.records))
+        self.drain = _Drain(now + seconds, now, len(self.dispatch.running()), self.state.recorded)
         queued = self.dispatch.drop_queued()
         self.say(f"draining: waiting up to {seconds:g} s for {self.drain.trainings} trainings"
                  + (f"; {queued} queued behind them {'is' if queued == 1 else 'are'} dropped unless started, to be redone on resume"
@@ -393,7 +393,7 @@ class _Search:
         """Is this session done: nothing out, a stop without a drain, or a drain past its deadline?"""
         if not self.dispatch.inflight:
             if self.drain is not None:
-                self.say(f"draining: all {len(self.state.records) - self.drain.recorded_before} trainings recorded "
+                self.say(f"draining: all {self.state.recorded - self.drain.recorded_before} trainings recorded "
                          f"in {self.clock() - self.drain.since:.1f} s")
             return True  # the caller writes the final checkpoint
         if self.stopped and self.drain is None:

@@ -19,7 +19,11 @@ class SearchState:
     """The search's state; :meth:`fresh` makes a new one (the run's hall of fame holds ``ensemble.candidates``)."""
 
     rng: random.Random
+    # the evaluations recorded, in the order they finished; a master checkpointing a long search lets go of
+    # those a checkpoint committed (see let_go), so these are then the last of them and ``dropped`` counts the rest
     records: list[Record] = field(default_factory=list)
+    dropped: int = 0  # records committed to the run file's segments and no longer in ``records`` (let_go)
+    dropped_last_id: int = -1  # the id of the last of them
     strategy: dict = field(default_factory=dict)  # the strategy's own state, plain JSON (see evolve.search.strategy)
     pending: list[Pending] = field(default_factory=list)
     # data.folds: the fold trainings each pending network has back (id -> fold -> its Evaluation, payload
@@ -38,6 +42,18 @@ class SearchState:
     @classmethod
     def fresh(cls, seed: int, candidates: int | None = None) -> SearchState:
         return cls(rng=random.Random(seed), hall_of_fame=HallOfFame(EnsembleConfig().candidates if candidates is None else candidates))
+
+    @property
+    def recorded(self) -> int:
+        """Evaluations recorded in all: those let go and those in memory."""
+        return self.dropped + len(self.records)
+
+    def let_go(self) -> None:
+        """Forget the records in memory, which a checkpoint has just committed (the caller's promise): a master
+        keeps no history, only what its strategy, rules and hall of fame hold (issue 34)."""
+        if self.records:
+            self.dropped, self.dropped_last_id = self.recorded, self.records[-1].id
+            self.records = []
 
     def by_id(self) -> dict[int, Record]:
         return {r.id: r for r in self.records}

@@ -201,7 +201,7 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
     previous = _previous(path)
     copy = previous if previous is not None and _group_reusable(previous, stored) else None  # (the state file is untouched since)
     _written.pop(os.path.abspath(path), None)  # until this write is complete
-    last_id = state.records[-1].id if state.records else -1
+    last_id = state.records[-1].id if state.records else state.dropped_last_id
     tmp = exclusive_temp(path)  # unpredictable, created exclusively: a planted symlink is never followed
     try:
         with h5py.File(tmp, "w") as f:
@@ -228,6 +228,12 @@ def _append_records(path: str, folder: str, state: SearchState, n_genes: int) ->
     previous = _previous(path)
     segments, last_id = (list(previous[5][0]), previous[5][1]) if previous is not None else _listed(path)
     committed = sum(s.rows for s in segments)
+    if state.dropped:  # a master that let go of what the log holds: it must be this log, and is appended to
+        at = committed - state.dropped  # how many of the records in memory it holds already
+        if at < 0 or at > len(state.records) or last_id != (state.records[at - 1].id if at else state.dropped_last_id):
+            raise RunDirError(f"{path}: its evaluations are not the first {state.dropped} of this search's, which it let go "
+                              "of after an earlier checkpoint; a search that kept only its last records is saved only where it was")
+        return append(folder, segments, state.records[at:], n_genes) if at < len(state.records) else merged(folder, segments)
     if committed > len(state.records) or (committed and state.records[committed - 1].id != last_id):
         segments, committed = [], 0  # not this state's log: write it whole
     if len(state.records) > committed:

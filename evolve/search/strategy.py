@@ -68,6 +68,7 @@ from .ga import (
     value_tournament,
 )
 from .pareto import OBJECTIVES, ParetoFront, objective_value
+from .keyset import KeySet
 from .records import Pending, Record, best_first, network_of
 from .registry import Capabilities, Context, Value, register
 from .rungs import rung_count
@@ -129,7 +130,7 @@ class _Breeder:
                  surrogate: Surrogate | None = None, value: Value | None = None):
         self.space, self.params, self.rng = space, params, rng
         self.toolbox = make_toolbox(params)
-        self.seen = {candidate_key(space, g) for g in known}
+        self.seen = KeySet(candidate_key(space, g) for g in known)  # every network proposed, by hash: 8 bytes each
         self.crashed: set[tuple] = set()  # networks that crashed (see note_outcome): never proposed again
         self.surrogate = surrogate
         self.value = value  # None: selection by fitness

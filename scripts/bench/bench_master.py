@@ -154,33 +154,34 @@ def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int =
         journal = InFlightLog(path)
         progress = Progress(evaluations, 0, workers=workers, stream=io.StringIO())  # a batch job's status lines
 
-        def save(s) -> None:  # as evens run saves: the ensemble chosen again if the hall changed, the log emptied
+        def save(s) -> None:  # as evens run saves: the ensemble chosen again if the hall changed, the records let go, the log emptied
             began = mine()
             s.selection = choose(s.hall_of_fame)
             checkpoint.save(path, s, info)
+            s.let_go()
             journal.reset()
-            saves.append((len(s.records), 1e3 * (mine() - began)))
+            saves.append((s.recorded, 1e3 * (mine() - began)))
             if after_save is not None:
-                after_save(len(s.records))
+                after_save(s.recorded)
 
         def on_result(record, state):
             progress(record, state)
-            if len(state.records) in wanted:
-                marks[len(state.records)] = mine()
+            if state.recorded in wanted:
+                marks[state.recorded] = mine()
 
         start = mine()
         run_search(state, transport, space, config, checkpoint=save, on_result=on_result, journal=journal,
-                   clock=lambda: float(len(state.records)))
+                   clock=lambda: float(state.recorded))
         total = mine() - start
         transport.stop()
         journal.close()
-    figures["evens_us"] = 1e6 * total / len(state.records)
+    figures["evens_us"] = 1e6 * total / state.recorded
     figures["windows"] = {str(a): 1e6 * (marks[b] - marks[a]) / (b - a) for a, b in windows}
     if WINDOW_STARTS[0] in marks:  # the start: the hall of fame fills (every network's payload is wanted)
         figures["first_us"] = 1e6 * (marks[WINDOW_STARTS[0]] - start) / WINDOW_STARTS[0]
     figures["checkpoint_ms"] = saves
     figures["workers"] = workers
-    figures["evaluations"] = len(state.records)
+    figures["evaluations"] = state.recorded
     return figures
 
 

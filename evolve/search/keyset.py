@@ -1,0 +1,57 @@
+"""The networks a search has proposed, in about 8 bytes each: what keeps the duplicate check's memory small at millions.
+
+A network's key (:meth:`evolve.search.space.SearchSpace.key`, a tuple of decoded gene values) is held as its
+64-bit hash. Hashes wait in a Python set and are merged, now and then, into a sorted numpy array; a lookup
+is a set probe and a binary search. Two different networks whose keys hash alike (about one pair in 10^6
+at 10^7 networks) count as one: the second is taken for a duplicate and bred again, which costs a draw,
+never a wrong result. Python randomizes the hashes of strings per process, so which pairs collide can
+differ between a run and its resume; nothing else does.
+"""
+from __future__ import annotations
+
+from typing import Hashable, Iterable
+
+import numpy as np
+
+MERGE_AT = 4096  # hashes waiting in the set before a merge, or an eighth of those merged if more
+
+
+class KeySet:
+    """A set of keys, by hash: ``add``, ``update``, ``in`` and ``len`` (no iteration: the keys are not kept)."""
+
+    def __init__(self, keys: Iterable[Hashable] = ()) -> None:
+        self._sorted = np.empty(0, dtype=np.int64)
+        self._new: set[int] = set()
+        self.update(keys)
+
+    def add(self, key: Hashable) -> None:
+        self._new.add(hash(key))
+        if len(self._new) > max(MERGE_AT, self._sorted.size >> 3):
+            self._merge()
+
+    def update(self, keys: Iterable[Hashable]) -> None:
+        for key in keys:
+            self.add(key)
+
+    def __contains__(self, key: Hashable) -> bool:
+        h = hash(key)
+        if h in self._new:
+            return True
+        merged = self._sorted
+        i = int(merged.searchsorted(h))
+        return i < merged.size and int(merged[i]) == h
+
+    def __len__(self) -> int:
+        self._merge()
+        return int(self._sorted.size)
+
+    @property
+    def nbytes(self) -> int:
+        """Roughly what the set holds in memory (the merged array, and some 70 bytes per waiting hash)."""
+        return int(self._sorted.nbytes) + 70 * len(self._new)
+
+    def _merge(self) -> None:
+        if self._new:
+            waiting = np.fromiter(self._new, dtype=np.int64, count=len(self._new))
+            self._sorted = np.union1d(self._sorted, waiting)  # sorted, each hash once
+            self._new.clear()

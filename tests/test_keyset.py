@@ -1,0 +1,27 @@
+"""The duplicate check's set of network keys, by 64-bit hash (evolve.search.keyset)."""
+import random
+
+from evolve.search import keyset
+from evolve.search.keyset import KeySet
+
+
+def test_it_answers_as_a_set_of_the_keys_across_merges():
+    rng = random.Random(0)
+    keys = [(rng.random(), rng.choice(["relu", "gelu"]), rng.randrange(8)) for _ in range(3 * keyset.MERGE_AT + 17)]
+    held, reference = KeySet(), set()
+    for i, key in enumerate(keys):
+        if i % 3:
+            held.add(key)
+            reference.add(key)
+        if i % 500 == 0:  # asked between merges too
+            assert all((k in held) == (k in reference) for k in keys[: i + 1])
+    assert all((k in held) == (k in reference) for k in keys)
+    assert len(held) == len(reference)
+    held.update(list(reference)[:100])  # adding what it holds changes nothing
+    assert len(held) == len(reference)
+
+
+def test_it_holds_a_key_in_about_eight_bytes():
+    held = KeySet((i, float(i) / 7, "conv") for i in range(200_000))
+    assert len(held) == 200_000 and (5, 5 / 7, "conv") in held and (5, 5 / 7, "dense") not in held
+    assert held.nbytes < 12 * 200_000
