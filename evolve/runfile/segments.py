@@ -28,7 +28,7 @@ from evolve.search.records import Record
 from . import columns as table
 from .tempfiles import exclusive_temp
 
-CACHED_ROWS = 1 << 17  # the columns of segments up to this many rows stay in memory for the next merge
+CACHED_ROWS = 1 << 15  # the columns of segments up to this many rows stay in memory for the next merge (some 30 MB at most)
 
 
 @dataclass(frozen=True)
