@@ -25,3 +25,17 @@ def test_it_holds_a_key_in_about_eight_bytes():
     held = KeySet((i, float(i) / 7, "conv") for i in range(200_000))
     assert len(held) == 200_000 and (5, 5 / 7, "conv") in held and (5, 5 / 7, "dense") not in held
     assert held.nbytes < 12 * 200_000
+
+
+def test_a_key_hashes_the_same_in_every_process_so_a_run_file_can_keep_the_set():
+    """SearchSpace.key_hash: Python salts string hashes per process; a key's hash must not depend on it."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    program = ("from evolve.search.space_config import parse_space; s = parse_space({}).for_sample_shape((1, 8, 8)); "
+               "print(s.key_hash(s.key([0.3] * len(s))), s.key_hash(s.key([0.7] * len(s))))")
+    outs = {subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=ROOT, check=True,
+                           env={"PYTHONPATH": ROOT, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "random")}
+    assert len(outs) == 1 and len(set(next(iter(outs)).split())) == 2

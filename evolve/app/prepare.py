@@ -11,6 +11,8 @@ from data_bcast.broadcast import SharedDataset
 from data_bcast.h5file import DataError, inspect_file
 from ensemble.problem import Problem
 from evolve.config.schema import Config, load_config
+from evolve.engine import memory
+from evolve.engine.loop import uses_median_rule
 from evolve.engine.state import SearchState
 from evolve.errors import ConfigError, RunDirError
 from evolve.runfile import checkpoint
@@ -109,7 +111,7 @@ def _absolute_data_path(config: Config) -> Config:
 
 
 def _prepare_resume(config_path: str | None, overrides: list[str], resume: str, path: str, lock: RunLock) -> Prepared:
-    state, info = checkpoint.load(path)
+    state, info = checkpoint.load(path, history=False)  # the state file alone; the history too only where the master needs it
     if config_path is not None:
         config = resolve_folds(_absolute_data_path(load_config(config_path, overrides)))
     else:
@@ -131,6 +133,8 @@ def _prepare_resume(config_path: str | None, overrides: list[str], resume: str, 
         if now != then:
             raise ConfigError(f"{resume}: {section}.{key} is {now!r}, but the run's is {then!r}; a resumed run keeps its {key}")
     check_trackers(config)
+    if not memory.resumable(state.memory, config.search, uses_median_rule(config.search), tracking=bool(config.track.tensorboard)):
+        state, info = checkpoint.load(path)  # some part of this search carries on from the history (see evolve.engine.memory)
     return Prepared(config, resume, lock, None, state, info, preset=info.preset)
 
 

@@ -34,6 +34,7 @@ from evolve.search.space import SearchSpace
 from evolve.search.registry import Context, capabilities, make_strategy
 from evolve.transport.protocol import SKIPPED, Result, Task, Transport
 
+from . import memory
 from .dispatch import Dispatcher, Journal, Sent
 from .evaluations import WHOLE, Evaluations, FoldPlan, Open, is_refit
 from .promotion import HELD_ELSEWHERE, Halving
@@ -120,6 +121,13 @@ def _ensemble_value(state: SearchState, config: Config, validation) -> EnsembleV
     return EnsembleValue(state.hall_of_fame, problem, val_y, choose, config.ensemble.size)
 
 
+def uses_median_rule(search) -> bool:
+    """Does the search stop trainings by the median rule? Early stopping follows results in the order they arrive,
+    so a strategy whose proposals must not depend on that order (a generational one) never uses it; with promotion,
+    only if asked for within stages."""
+    return bool(search.early_stopping and capabilities(search.mode).order_matters and (not search.promotion or search.stage_early_stopping))
+
+
 @dataclass
 class _Drain:
     """A stop request with trainings running: wait for them, up to a deadline."""
@@ -139,12 +147,17 @@ class _Search:
         self.checkpoint, self.on_result, self.say, self.clock, self.wall_clock = checkpoint, on_result, say, clock, wall_clock
         search = self.search
         caps = capabilities(search.mode)
+        # a resume that read no history (checkpoint.load(history=False)) carries on from the parts' memory instead
+        no_history = state.dropped > 0 and not state.records
+        remembered = state.memory if no_history else {}
+        if no_history and not memory.resumable(remembered, search, uses_median_rule(search)):
+            raise ValueError("this search state holds no history and no memory its settings can carry on from; load its run "
+                             "file with its history (checkpoint.load)")
         self.strategy = make_strategy(search.mode, Context(space, search, state.rng, state.records, state.pending, state.strategy,
-                                                           search.second_objective, _ensemble_value(state, config, validation)))
-        # Early stopping follows results in the order they arrive, so a strategy whose proposals must not depend
-        # on that order (a generational one) never uses it.
-        self.bars = (BarCache(MedianRule(state.records), state.recorded)
-                     if search.early_stopping and caps.order_matters and (not search.promotion or search.stage_early_stopping) else None)
+                                                           search.second_objective, _ensemble_value(state, config, validation),
+                                                           memory.part(remembered, "strategy")))
+        self.bars = (BarCache(MedianRule.restored(memory.part(remembered, "median")) if remembered else MedianRule(state.records),
+                              state.recorded) if uses_median_rule(search) else None)
         self.halving = Halving.of(search, state) if search.promotion else None  # rungs and promotions (successive halving)
         # Workers queue tasks only without a barrier (a generation's would leave its last children queued behind
         # busy workers while others idle), over a transport whose workers queue (in one process it gains nothing).
@@ -430,6 +443,7 @@ class _Search:
         self.state.pending = self.evaluations.pending(self.dispatch.outstanding(deaths))
         self.state.folding = self.evaluations.folding()
         self.state.strategy = self.strategy.to_state()
+        self.state.memory = memory.gather(self.search, self.strategy, self.bars, self.halving)
         self.state.dispatch = {**self.dispatch.view(), "session_started": self.session_started, "saved_at": self.wall_clock()}
 
 

@@ -38,6 +38,10 @@ class SearchState:
     # the dispatcher's view at the last save point (Dispatcher.view, with "session_started" and "saved_at",
     # wall clock): what `evens status` shows; a resume never reads it
     dispatch: dict = field(default_factory=dict)
+    # what the master's parts keep across a resume that reads no history (evolve.engine.memory): arrays by name,
+    # {} where some part needs the history
+    memory: dict = field(default_factory=dict)
+    recent_ids: list[int] = field(default_factory=list)  # loaded: the ids the last checkpoint recorded (in-flight log merge)
 
     @classmethod
     def fresh(cls, seed: int, candidates: int | None = None) -> SearchState:

@@ -63,7 +63,7 @@ FORMAT_VERSION = 15  # the one format this evens reads; every change to the run 
 # the run file: tests/test_segments.py pins this to FORMAT_VERSION, so the version moves with it.
 SCHEMA = {"record": kinds(Record), "pending": kinds(Pending)}
 CHECKPOINT_NAME = RUN_FILE_NAME
-ROOT_OWN = ("segments", "pending", "folds", GROUP)  # what the seal of / leaves to their own seals (so it covers the attributes and /rng)
+ROOT_OWN = ("segments", "pending", "folds", "master", GROUP)  # what the seal of / leaves to their own seals (so it covers the attributes and /rng)
 
 
 @dataclass
@@ -196,7 +196,7 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
     """
     folder = segments_folder(path)
     os.makedirs(folder, exist_ok=True)
-    segments = _append_records(path, folder, state, len(info.gene_names))
+    segments, recent = _append_records(path, folder, state, len(info.gene_names))
     stored = stored_ensemble(state, info)
     previous = _previous(path)
     copy = previous if previous is not None and _group_reusable(previous, stored) else None  # (the state file is untouched since)
@@ -205,7 +205,7 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
     tmp = exclusive_temp(path)  # unpredictable, created exclusively: a planted symlink is never followed
     try:
         with h5py.File(tmp, "w") as f:
-            _write_state(f, state, info, segments, last_id)
+            _write_state(f, state, info, segments, last_id, recent)
             if copy is not None:
                 _copy_group(path, f, stored, copy[2])
             else:
@@ -223,8 +223,9 @@ def save(path: str, state: SearchState, info: RunInfo) -> None:
     remove_unlisted(folder, segments)
 
 
-def _append_records(path: str, folder: str, state: SearchState, n_genes: int) -> list[Segment]:
-    """The segments that hold every record of ``state``: those listed now, with the records since appended."""
+def _append_records(path: str, folder: str, state: SearchState, n_genes: int) -> tuple[list[Segment], list[int]]:
+    """The segments that hold every record of ``state``: those listed now, with the records since appended; and the
+    ids of those appended (a resume that reads no history checks the in-flight log against them)."""
     previous = _previous(path)
     segments, last_id = (list(previous[5][0]), previous[5][1]) if previous is not None else _listed(path)
     committed = sum(s.rows for s in segments)
@@ -233,15 +234,15 @@ def _append_records(path: str, folder: str, state: SearchState, n_genes: int) ->
         if at < 0 or at > len(state.records) or last_id != (state.records[at - 1].id if at else state.dropped_last_id):
             raise RunDirError(f"{path}: its evaluations are not the first {state.dropped} of this search's, which it let go "
                               "of after an earlier checkpoint; a search that kept only its last records is saved only where it was")
-        return append(folder, segments, state.records[at:], n_genes) if at < len(state.records) else merged(folder, segments)
-    if committed > len(state.records) or (committed and state.records[committed - 1].id != last_id):
-        segments, committed = [], 0  # not this state's log: write it whole
-    if len(state.records) > committed:
-        return append(folder, segments, state.records[committed:], n_genes)
-    return merged(folder, segments)
+    else:
+        at = committed
+        if committed > len(state.records) or (committed and state.records[committed - 1].id != last_id):
+            segments, at = [], 0  # not this state's log: write it whole
+    new = state.records[at:]
+    return (append(folder, segments, new, n_genes) if new else merged(folder, segments)), [r.id for r in new]
 
 
-def _write_state(f: h5py.File, state: SearchState, info: RunInfo, segments: list[Segment], last_id: int) -> None:
+def _write_state(f: h5py.File, state: SearchState, info: RunInfo, segments: list[Segment], last_id: int, recent: list[int]) -> None:
     """Everything in the state file but the ensemble group."""
     attrs = {
         "format": FORMAT,
@@ -269,7 +270,12 @@ def _write_state(f: h5py.File, state: SearchState, info: RunInfo, segments: list
     checksummed(seg, "rows", np.asarray([s.rows for s in segments], dtype=np.int64))
     checksummed(seg, "crc32", np.asarray([s.crc32 for s in segments], dtype=np.uint32))
     seg.attrs["last_id"] = last_id
+    checksummed(seg, "recent_ids", np.asarray(recent, dtype=np.int64))
     store.seal(seg)
+    master = f.create_group("master")  # evolve.engine.memory: what a resume needs besides this file's attributes, as arrays
+    for name, array in state.memory.items():
+        checksummed(master, name, np.asarray(array))
+    store.seal(master)
     pending = f.create_group("pending")
     for name, column in table.encode(state.pending, Pending, len(info.gene_names)).items():
         checksummed(pending, name, column)
@@ -291,12 +297,16 @@ def _sync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def load(path: str, weights: bool = True, say: Callable[[str], None] | None = None) -> tuple[SearchState, RunInfo]:
+def load(path: str, weights: bool = True, say: Callable[[str], None] | None = None, history: bool = True) -> tuple[SearchState, RunInfo]:
     """Read a checkpoint written by :func:`save`. Raises :class:`RunDirError` if it is not one.
 
     ``weights=False`` leaves the hall of fame's weights on disk (reports and selection need
     only the predictions). A damaged member leaves the hall of fame, and ``say`` (default: a warning
     on the "evens" logger) is told which and why, in one line: the run goes on with the rest.
+
+    ``history=False`` reads the state file alone, not the segments: the state has no records, ``dropped`` counts
+    them, and ``memory`` is what the master's parts need to carry on (evolve.engine.memory), so a resume's
+    time does not grow with the history.
     """
     try:
         f = h5py.File(path, "r")
@@ -306,7 +316,7 @@ def load(path: str, weights: bool = True, say: Callable[[str], None] | None = No
     with f:
         try:
             _check_format(f, path)
-            state, info = _read(f, weights, dropped)
+            state, info = _read(f, weights, dropped, history)
             merge_into(path, state, len(info.gene_names))
             _check_consistent(state, info)
         except (KeyError, ValueError, TypeError, IndexError, AttributeError, OSError, RuntimeError) as exc:  # (h5py: RuntimeError for some damaged headers)
@@ -347,7 +357,7 @@ def _check_consistent(state: SearchState, info: RunInfo) -> None:
         raise ValueError("its config holds no search space")
     if list(info.config.space.names) != list(info.gene_names):
         raise ValueError("its gene names are not its config's search space")
-    recorded = [r.id for r in state.records]
+    recorded = [r.id for r in state.records] or (state.recent_ids if state.dropped else [])  # no history read: the last checkpoint's
     out = [p.id for p in state.pending]
     if len(set(recorded)) != len(recorded) or len(set(out)) != len(out) or set(recorded) & set(out):
         raise ValueError("an evaluation id is recorded or pending twice")
@@ -356,7 +366,7 @@ def _check_consistent(state: SearchState, info: RunInfo) -> None:
     if state.next_id <= max(recorded + out, default=-1):
         raise ValueError(f"next_id {state.next_id} is not past every evaluation id")
     named = {key: state.strategy.get(key, []) for key in ("population", "told", "front")}
-    unknown = sorted({i for ids in named.values() for i in ids} - set(recorded))
+    unknown = sorted({i for ids in named.values() for i in ids} - set(recorded)) if state.records or not state.dropped else []
     if unknown:
         raise ValueError(f"the strategy's state names evaluations {unknown[:5]} that are not recorded")
 
@@ -368,14 +378,18 @@ def _config(text: str) -> Config:
         raise ValueError(f"its config: {exc}") from None
 
 
-def _read(f: h5py.File, weights: bool, dropped: list[str]) -> tuple[SearchState, RunInfo]:
+def _read(f: h5py.File, weights: bool, dropped: list[str], history: bool = True) -> tuple[SearchState, RunInfo]:
     """The run in ``f`` (whose format and seal :func:`_check_format` checked); damaged members are left out and
-    named in ``dropped``."""
+    named in ``dropped``. Without ``history``, no records: see :func:`load`."""
     store.check_seal(f["segments"], "/segments")
     seg = f["segments"]
     folder = segments_folder(f.filename)
     listed = [Segment(str(name), int(rows), int(crc)) for name, rows, crc in zip(seg["name"].asstr()[...], seg["rows"][...], seg["crc32"][...])]
-    data = snapshot(folder, listed)  # first, while a job writing the run has not yet removed what this state file lists
+    data = snapshot(folder, listed) if history else []  # first, while a job writing the run has not yet removed what this file lists
+    memory: dict[str, np.ndarray] = {}
+    if "master" in f:
+        store.check_seal(f["master"], "/master")
+        memory = {name: item[...] for name, item in f["master"].items()}
     store.check_seal(f["pending"], "/pending")
     rng = random.Random()
     gauss = float(f["rng"].attrs["gauss_next"])
@@ -399,7 +413,11 @@ def _read(f: h5py.File, weights: bool, dropped: list[str]) -> tuple[SearchState,
         capacity_seconds=float(f.attrs["capacity_seconds"]),
         dispatch=json.loads(f.attrs["dispatch"]),
         folding=read_folding(f),
+        memory=memory,
+        recent_ids=[int(i) for i in seg["recent_ids"][...]] if "recent_ids" in seg else [],
     )
+    if not history:
+        state.dropped, state.dropped_last_id = sum(s.rows for s in listed), int(seg.attrs["last_id"])
     info = RunInfo(
         config=_config(f.attrs["config"]),
         gene_names=json.loads(f.attrs["gene_names"]),

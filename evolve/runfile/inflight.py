@@ -168,7 +168,9 @@ def merge_into(path: str, state, n_genes: int) -> None:
     sent = read_log(data, n_genes)
     if not sent:
         return
-    recorded = {r.id for r in state.records}
+    # what the checkpoint recorded: every record, or without its history read the last checkpoint's, the only ones
+    # the log can name (it is emptied at each checkpoint, so it names what was out at the one before, or sent since)
+    recorded = {r.id for r in state.records} | set(state.recent_ids)
     pending = {p.id: p for p in state.pending}
     for ident, individual in sent.items():
         if ident in recorded:

@@ -31,6 +31,7 @@ each paused network's curve was told), so every network counts once at every epo
 """
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -83,6 +84,21 @@ class RunningMedian:
         cleared, never replaced, so it stays bound to this median)."""
         return self._new.append
 
+    def memory(self) -> dict[str, np.ndarray]:
+        """What a resume needs to carry on exactly (:meth:`restored`): the kept values, those waiting, and the thinning's place."""
+        draw = json.dumps(self._draw.bit_generator.state).encode()
+        return {"kept": self._sorted, "waiting": np.asarray(self._new, dtype=np.float64),
+                "counts": np.asarray([self.cap, self.weight, self._merged, self._flip], dtype=np.int64), "draw": np.frombuffer(draw, np.uint8)}
+
+    @classmethod
+    def restored(cls, memory: dict[str, np.ndarray]) -> RunningMedian:
+        cap, weight, merged, flip = (int(v) for v in memory["counts"])
+        median = cls(cap)
+        median._sorted, median.weight, median._merged, median._flip = np.asarray(memory["kept"], dtype=np.float64), weight, merged, flip
+        median._new.extend(np.asarray(memory["waiting"], dtype=np.float64).tolist())
+        median._draw.bit_generator.state = json.loads(bytes(np.asarray(memory["draw"], dtype=np.uint8)).decode())
+        return median
+
     def median(self) -> float:
         if self._new:
             new = np.array(self._new, dtype=np.float64)
@@ -121,6 +137,23 @@ class MedianRule:
         self._told: dict[int, int] = {}  # a paused network (successive halving) -> the epochs of its curve told so far
         for record in records:
             self.tell(record)
+
+    def memory(self) -> dict[str, np.ndarray] | None:
+        """Each epoch's median as :meth:`RunningMedian.memory` gives it, named ``<epoch>.<part>``; None while paused networks'
+        curves are half told (successive halving: such a search resumes from its history)."""
+        if self._told:
+            return None
+        return {f"{epoch}.{name}": value for epoch, median in enumerate(self._by_epoch) for name, value in median.memory().items()}
+
+    @classmethod
+    def restored(cls, memory: dict[str, np.ndarray], min_peers: int = MIN_PEERS, planned_fraction: float = PLANNED_FRACTION) -> MedianRule:
+        """The rule as :meth:`memory` left it."""
+        rule = cls(min_peers=min_peers, planned_fraction=planned_fraction)
+        for epoch in range(len({name.split(".")[0] for name in memory})):
+            median = RunningMedian.restored({name: memory[f"{epoch}.{name}"] for name in ("kept", "waiting", "counts", "draw")})
+            rule._by_epoch.append(median)
+            rule._adders.append(median.adder)
+        return rule
 
     def tell(self, record: Record) -> None:
         adders, total, isfinite = self._adders, 0.0, math.isfinite

@@ -50,8 +50,8 @@ class Capabilities:
 class Context:
     """What a strategy is built from: the space and the search's settings (``params``: ``SearchConfig``, or
     ``GAParams`` in tests), the search's rng, the records and pending individuals so far, the strategy's
-    own saved state (``{}`` for a new search), the second objective, and ``value`` (what ensemble
-    selection ranks by; None: fitness)."""
+    own saved state (``{}`` for a new search), the second objective, ``value`` (what ensemble
+    selection ranks by; None: fitness), and on a resume that read no history, the strategy's ``memory()``."""
 
     space: SearchSpace
     params: object
@@ -61,6 +61,8 @@ class Context:
     state: dict = field(default_factory=dict)
     objective: str = "params"
     value: Value | None = None
+    # a resume from the state file alone (no records): what the strategy's memory() gave at the checkpoint
+    memory: dict = field(default_factory=dict)
 
 
 _STRATEGIES: dict[str, type] = {}

@@ -23,6 +23,8 @@ the same network.
 """
 from __future__ import annotations
 
+import hashlib
+
 import math
 from dataclasses import dataclass, field, replace
 
@@ -120,6 +122,21 @@ DEFAULT_SPACE: dict = {
 }
 assert tuple(DEFAULT_SPACE) == GENE_NAMES
 TRAINING_GENES = ("learning_rate", "batch_size", "epochs", "optimizer", "weight_decay", "schedule", "warmup", "label_smoothing", "augment")
+
+
+def _options(domain) -> tuple:
+    return domain.values() if isinstance(domain, Choice) else ()
+
+
+_text_hashes: dict[str, int] = {}
+
+
+def _text_hash(text: str) -> int:
+    """A string's 64-bit hash, the same in every process (Python salts its own per process)."""
+    found = _text_hashes.get(text)
+    if found is None:
+        found = _text_hashes[text] = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
+    return found
 
 
 def _index(u: float, n: int) -> int:
@@ -245,6 +262,7 @@ class SearchSpace:
     _decoders: tuple = field(default=(), compare=False, repr=False)
     _names: tuple = field(default=(), compare=False, repr=False)
     _order: tuple = field(default=(), compare=False, repr=False)
+    _textual: tuple = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         names = [g.name for g in self.genes]
@@ -269,6 +287,20 @@ class SearchSpace:
         object.__setattr__(self, "_decoders", tuple(_decoder(g.domain) for g in self.genes))
         object.__setattr__(self, "_names", tuple(names))
         object.__setattr__(self, "_order", tuple(self.genes[i] for i in order))
+        object.__setattr__(self, "_textual", tuple(i for i, g in enumerate(self.genes)  # genes that may hold a string
+                                                   if any(isinstance(v, str) for v in (*_options(g.domain), g.default))))
+
+    def key_hash(self, key: tuple) -> int:
+        """A 64-bit hash of a :meth:`key` that is the same in every process of the same Python (Python hashes
+        numbers and tuples alike everywhere, strings not: a string's stands in for it here), so that a run
+        file can keep the hashes of the networks a search proposed (evolve.search.keyset)."""
+        if not self._textual:
+            return hash(key)
+        values = list(key)
+        for i in self._textual:
+            if values[i].__class__ is str:
+                values[i] = _text_hash(values[i])
+        return hash(tuple(values))
 
     @property
     def condition_order(self) -> tuple[Gene, ...]:

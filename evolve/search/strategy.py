@@ -130,8 +130,8 @@ class _Breeder:
                  surrogate: Surrogate | None = None, value: Value | None = None):
         self.space, self.params, self.rng = space, params, rng
         self.toolbox = make_toolbox(params)
-        self.seen = KeySet(candidate_key(space, g) for g in known)  # every network proposed, by hash: 8 bytes each
-        self.crashed: set[tuple] = set()  # networks that crashed (see note_outcome): never proposed again
+        self.seen = KeySet((candidate_key(space, g) for g in known), space.key_hash)  # every network proposed, by hash: 8 bytes each
+        self.crashed = KeySet(hasher=space.key_hash)  # networks that crashed (see note_outcome): never proposed again
         self.surrogate = surrogate
         self.value = value  # None: selection by fitness
 
@@ -199,6 +199,19 @@ class _Breeder:
     def surrogate_state(self) -> dict:
         return {"surrogate": self.surrogate.to_state()} if self.surrogate is not None else {}
 
+    def memory(self) -> dict[str, np.ndarray] | None:
+        """What a resume needs besides :meth:`to_state`, as arrays, so that it reads no history (evolve.engine.memory):
+        the networks proposed and those that crashed, by hash. None where that is not enough (a surrogate is fitted
+        to the history)."""
+        if self.surrogate is not None:
+            return None
+        return {"seen": self.seen.hashes(), "crashed": self.crashed.hashes()}
+
+    def restore(self, memory: dict[str, np.ndarray]) -> None:
+        """Carry on from :meth:`memory` (with the networks still out already in ``seen``)."""
+        self.seen = KeySet(hasher=self.space.key_hash, hashes=np.concatenate([self.seen.hashes(), memory["seen"]]))
+        self.crashed = KeySet(hasher=self.space.key_hash, hashes=memory["crashed"])
+
     def caught_up(self, context: Context) -> _Breeder:
         """Made from a run's state: told which recorded networks crashed (never proposed again); returns self."""
         for record in context.records:
@@ -247,6 +260,10 @@ class SteadyState(_Breeder):
 
     @classmethod
     def create(cls, context: Context) -> SteadyState:
+        if context.memory:  # a resume from the state file alone: no records (see memory)
+            made = cls(context.space, context.params, context.rng, {}, _known(context), {}, None, context.value)
+            made.restore(context.memory)
+            return made
         return cls(context.space, context.params, context.rng, _by_id(context), _known(context), context.state, _surrogate(context),
                    context.value).caught_up(context)
 
@@ -302,6 +319,20 @@ class SteadyState(_Breeder):
 
     def to_state(self) -> dict:
         return {"mode": self.mode, "population": [ind.ident for ind in self.population], **self.surrogate_state()}
+
+    def memory(self) -> dict[str, np.ndarray] | None:
+        """As a breeder's, with the population (id, fitness, loss and genome of each member); None with rungs."""
+        kept = super().memory()
+        if kept is None or self.rungs:
+            return None
+        members = self.population
+        return {**kept, "population": np.asarray([(ind.ident, ind.value, ind.fitness.values[1]) for ind in members], dtype=np.float64).reshape(-1, 3),
+                "genomes": np.asarray([list(ind) for ind in members], dtype=np.float64).reshape(len(members), len(self.space))}
+
+    def restore(self, memory: dict[str, np.ndarray]) -> None:
+        super().restore(memory)
+        self.population = [Individual.evaluated(list(genome), value, int(ident), loss)
+                           for (ident, value, loss), genome in zip(memory["population"].tolist(), memory["genomes"].tolist())]
 
 
 @register

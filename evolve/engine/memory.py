@@ -1,0 +1,58 @@
+"""What the master keeps across a resume, so that a resume reads the state file and not the history (issue 34).
+
+A long search's history lives in the run file's segments, and a resume of the default search reads none of
+it: at each checkpoint the master's parts that carry knowledge from result to result put what they need into
+``state.memory`` (arrays, by name, written to the run file's ``/master`` group):
+
+* the strategy (``strategy.*``, its ``memory()``): the networks proposed and those that crashed, as 64-bit
+  hashes, and the population;
+* the median stopping rule (``median.*``): each epoch's kept values (bounded, see RunningMedian).
+
+A part that cannot carry on from such a summary (a surrogate fitted to the history, the rungs of successive
+halving, TensorBoard's tracker, a strategy without ``memory()``) makes the memory empty, and a resume of that
+run reads the history as before. So does a resume whose settings build other parts than the checkpoint's
+(``signature``), or whose Python hashes numbers otherwise (the hashes are Python's own).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+SIGNATURE = "signature"  # the settings the memory was made under, as JSON bytes
+
+
+def signature(search, bars: bool) -> dict:
+    """The settings that decide which parts the master builds and what they keep."""
+    return {"mode": search.mode, "breeding": search.breeding, "selection": search.selection, "promotion": bool(search.promotion),
+            "median_rule": bars, "python": list(sys.version_info[:2])}
+
+
+def gather(search, strategy, bars, halving) -> dict[str, np.ndarray]:
+    """The memory of a checkpoint: every part's, or {} if some part needs the history to resume."""
+    kept = getattr(strategy, "memory", lambda: None)()
+    if kept is None or halving is not None:
+        return {}
+    memory = {f"strategy.{name}": array for name, array in kept.items()}
+    if bars is not None:
+        rule = bars.rule.memory()
+        if rule is None:
+            return {}
+        memory.update({f"median.{name}": array for name, array in rule.items()})
+    memory[SIGNATURE] = np.frombuffer(json.dumps(signature(search, bars is not None)).encode(), dtype=np.uint8)
+    return memory
+
+
+def part(memory: dict[str, np.ndarray], name: str) -> dict[str, np.ndarray]:
+    """The arrays of one part (``strategy``, ``median``), by their own names."""
+    prefix = name + "."
+    return {key[len(prefix):]: value for key, value in memory.items() if key.startswith(prefix)}
+
+
+def resumable(memory: dict[str, np.ndarray], search, bars: bool, tracking: bool = False) -> bool:
+    """Can a resume with these settings carry on from ``memory`` alone (no history)?"""
+    if not memory or SIGNATURE not in memory or tracking:
+        return False
+    made_under = json.loads(bytes(np.asarray(memory[SIGNATURE], dtype=np.uint8)).decode())
+    return made_under == signature(search, bars)

@@ -1,0 +1,92 @@
+"""A resume that reads the state file and not the history (issue 34, evolve.engine.memory): it carries on exactly as
+a resume that reads every record, and falls back to the history where some part of the search needs it."""
+import os
+
+import numpy as np
+import pytest
+from checkpoint_fixture import SPACE, info
+from fakes import landscape, search_config
+
+from evolve.engine import memory
+from evolve.engine.loop import run_search, uses_median_rule
+from evolve.engine.state import SearchState
+from evolve.runfile import checkpoint
+from evolve.search.early_stop import MedianRule
+from evolve.transport.protocol import InProcessTransport
+
+KEYS = lambda records: [(r.id, tuple(r.genome), r.status, r.fitness, r.epochs_done, r.operators, r.parents) for r in records]  # noqa: E731
+
+
+def first_session(path, config):
+    """A search to ``config``'s budget that checkpoints every 5 results and lets go of what each committed, as evens run does."""
+    state = SearchState.fresh(0, candidates=3)
+
+    def save(s):
+        checkpoint.save(path, s, info())
+        s.let_go()
+
+    run_search(state, InProcessTransport(landscape, 2), SPACE, config, checkpoint=save, clock=lambda: float(state.recorded))
+    save(state)
+    return state
+
+
+def carry_on(path, config, history):
+    state, _ = checkpoint.load(path, history=history)
+    run_search(state, InProcessTransport(landscape, 2), SPACE, config)
+    return state
+
+
+@pytest.mark.parametrize("settings", [dict(early_stopping=True, early_stopping_warmup=1), dict(early_stopping=False)])
+def test_a_resume_from_the_state_file_alone_carries_on_as_one_that_read_every_record(tmp_path, settings):
+    path = str(tmp_path / "run" / "checkpoint.h5")
+    os.makedirs(os.path.dirname(path))
+    first = search_config(40, 6, 3, 0, checkpoint_seconds=5, **settings)
+    first_session(path, first)
+    state, _ = checkpoint.load(path, history=False)
+    assert state.records == [] and state.dropped == 40 and memory.resumable(state.memory, first.search, uses_median_rule(first.search))
+    assert ("median.0.kept" in state.memory) == settings["early_stopping"]
+    more = search_config(90, 6, 3, 0, **settings)
+    remembered, whole = carry_on(path, more, history=False), carry_on(path, more, history=True)
+    assert remembered.recorded == whole.recorded == 90
+    assert KEYS(remembered.records) == KEYS(whole.records[40:])  # the same 50 networks, proposed and judged alike
+    if settings["early_stopping"]:  # the rule's bars, carried over, are those the history gives
+        everything, _ = checkpoint.load(path)
+        restored, rebuilt = MedianRule.restored(memory.part(state.memory, "median")), MedianRule(everything.records)
+        assert all(np.array_equal(restored.bars(e), rebuilt.bars(e), equal_nan=True) for e in range(1, 13))
+        assert any(np.isfinite(restored.bars(12)))
+    assert remembered.hall_of_fame.ids == whole.hall_of_fame.ids
+
+
+def test_settings_that_build_other_parts_resume_from_the_history(tmp_path):
+    """The memory says what it was made under; a resume that turns the median rule on, or breeds by model, reads the
+    history (and the search refuses a state that has neither)."""
+    path = str(tmp_path / "run" / "checkpoint.h5")
+    os.makedirs(os.path.dirname(path))
+    config = search_config(20, 6, 3, 0, checkpoint_seconds=5, early_stopping=False)
+    first_session(path, config)
+    state, _ = checkpoint.load(path, history=False)
+    for changed in (search_config(30, 6, 3, 0, early_stopping=True), search_config(30, 6, 3, 0, early_stopping=False, breeding="model")):
+        assert not memory.resumable(state.memory, changed.search, uses_median_rule(changed.search))
+        with pytest.raises(ValueError, match="holds no history"):
+            run_search(checkpoint.load(path, history=False)[0], InProcessTransport(landscape, 2), SPACE, changed)
+
+
+def test_a_search_that_needs_its_history_keeps_no_memory(tmp_path):
+    """Model breeding fits its surrogate to the history: its checkpoints hold no memory, so its resumes read every record."""
+    path = str(tmp_path / "run" / "checkpoint.h5")
+    os.makedirs(os.path.dirname(path))
+    first_session(path, search_config(20, 6, 3, 0, checkpoint_seconds=5, early_stopping=False, breeding="model"))
+    assert checkpoint.load(path, history=False)[0].memory == {}
+
+
+def test_the_memory_is_small_and_its_hashes_are_every_network_proposed(tmp_path):
+    path = str(tmp_path / "run" / "checkpoint.h5")
+    os.makedirs(os.path.dirname(path))
+    first_session(path, search_config(60, 6, 3, 0, checkpoint_seconds=5, early_stopping=True, early_stopping_warmup=1))
+    state, _ = checkpoint.load(path, history=False)
+    everything, _ = checkpoint.load(path)
+    seen = state.memory["strategy.seen"]
+    assert seen.dtype == np.int64 and np.all(np.diff(seen) > 0)
+    assert set(seen.tolist()) == {SPACE.key_hash(SPACE.key(r.genome)) for r in everything.records} | {
+        SPACE.key_hash(SPACE.key(p.genome)) for p in everything.pending}
+    assert sum(np.asarray(a).nbytes for a in state.memory.values()) < 100 * 60 + 20_000
