@@ -169,9 +169,13 @@ def test_promotion_needs_a_strategy_that_supports_it(monkeypatch):
 def test_the_report_counts_networks_and_says_what_each_rung_did():
     from evolve.app.report import format_halving, halving_facts
     from evolve.search.records import networks
+    from evolve.search.tally import Tally
 
     state = run(18)
-    facts = halving_facts(state, config(18).search)
+    tally = Tally(3)
+    for r in state.records:
+        tally.tell(r)
+    facts = halving_facts(tally, config(18).search)
     assert networks(state.records) == 18 and facts["stages"] == len(state.records) > 18
     rungs = facts["rungs"]
     assert [r["stages"] for r in rungs] == [sum(r.rung == i for r in state.records) for i in range(3)]

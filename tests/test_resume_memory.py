@@ -1,6 +1,8 @@
 """A resume that reads the state file and not the history (issue 34, evolve.engine.memory): it carries on exactly as
 a resume that reads every record, and falls back to the history where some part of the search needs it."""
 import os
+from dataclasses import replace
+import time
 
 import numpy as np
 import pytest
@@ -20,9 +22,10 @@ KEYS = lambda records: [(r.id, tuple(r.genome), r.status, r.fitness, r.epochs_do
 def first_session(path, config):
     """A search to ``config``'s budget that checkpoints every 5 results and lets go of what each committed, as evens run does."""
     state = SearchState.fresh(0, candidates=3)
+    run = replace(info(), config=replace(config, space=info().config.space))
 
     def save(s):
-        checkpoint.save(path, s, info())
+        checkpoint.save(path, s, run)
         s.let_go()
 
     run_search(state, InProcessTransport(landscape, 2), SPACE, config, checkpoint=save, clock=lambda: float(state.recorded))
@@ -90,3 +93,43 @@ def test_the_memory_is_small_and_its_hashes_are_every_network_proposed(tmp_path)
     assert set(seen.tolist()) == {SPACE.key_hash(SPACE.key(r.genome)) for r in everything.records} | {
         SPACE.key_hash(SPACE.key(p.genome)) for p in everything.pending}
     assert sum(np.asarray(a).nbytes for a in state.memory.values()) < 100 * 60 + 20_000
+
+
+@pytest.mark.parametrize("settings", [dict(early_stopping=True, early_stopping_warmup=1), dict(promotion=True, early_stopping=False)])
+def test_the_account_the_master_keeps_is_the_one_the_history_gives(tmp_path, settings):
+    """The tally written into every checkpoint (counts, the best record, early stopping's and promotion's figures, the
+    networks of each recent second) is what summarizing the whole history gives, through resumes as well."""
+    from evolve.app.report import summarize, tally_of
+
+    path = str(tmp_path / "run" / "checkpoint.h5")
+    os.makedirs(os.path.dirname(path))
+    first_session(path, search_config(30, 6, 3, 0, checkpoint_seconds=5, **settings))
+    state, run = checkpoint.load(path, history=False)
+    if not state.memory:  # (promotion carries on from the history)
+        state, run = checkpoint.load(path)
+    run_search(state, InProcessTransport(landscape, 2), SPACE, search_config(45, 6, 3, 0, **settings))
+    checkpoint.save(path, state, run)
+    everything, run = checkpoint.load(path)
+    assert len(everything.records) == 45 + len([r for r in everything.records if r.network >= 0])
+    kept = checkpoint.load(path, history=False)[0].tally
+    assert kept.to_state() == tally_of(everything.records, run).to_state() and kept.best.id == tally_of(everything.records, run).best.id
+    assert summarize(everything, run, tally=kept) == summarize(everything, run)
+
+
+def test_status_reads_the_state_file_alone(tmp_path, monkeypatch):
+    """evens status at any size of history: it reads no segment."""
+    from evolve.app.status import status
+    from evolve.runfile import segments
+
+    path = str(tmp_path / "run" / "checkpoint.h5")
+    os.makedirs(os.path.dirname(path))
+    first_session(path, search_config(30, 6, 3, 0, checkpoint_seconds=5, early_stopping=True, early_stopping_warmup=1))
+    expected = status(str(tmp_path / "run"))
+
+    def no_segments(*args):
+        raise AssertionError("status read a segment")
+
+    monkeypatch.setattr(segments, "snapshot", no_segments)
+    monkeypatch.setattr(checkpoint, "snapshot", no_segments)
+    got = status(str(tmp_path / "run"), now=time.time())
+    assert got["evaluations"] == 30 and got["best"] == expected["best"] and got["failures"] == expected["failures"]

@@ -11,11 +11,12 @@ from ensemble.results import kinds
 from evolve.engine.state import SearchState
 from evolve.errors import RunDirError
 from evolve.runfile.checkpoint import RunInfo
-from evolve.search.early_stop import epochs_saved
+from evolve.engine.promotion import rung_count
 from evolve.search.pareto import OBJECTIVES
-from evolve.search.records import Record, best_first, networks
+from evolve.search.records import Record, best_first
 from evolve.search.registry import capabilities
 from evolve.search.space import TRAINING_GENES
+from evolve.search.tally import Tally
 
 from .rundir import checkpoint_path, read_run
 
@@ -63,22 +64,26 @@ def ensemble_scores(state: SearchState, info: RunInfo, problem: Problem) -> dict
     return result
 
 
-def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> dict:
-    """The facts ``evens report --json`` prints: counts, best member, ensemble, time, utilization."""
+def tally_of(records: list[Record], info: RunInfo) -> Tally:
+    """The account of ``records`` (a run's history, read back), as the master keeps it while it records."""
+    search = info.config.search
+    return Tally.of(records, info.space(), rung_count(search.eta, search.min_budget) if search.promotion else 0, info.config.data.fold_count)
+
+
+def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None, tally: Tally | None = None) -> dict:
+    """The facts ``evens report --json`` prints: counts, best member, ensemble, time, utilization. From the account
+    ``tally`` where given (the state file's: no history read), else from the state's records."""
     problem = problem_from_dict(info.data["problem"])
-    ok = [r for r in state.records if r.status == "ok"]
-    statuses: dict[str, int] = {}
-    for r in state.records:
-        statuses[r.status] = statuses.get(r.status, 0) + 1
+    tally = tally if tally is not None else tally_of(state.records, info)
     hall = state.hall_of_fame
     summary = {
         "run_dir": run_dir,
         "problem": problem.kind,
         "metric": "accuracy" if problem.kind == "classification" else "rmse",  # the headline of the tables and figures
         "search_metric": {"name": problem.metric, "key": problem.metric_key, "higher_is_better": problem.higher_is_better},
-        "evaluations": networks(state.records),  # networks: with successive halving, a network's stages are one
+        "evaluations": tally.networks,  # networks: with successive halving, a network's stages are one
         "budget": info.config.search.evaluations,
-        "status_counts": statuses,
+        "status_counts": dict(tally.statuses),
         "pending": len(state.pending),
         "wall_seconds": info.wall_seconds,
         "worker_utilization": state.utilization,
@@ -91,22 +96,15 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
         "ensemble": ensemble_scores(state, info, problem),
     }
     space = info.space()
-    stopped = [r for r in state.records if r.status == "stopped"]
-    if stopped:
-        folds = max(info.config.data.fold_count, 1)  # a folded network planned its epochs once per fold
-        planned = {r.id: space.candidate(r.genome)[1].epochs * folds for r in stopped}
-        summary["early_stopping"] = {
-            "stopped": len(stopped),
-            "epochs_saved": epochs_saved(stopped, planned),
-            "epochs_trained": sum(r.epochs_done for r in state.records),
-        }
+    if tally.stopped:
+        summary["early_stopping"] = {"stopped": tally.stopped, "epochs_saved": tally.epochs_saved, "epochs_trained": tally.epochs_trained}
     search = info.config.search
     if search.promotion:
-        summary["promotion"] = halving_facts(state, search)
-    if capabilities(search.mode).objectives == 2:
+        summary["promotion"] = halving_facts(tally, search)
+    if capabilities(search.mode).objectives == 2 and state.records:
         summary["pareto"] = pareto_front(state, search.second_objective, space)
-    if ok:
-        best = min(ok, key=best_first)
+    best = tally.best
+    if best is not None:
         summary["best"] = {**record_facts(best), "genome": space.decode(best.genome)}
         kept = hall.by_id(best.id) if best.id in hall.ids else None
         if problem.kind == "classification" and kept is not None:
@@ -114,21 +112,10 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None) -> 
     return summary
 
 
-def halving_facts(state: SearchState, search) -> dict:
+def halving_facts(tally: Tally, search) -> dict:
     """Successive halving's account: each rung's stages and how many went on, and how the promotions trained."""
-    from evolve.engine.promotion import rung_count
-
-    rungs = rung_count(search.eta, search.min_budget)
-    at = [{"rung": i, "stages": 0, "promoted": 0} for i in range(rungs)]
-    carried = again = 0
-    for r in state.records:
-        at[min(r.rung, rungs - 1)]["stages"] += 1
-        if r.network >= 0:
-            at[r.rung - 1]["promoted"] += 1
-            carried += r.metrics.get("carried_on_from", 0.0) > 0
-            again += r.metrics.get("carried_on_from", 1.0) == 0
-    return {"eta": search.eta, "min_budget": search.min_budget, "rungs": at, "stages": len(state.records), "carried_on": carried,
-            "trained_again": again, "epochs_trained": sum(r.epochs_done for r in state.records)}
+    return {"eta": search.eta, "min_budget": search.min_budget, "rungs": [{"rung": i, "stages": n, "promoted": up} for i, (n, up) in enumerate(tally.at_rung)],
+            "stages": tally.records, "carried_on": tally.carried_on, "trained_again": tally.trained_again, "epochs_trained": tally.epochs_trained}
 
 
 def chosen_on(info: RunInfo, problem: Problem) -> dict:

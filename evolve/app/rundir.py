@@ -158,7 +158,7 @@ def _identity(path: str) -> tuple[int, int] | None:
     return st.st_ino, st.st_mtime_ns
 
 
-def read_run(path: str, patience: float = 60.0):
+def read_run(path: str, patience: float = 60.0, history: bool = True):
     """The checkpoint at ``path`` without weights, for readers beside a job that may be writing it (status,
     report): read again while a read fails because a job replaced it in between (and removed the
     segments it no longer lists). A read that fails on a file nobody replaced is damage, and raises at once;
@@ -167,7 +167,7 @@ def read_run(path: str, patience: float = 60.0):
     while True:
         before = _identity(path)
         try:
-            return checkpoint.load(path, weights=False)
+            return checkpoint.load(path, weights=False, history=history)
         except (OSError, KeyError, ValueError, DataError, EvensError):
             if _identity(path) == before or time.monotonic() > deadline:
                 raise

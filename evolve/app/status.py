@@ -61,9 +61,11 @@ def _since(stamp: str | None) -> float | None:
 def status(run_dir: str, now: float | None = None) -> dict:
     """The facts ``evens status --json`` prints."""
     path = checkpoint_path(run_dir)
-    state, info = read_run(path)
+    state, info = read_run(path, history=False)  # the state file alone: its account of the history (evolve.search.tally)
+    if state.tally is None:  # a run file from before the account was kept
+        state, info = read_run(path)
     now = time.time() if now is None else now
-    summary = summarize(state, info, run_dir)
+    summary = summarize(state, info, run_dir, state.tally)
     holder, gone = _holder(run_dir, now)
     view = state.dispatch
     saved_at = float(view.get("saved_at") or os.stat(path).st_mtime)
@@ -106,7 +108,7 @@ def status(run_dir: str, now: float | None = None) -> dict:
         since = max(saved_at - RECENT_SECONDS, float(view.get("session_started", job_started or 0.0)))
         window = saved_at - since
         if window > 0:
-            rate = sum(since < r.finished <= saved_at for r in state.records if r.network < 0) / (window / 60)  # networks
+            rate = state.tally.recent_networks(since, saved_at) / (window / 60)  # networks
             facts["per_minute_recent"], facts["recent_seconds"] = rate, window
             if not left:
                 facts["eta_seconds"] = 0.0

@@ -31,6 +31,7 @@ from evolve.config.schema import Config
 from evolve.search.early_stop import BarCache, MedianRule
 from evolve.search.records import Pending, Record, network_of
 from evolve.search.space import SearchSpace
+from evolve.search.tally import Tally, planned_epochs
 from evolve.search.registry import Context, capabilities, make_strategy
 from evolve.transport.protocol import SKIPPED, Result, Task, Transport
 
@@ -159,6 +160,9 @@ class _Search:
         self.bars = (BarCache(MedianRule.restored(memory.part(remembered, "median")) if remembered else MedianRule(state.records),
                               state.recorded) if uses_median_rule(search) else None)
         self.halving = Halving.of(search, state) if search.promotion else None  # rungs and promotions (successive halving)
+        self.folds = folds.folds if folds is not None else 1
+        if state.tally is None:  # a new search, or a run file from before the account was kept
+            state.tally = Tally.of(state.records, space, self.halving.rungs if self.halving is not None else 0, self.folds)
         # Workers queue tasks only without a barrier (a generation's would leave its last children queued behind
         # busy workers while others idle), over a transport whose workers queue (in one process it gains nothing).
         depth = 1 + search.prefetch if not caps.barrier and getattr(transport, "queues", False) else 1
@@ -366,6 +370,7 @@ class _Search:
     def record(self, record: Record, member: Member | None = None) -> None:
         """Remember a result, tell the strategy and the early-stopping bars, and offer ``member`` to the hall of fame."""
         self.state.records.append(record)
+        self.state.tally.tell(record, planned_epochs(self.space, record, self.folds))
         if self.halving is not None:
             self.halving.tell(record)
         self.dispatch.finished(record.id)

@@ -12,6 +12,7 @@ from ensemble.hall_of_fame import HallOfFame
 from ensemble.select import Selection
 from evolve.config.schema import EnsembleConfig
 from evolve.search.records import Pending, Record
+from evolve.search.tally import Tally
 
 
 @dataclass
@@ -41,6 +42,7 @@ class SearchState:
     # what the master's parts keep across a resume that reads no history (evolve.engine.memory): arrays by name,
     # {} where some part needs the history
     memory: dict = field(default_factory=dict)
+    tally: Tally | None = None  # the account of every record (evolve.search.tally): kept by the master, in every checkpoint
     recent_ids: list[int] = field(default_factory=list)  # loaded: the ids the last checkpoint recorded (in-flight log merge)
 
     @classmethod

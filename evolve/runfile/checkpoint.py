@@ -49,12 +49,13 @@ from evolve.config.schema import Config, config_from_dict
 from evolve.engine.state import SearchState
 from evolve.errors import ConfigError, RunDirError
 from evolve.search.records import Pending, Record
+from evolve.search.tally import Tally
 from evolve.search.space import SearchSpace
 
 from . import columns as table
 from .folding import read_folding, write_folding
 from .inflight import InFlightLog, inflight_path, merge_into  # noqa: F401 (InFlightLog, inflight_path: the run's API)
-from .segments import Segment, append, merged, read_columns, read_segment, remove_unlisted, snapshot
+from .segments import Segment, append, merged, read_columns, read_segment, remove_unlisted, snapshot, write_columns
 from .tempfiles import exclusive_temp
 
 FORMAT = "evens-checkpoint"
@@ -63,7 +64,7 @@ FORMAT_VERSION = 15  # the one format this evens reads; every change to the run 
 # the run file: tests/test_segments.py pins this to FORMAT_VERSION, so the version moves with it.
 SCHEMA = {"record": kinds(Record), "pending": kinds(Pending)}
 CHECKPOINT_NAME = RUN_FILE_NAME
-ROOT_OWN = ("segments", "pending", "folds", "master", GROUP)  # what the seal of / leaves to their own seals (so it covers the attributes and /rng)
+ROOT_OWN = ("segments", "pending", "folds", "master", "best", GROUP)  # what the seal of / leaves to their own seals (so it covers the attributes and /rng)
 
 
 @dataclass
@@ -261,6 +262,8 @@ def _write_state(f: h5py.File, state: SearchState, info: RunInfo, segments: list
         "preset": json.dumps(info.preset),
         "dispatch": json.dumps(state.dispatch),
     }
+    if state.tally is not None:  # the account of every record (evolve.search.tally), its best record in /best
+        attrs["tally"] = json.dumps(state.tally.to_state())
     f.attrs.update(attrs)
     version, internal, gauss = state.rng.getstate()
     checksummed(f, "rng", np.asarray(internal, dtype=np.uint32))
@@ -272,6 +275,10 @@ def _write_state(f: h5py.File, state: SearchState, info: RunInfo, segments: list
     seg.attrs["last_id"] = last_id
     checksummed(seg, "recent_ids", np.asarray(recent, dtype=np.int64))
     store.seal(seg)
+    if state.tally is not None and state.tally.best is not None:
+        best = f.create_group("best")
+        write_columns(best, table.encode([state.tally.best], Record, len(info.gene_names)))
+        store.seal(best)
     master = f.create_group("master")  # evolve.engine.memory: what a resume needs besides this file's attributes, as arrays
     for name, array in state.memory.items():
         checksummed(master, name, np.asarray(array))
@@ -378,6 +385,17 @@ def _config(text: str) -> Config:
         raise ValueError(f"its config: {exc}") from None
 
 
+def _tally(f: h5py.File, n_genes: int) -> Tally | None:
+    """The account of every record the state file holds (None in a run file from before it was kept)."""
+    if "tally" not in f.attrs:
+        return None
+    best = None
+    if "best" in f:
+        store.check_seal(f["best"], "/best")
+        [best] = table.decode(read_columns(f["best"]), Record, n_genes)
+    return Tally.from_state(json.loads(f.attrs["tally"]), best)
+
+
 def _read(f: h5py.File, weights: bool, dropped: list[str], history: bool = True) -> tuple[SearchState, RunInfo]:
     """The run in ``f`` (whose format and seal :func:`_check_format` checked); damaged members are left out and
     named in ``dropped``. Without ``history``, no records: see :func:`load`."""
@@ -414,6 +432,7 @@ def _read(f: h5py.File, weights: bool, dropped: list[str], history: bool = True)
         dispatch=json.loads(f.attrs["dispatch"]),
         folding=read_folding(f),
         memory=memory,
+        tally=_tally(f, genes),
         recent_ids=[int(i) for i in seg["recent_ids"][...]] if "recent_ids" in seg else [],
     )
     if not history:

@@ -187,11 +187,6 @@ class MedianRule:
         return tuple(bars)
 
 
-def epochs_saved(records: list[Record], planned: dict[int, int]) -> int:
-    """Epochs that early stopping spared: planned minus trained, over the stopped networks."""
-    return sum(planned[r.id] - r.epochs_done for r in records if r.status == "stopped")
-
-
 class BarCache:
     """The early-stopping bars tasks carry (:meth:`MedianRule.bars`), rebuilt only as often as they can move.
 
