@@ -171,6 +171,12 @@ class MedianRule:
                 adders.append(self._by_epoch[-1].adder)
             adders[epoch](total / (epoch + 1))  # the bound append, not add: this runs for every epoch told
 
+    def settle(self) -> None:
+        """Merge the values waiting at every epoch (:meth:`RunningMedian.median` does), so that memory stays bounded at
+        epochs no bar is asked for (those in the first third of every network's plan)."""
+        for median in self._by_epoch:
+            median.median()
+
     def bars(self, epochs: int) -> tuple[float, ...]:
         """The bar for a network planned for ``epochs`` epochs, after each of them (index e: after epoch e + 1).
 
@@ -209,6 +215,7 @@ class BarCache:
         if self.told - self.built_at > self.told >> 6:
             self.cache.clear()
             self.built_at = self.told
+            self.rule.settle()  # every epoch's values merged, those no bar asks for too: none waits long in a list
         bars = self.cache.get(epochs)
         if bars is None:
             bars = self.cache[epochs] = self.rule.bars(epochs)

@@ -2,24 +2,34 @@
 
 Run from the repository root (after ./scripts/setup.sh)::
 
-    .venv/bin/python scripts/bench/bench_scale.py                # 10^4, 3x10^4 and 10^5 evaluations
-    .venv/bin/python scripts/bench/bench_scale.py --quick        # 10^4 and 3x10^4
-    .venv/bin/python scripts/bench/bench_scale.py --sizes 1000000   # a million: some three hours on the 2-core VM
+    .venv/bin/python scripts/bench/bench_scale.py                      # live 10^4 to 10^5, synthetic 10^5 and 10^6
+    .venv/bin/python scripts/bench/bench_scale.py --quick              # live 10^4 and 3x10^4, synthetic 10^5
+    .venv/bin/python scripts/bench/bench_scale.py --sizes 1000000 --synthetic 100000,1000000,10000000
+                                                                       # issue 34's sizes: some 40 minutes on the 2-core VM
 
-For each size the real search loop runs in one process over bench_master's loopback (zero-work trainings, 3
-workers, async with blind breeding and the median rule, a checkpoint every 4,608 evaluations into a kept run
-directory), and then, each in a fresh process, as a user would after it:
+Two kinds of run, each measured the same way:
 
-* ``master``: the master's resident memory after each checkpoint (``/proc/self/statm``), and its growth per
-  evaluation from the first checkpoint past a tenth of the search to the last;
+* live (``--sizes``): the real search loop runs in one process over bench_master's loopback (zero-work
+  trainings, 3 workers, async with blind breeding and the median rule, a checkpoint every 4,608 evaluations
+  into a kept run directory, the records each checkpoint committed let go as ``evens run`` does). ``master``:
+  its resident memory after each checkpoint (``/proc/self/statm``), and its growth per evaluation from the
+  first checkpoint past a tenth of the search to the last;
+* synthetic (``--synthetic``): scripts/bench/synthetic_run.py grows such a run's history to the size, through
+  the product's checkpoint and segment code (a live search of 10^7 evaluations takes hours here).
+
+Then, each in a fresh process, as a user would after it:
+
 * ``run file``: the bytes of ``checkpoint.h5`` and its segments per evaluation;
-* ``resume``: ``evolve.runfile.checkpoint.load`` of the run file (what ``evens run --resume`` reads before its
-  first task goes out): seconds and the process's peak memory;
-* ``report`` and ``status``: ``evens report --json`` and ``evens status``, seconds.
+* ``resume``: what ``evens run --resume`` does before its first task goes out: ``checkpoint.load`` of the
+  state file alone (the history too where the memory cannot serve; it can here) and the search's strategy and
+  median rule built from it; seconds and the process's peak memory;
+* ``history load``: ``checkpoint.load`` of every record (what ``evens report`` and ``select`` still read), for
+  sizes up to 10^6;
+* ``report`` and ``status``: ``evens report --json`` (up to 10^6) and ``evens status``, seconds.
 
-Reports each figure per size and the growth from the smallest size to the largest (a resume that reads the
-history grows with it; issue 34's targets: memory at most 100 MB per million evaluations, a resume at most 5 s
-and a report at most 30 s and status 2 s at 10 million). Ends with one JSON line.
+Reports each figure per size and the growth from the smallest size to the largest (issue 34's targets: memory
+at most 100 MB per million evaluations, a resume at most 5 s, a report at most 30 s and status 2 s at 10
+million). Ends with one JSON line.
 """
 from __future__ import annotations
 
@@ -30,6 +40,7 @@ import tempfile
 import time
 
 import harness
+import synthetic_run
 from bench_master import PREFETCH, Loopback, search
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -45,12 +56,31 @@ def folder_bytes(folder: str) -> int:
     return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(folder) for name in names)
 
 
-LOAD = """import resource, sys, time
+RESUME = """import resource, sys, time
+t = time.perf_counter()
+from evolve.engine import memory
+from evolve.engine.loop import uses_median_rule
+from evolve.runfile import checkpoint
+from evolve.search.early_stop import MedianRule
+from evolve.search.registry import Context, make_strategy
+state, info = checkpoint.load(sys.argv[1], history=False)
+search = info.config.search
+if not memory.resumable(state.memory, search, uses_median_rule(search)):
+    state, info = checkpoint.load(sys.argv[1])
+    raise SystemExit("the memory cannot serve this run: " + str(len(state.records)))
+space = info.space()
+strategy = make_strategy(search.mode, Context(space, search, state.rng, [], state.pending, state.strategy, memory=memory.part(state.memory, "strategy")))
+rule = MedianRule.restored(memory.part(state.memory, "median"))
+print(time.perf_counter() - t, state.recorded, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+HISTORY = """import resource, sys, time
 t = time.perf_counter()
 from evolve.runfile import checkpoint
 state, info = checkpoint.load(sys.argv[1])
 print(time.perf_counter() - t, len(state.records), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
+HISTORY_UP_TO = 1_000_000  # larger histories are not loaded whole (some 35 us and 2 KB a record)
 
 
 def timed(command: list[str]) -> float:
@@ -61,52 +91,74 @@ def timed(command: list[str]) -> float:
     return time.perf_counter() - began
 
 
-def measure(evaluations: int, folder: str) -> dict:
+def figures(command: str, path: str) -> tuple[float, int, int]:
+    proc = subprocess.run([sys.executable, "-c", command, path], cwd=harness.ROOT, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench_scale: reading {path} failed:\n{proc.stderr[-2000:]}")
+    seconds, records, peak = proc.stdout.split()
+    return float(seconds), int(records), int(peak)
+
+
+def live(evaluations: int, folder: str) -> dict:
+    """The live search's memory, then what :func:`after` measures."""
     samples: list[tuple[int, int]] = []
     os.makedirs(folder)
     loopback = Loopback(3, 2)
     search(loopback, evaluations, lambda: loopback.cpu, PREFETCH, "blind", folder=folder, after_save=lambda n: samples.append((n, rss())))
     first = next((s for s in samples if s[0] >= evaluations // 10), samples[0])
     last = samples[-1]
+    return {"master_rss_mb": last[1] / 2**20, "master_bytes_per_eval": (last[1] - first[1]) / max(1, last[0] - first[0]), **after(folder)}
+
+
+def synthetic(evaluations: int, folder: str) -> dict:
+    os.makedirs(folder)
+    synthetic_run.seed_run(folder)
+    synthetic_run.grow(folder, evaluations, say=lambda line: None)
+    return after(folder)
+
+
+def after(folder: str) -> dict:
     path = os.path.join(folder, "checkpoint.h5")
-    load = subprocess.run([sys.executable, "-c", LOAD, path], cwd=harness.ROOT, capture_output=True, text=True, timeout=3600)
-    if load.returncode != 0:
-        raise SystemExit(f"bench_scale: loading {path} failed:\n{load.stderr[-2000:]}")
-    seconds, records, peak = load.stdout.split()
+    seconds, records, peak = figures(RESUME, path)
     evens = [sys.executable, "-m", "evolve"]
-    return {
-        "evaluations": int(records),
-        "master_rss_mb": last[1] / 2**20,
-        "master_bytes_per_eval": (last[1] - first[1]) / max(1, last[0] - first[0]),
-        "run_file_bytes_per_eval": folder_bytes(folder) / int(records),
-        "resume_s": float(seconds),
-        "resume_peak_mb": int(peak) / 2**20,
-        "report_s": timed(evens + ["report", folder, "--json"]),
-        "status_s": timed(evens + ["status", folder]),
-    }
+    row = {"evaluations": records, "run_file_bytes_per_eval": folder_bytes(folder) / records, "resume_s": seconds, "resume_peak_mb": peak / 2**20,
+           "history_load_s": None, "history_peak_mb": None, "report_s": None, "status_s": timed(evens + ["status", folder])}
+    if records <= HISTORY_UP_TO:
+        seconds, _, peak = figures(HISTORY, path)
+        row.update(history_load_s=seconds, history_peak_mb=peak / 2**20, report_s=timed(evens + ["report", folder, "--json"]))
+    return row
+
+
+def show(kind: str, row: dict) -> None:
+    cell = lambda v, f: format(v, f) if v is not None else "-"  # noqa: E731
+    print(f"{kind:>9} {row['evaluations']:>11,} {cell(row.get('master_rss_mb'), '>9.0f'):>9} {cell(row.get('master_bytes_per_eval'), '>10.0f'):>10} "
+          f"{row['run_file_bytes_per_eval']:>10.0f} {row['resume_s']:>8.2f} {row['resume_peak_mb']:>9.0f} {cell(row['history_load_s'], '>8.2f'):>8} "
+          f"{cell(row['report_s'], '>8.2f'):>8} {row['status_s']:>8.2f}")
 
 
 def main() -> None:
-    parser = harness.parser(__doc__, quick="10^4 and 3x10^4 evaluations")
-    parser.add_argument("--sizes", default="10000,30000,100000", help="evaluations per search, comma separated")
+    parser = harness.parser(__doc__, quick="live 10^4 and 3x10^4, synthetic 10^5")
+    parser.add_argument("--sizes", default="10000,30000,100000", help="live searches' evaluations, comma separated ('' for none)")
+    parser.add_argument("--synthetic", default="100000,1000000", help="synthetic histories' evaluations, comma separated ('' for none)")
     args = parser.parse_args()
-    sizes = [10_000, 30_000] if args.quick else [int(s) for s in args.sizes.split(",")]
-    print(harness.machine_line("bench_scale", f"sizes {sizes}; the search loop in one process over a loopback, zero-work "
-                                              "trainings, 3 workers, a checkpoint every 4,608 evaluations"))
-    rows = {}
-    print(f"{'evaluations':>11} {'master MB':>9} {'bytes/eval':>10} {'file bytes/eval':>15} {'resume s':>8} "
-          f"{'resume MB':>9} {'report s':>8} {'status s':>8}")
-    for n in sizes:
-        with tempfile.TemporaryDirectory(prefix="bench-scale-") as folder:
-            row = rows[str(n)] = measure(n, os.path.join(folder, "run"))
-        print(f"{row['evaluations']:>11,} {row['master_rss_mb']:>9.0f} {row['master_bytes_per_eval']:>10.0f} "
-              f"{row['run_file_bytes_per_eval']:>15.0f} {row['resume_s']:>8.2f} {row['resume_peak_mb']:>9.0f} "
-              f"{row['report_s']:>8.2f} {row['status_s']:>8.2f}")
-    small, large = rows[str(sizes[0])], rows[str(sizes[-1])]
-    growth = {f"{k}_growth": large[k] / small[k] for k in ("resume_s", "resume_peak_mb", "report_s", "status_s") if small[k] > 0}
+    sizes = [10_000, 30_000] if args.quick else [int(s) for s in args.sizes.split(",") if s]
+    made = [100_000] if args.quick else [int(s) for s in args.synthetic.split(",") if s]
+    print(harness.machine_line("bench_scale", f"live {sizes}: the search loop in one process over a loopback, zero-work trainings, 3 workers, "
+                                              f"a checkpoint every 4,608 evaluations; synthetic {made} (synthetic_run.py)"))
+    print(f"{'run':>9} {'evaluations':>11} {'master MB':>9} {'bytes/eval':>10} {'file B/eval':>10} {'resume s':>8} {'resume MB':>9} "
+          f"{'load s':>8} {'report s':>8} {'status s':>8}")
+    rows: dict[str, dict] = {}
+    for kind, ns, measure in (("live", sizes, live), ("synthetic", made, synthetic)):
+        for n in ns:
+            with tempfile.TemporaryDirectory(prefix="bench-scale-") as folder:
+                row = rows[f"{kind}_{n}"] = measure(n, os.path.join(folder, "run"))
+            show(kind, row)
+    everything = sorted(rows.values(), key=lambda r: r["evaluations"])
+    small, large = everything[0], everything[-1]
+    growth = {f"{k}_growth": large[k] / small[k] for k in ("resume_s", "resume_peak_mb", "status_s") if small[k]}
     growth["evaluations_ratio"] = large["evaluations"] / small["evaluations"]
     print("growth from the smallest to the largest: " + ", ".join(f"{k} {v:.2f}" for k, v in growth.items()))
-    harness.emit({"sizes": rows, **growth})
+    harness.emit({"runs": rows, **growth})
 
 
 if __name__ == "__main__":
