@@ -74,11 +74,13 @@ def test_settings_that_build_other_parts_resume_from_the_history(tmp_path):
             run_search(checkpoint.load(path, history=False)[0], InProcessTransport(landscape, 2), SPACE, changed)
 
 
-def test_a_search_that_needs_its_history_keeps_no_memory(tmp_path):
-    """Model breeding fits its surrogate to the history: its checkpoints hold no memory, so its resumes read every record."""
+@pytest.mark.parametrize("settings", [dict(breeding="model"), dict(mode="generational"), dict(mode="nsga2"), dict(promotion=True)])
+def test_a_search_that_needs_its_history_keeps_no_memory(tmp_path, settings):
+    """Model breeding fits its surrogate to the history, promotion rebuilds its rungs from it, and the other strategies
+    carry on from their records: their checkpoints hold no memory, so their resumes read every record."""
     path = str(tmp_path / "run" / "checkpoint.h5")
     os.makedirs(os.path.dirname(path))
-    first_session(path, search_config(20, 6, 3, 0, checkpoint_seconds=5, early_stopping=False, breeding="model"))
+    first_session(path, search_config(20, 6, 3, 0, checkpoint_seconds=5, early_stopping=False, **settings))
     assert checkpoint.load(path, history=False)[0].memory == {}
 
 

@@ -199,16 +199,16 @@ class _Breeder:
     def surrogate_state(self) -> dict:
         return {"surrogate": self.surrogate.to_state()} if self.surrogate is not None else {}
 
-    def memory(self) -> dict[str, np.ndarray] | None:
-        """What a resume needs besides :meth:`to_state`, as arrays, so that it reads no history (evolve.engine.memory):
-        the networks proposed and those that crashed, by hash. None where that is not enough (a surrogate is fitted
-        to the history)."""
+    def bred_memory(self) -> dict[str, np.ndarray] | None:
+        """The part of a strategy's ``memory()`` (evolve.engine.memory) that every breeder has: the networks proposed
+        and those that crashed, by hash. None where that is not enough (a surrogate is fitted to the history). A
+        strategy that carries on from it defines ``memory()`` and restores it in ``create``."""
         if self.surrogate is not None:
             return None
         return {"seen": self.seen.hashes(), "crashed": self.crashed.hashes()}
 
     def restore(self, memory: dict[str, np.ndarray]) -> None:
-        """Carry on from :meth:`memory` (with the networks still out already in ``seen``)."""
+        """Carry on from :meth:`bred_memory` (with the networks still out already in ``seen``)."""
         self.seen = KeySet(hasher=self.space.key_hash, hashes=np.concatenate([self.seen.hashes(), memory["seen"]]))
         self.crashed = KeySet(hasher=self.space.key_hash, hashes=memory["crashed"])
 
@@ -321,8 +321,9 @@ class SteadyState(_Breeder):
         return {"mode": self.mode, "population": [ind.ident for ind in self.population], **self.surrogate_state()}
 
     def memory(self) -> dict[str, np.ndarray] | None:
-        """As a breeder's, with the population (id, fitness, loss and genome of each member); None with rungs."""
-        kept = super().memory()
+        """What a resume needs besides :meth:`to_state`, so that it reads no history: the breeder's, with the population
+        (id, fitness, loss and genome of each member); None with rungs or a surrogate."""
+        kept = self.bred_memory()
         if kept is None or self.rungs:
             return None
         members = self.population
