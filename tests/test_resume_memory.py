@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 from checkpoint_fixture import SPACE, info
+from ensemble.results import failed_evaluation
 from fakes import landscape, search_config
 
 from evolve.engine import memory
@@ -19,7 +20,16 @@ from evolve.transport.protocol import InProcessTransport
 KEYS = lambda records: [(r.id, tuple(r.genome), r.status, r.fitness, r.epochs_done, r.operators, r.parents) for r in records]  # noqa: E731
 
 
-def first_session(path, config):
+def flaky(task):
+    """The landscape, but one network in five fails (with a message naming it) and one in seven diverges."""
+    if task.id % 5 == 2:
+        return failed_evaluation(f"RuntimeError: network {task.id} fell over", "error")
+    if task.id % 7 == 3:
+        return failed_evaluation(f"loss nan at epoch 1 of network {task.id}", "diverged")
+    return landscape(task)
+
+
+def first_session(path, config, work=landscape):
     """A search to ``config``'s budget that checkpoints every 5 results and lets go of what each committed, as evens run does."""
     state = SearchState.fresh(0, candidates=3)
     run = replace(info(), config=replace(config, space=info().config.space))
@@ -28,7 +38,7 @@ def first_session(path, config):
         checkpoint.save(path, s, run)
         s.let_go()
 
-    run_search(state, InProcessTransport(landscape, 2), SPACE, config, checkpoint=save, clock=lambda: float(state.recorded))
+    run_search(state, InProcessTransport(work, 2), SPACE, config, checkpoint=save, clock=lambda: float(state.recorded))
     save(state)
     return state
 
@@ -135,3 +145,41 @@ def test_status_reads_the_state_file_alone(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint, "snapshot", no_segments)
     got = status(str(tmp_path / "run"), now=time.time())
     assert got["evaluations"] == 30 and got["best"] == expected["best"] and got["failures"] == expected["failures"]
+
+
+@pytest.mark.parametrize("k", [1, 3, 100])
+def test_the_report_streams_the_history_and_shows_what_reading_every_record_shows(tmp_path, monkeypatch, k):
+    """evens report ranks the networks and counts the failures from a few columns, a slice of rows at a time, and reads
+    whole records only for the rows it shows: the same tables as from every record, across many segments."""
+    from evolve.app import report as reporting
+    from evolve.runfile import history
+
+    monkeypatch.setattr(history, "ROWS", 7)  # slices that cut the segments anywhere
+    path = str(tmp_path / "run" / "checkpoint.h5")
+    os.makedirs(os.path.dirname(path))
+    first_session(path, search_config(60, 6, 3, 0, checkpoint_seconds=5, early_stopping=True, early_stopping_warmup=1), flaky)
+    everything, run = checkpoint.load(path)
+    assert len(checkpoint.listing(path)) > 1 and any(r.status != "ok" for r in everything.records)
+    state, _ = checkpoint.load(path, history=False)
+    top, failures = reporting.streamed_top_and_failures(path, state, run, k)
+    assert top == reporting.top_networks(everything, run.space(), k)
+    assert failures == reporting.failures_by_kind(everything) and set(failures) >= {"error", "diverged"}
+    text = reporting.report(str(tmp_path / "run"), top=k)
+    assert f"top {min(k, sum(r.status == 'ok' for r in everything.records))} networks" in text
+
+
+def test_a_damaged_segment_is_a_one_line_error_of_the_report(tmp_path):
+    from evolve.app import report as reporting
+    from evolve.errors import RunDirError
+
+    path = str(tmp_path / "run" / "checkpoint.h5")
+    os.makedirs(os.path.dirname(path))
+    first_session(path, search_config(20, 6, 3, 0, checkpoint_seconds=5, early_stopping=False))
+    segment = os.path.join(checkpoint.segments_folder(path), checkpoint.listing(path)[0].name)
+    with open(segment, "r+b") as f:
+        f.seek(os.path.getsize(segment) // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(RunDirError, match="does not match its checksum"):
+        reporting.report(str(tmp_path / "run"))

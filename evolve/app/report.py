@@ -5,20 +5,24 @@ import json
 import math
 import os
 
+import numpy as np
+
 from ensemble.combine import combine, ensemble_prediction, mean_uncertainty
+from ensemble.hall_of_fame import standing
 from ensemble.problem import Problem, problem_from_dict
 from ensemble.results import kinds
 from evolve.engine.state import SearchState
 from evolve.errors import RunDirError
-from evolve.runfile.checkpoint import RunInfo
 from evolve.engine.promotion import rung_count
+from evolve.runfile.checkpoint import RunInfo, listing, segments_folder
+from evolve.runfile.history import History
 from evolve.search.pareto import OBJECTIVES
 from evolve.search.records import Record, best_first
 from evolve.search.registry import capabilities
 from evolve.search.space import TRAINING_GENES
 from evolve.search.tally import Tally
 
-from .rundir import checkpoint_path, read_run
+from .rundir import checkpoint_path, read_beside_a_job, read_run
 
 # Scores between 0 and 1 print with four decimals (1 reads 1.0000, as 0.9944 does beside it); errors (rmse, loss, a
 # user's metric) with four significant digits. The summary, `evens report`, `evens status` and the live line share these.
@@ -332,6 +336,52 @@ def top_networks(state: SearchState, space, k: int) -> list[dict]:
     return out
 
 
+def streamed_top_and_failures(path: str, state: SearchState, info: RunInfo, k: int) -> tuple[list[dict], dict[str, dict]]:
+    """What :func:`top_networks` and :func:`failures_by_kind` give, from the run file's segments a slice at a time:
+    the best ``k`` and the stored ensemble's members ranked, and each kind of failure counted with its first
+    example, reading whole records only for the rows shown (evolve.runfile.history). Memory does not grow with
+    the history."""
+    listed = listing(path)
+    sel = state.selection
+    weights = dict(zip(sel.ids, sel.weights)) if sel is not None else {}
+    members = [state.hall_of_fame.by_id(i) for i in weights if i in state.hall_of_fame.ids]
+    marks = np.asarray([standing(m.fitness, m.loss, m.id) for m in members], dtype=np.float64).reshape(-1, 3)
+    better = np.zeros(len(members), dtype=np.int64)  # successful records ahead of each member
+    best = np.empty((0, 5))  # the k best so far: -fitness, loss, id, segment, row
+    found: dict[int, tuple[int, int]] = {}  # member id -> where it is
+    kinds: dict[str, list] = {}  # status -> [count, (segment, row) of its first]
+    with History(segments_folder(path), listed) as history:
+        for seg, start, c in history.slices(("status", "fitness", "metrics/val_loss", "id")):
+            ok = c["status"] == b"ok"
+            neg, loss, ids = -c["fitness"][ok], np.where(np.isnan(c["metrics/val_loss"][ok]), np.inf, c["metrics/val_loss"][ok]), c["id"][ok]
+            rows = np.flatnonzero(ok) + start
+            for j, (f, l, i) in enumerate(marks):
+                better[j] += int(np.count_nonzero((neg < f) | ((neg == f) & ((loss < l) | ((loss == l) & (ids < i))))))
+            for i, row in zip(ids.tolist(), rows.tolist()):
+                if i in weights:
+                    found[i] = (seg, row)
+            pool = np.concatenate([best, np.column_stack([neg, loss, ids, np.full(ids.size, seg), rows])])
+            best = pool[np.lexsort((pool[:, 2], pool[:, 1], pool[:, 0]))][:k]
+            failed = ~ok
+            for status in np.unique(c["status"][failed]).tolist():
+                first = int(np.flatnonzero(c["status"] == status)[0]) + start
+                entry = kinds.setdefault(status.decode(), [0, (seg, first)])
+                entry[0] += int(np.count_nonzero(c["status"] == status))
+        shown = [(int(s), int(r)) for s, r in best[:, 3:5]]
+        ranked = [(place, at) for place, at in enumerate(shown, 1)]
+        ranked += sorted((int(better[j]) + 1, found[m.id]) for j, m in enumerate(members) if m.id in found and better[j] + 1 > len(shown))
+        records = history.fetch([at for _, at in ranked] + [at for _, at in kinds.values()], len(info.gene_names))
+    space = info.space()
+    top = []
+    for (place, _), r in zip(ranked, records):
+        genome = space.decode(r.genome)
+        top.append({**record_facts(r), "rank": place, "ensemble_weight": weights.get(r.id, 0.0), "network": describe(genome), "genome": genome})
+    failures = {}
+    for (status, (count, _)), r in zip(kinds.items(), records[len(ranked):]):
+        failures[status] = {"count": count, "example": f"#{r.id}: {r.message}" if r.message else f"#{r.id}"}
+    return top, failures
+
+
 def failures_by_kind(state: SearchState) -> dict[str, dict]:
     """For each status other than ok: how many, and the message of the first (a sample of what went wrong)."""
     kinds: dict[str, dict] = {}
@@ -372,11 +422,19 @@ def format_failures(failures: dict[str, dict]) -> list[str]:
 def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | None = None, plot_dir: str | None = None,
            force: bool = False) -> str:
     """``evens report``: the summary, the top networks and the failures; optionally a CSV and figures."""
-    state, info = read_run(checkpoint_path(run_dir))
-    summary = summarize(state, info, run_dir)
+    path = checkpoint_path(run_dir)
+    state, info = read_run(path, history=False)
+    search = info.config.search
+    if state.tally is not None and not csv_path and not plot_dir and capabilities(search.mode).objectives == 1:
+        # the summary from the run's account, the tables from a few columns of the history: bounded memory
+        summary = summarize(state, info, run_dir, state.tally)
+        summary["top"], summary["failures"] = read_beside_a_job(path, lambda: streamed_top_and_failures(path, state, info, top))
+    else:  # the CSV, the figures and a Pareto front take every record
+        state, info = read_run(path)
+        summary = summarize(state, info, run_dir)
+        summary["top"] = top_networks(state, info.space(), top)
+        summary["failures"] = failures_by_kind(state)
     space = info.space()
-    summary["top"] = top_networks(state, space, top)
-    summary["failures"] = failures_by_kind(state)
     notes = []
     if csv_path:
         from .csv_table import to_csv

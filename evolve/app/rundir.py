@@ -159,18 +159,25 @@ def _identity(path: str) -> tuple[int, int] | None:
 
 
 def read_run(path: str, patience: float = 60.0, history: bool = True):
-    """The checkpoint at ``path`` without weights, for readers beside a job that may be writing it (status,
-    report): read again while a read fails because a job replaced it in between (and removed the
-    segments it no longer lists). A read that fails on a file nobody replaced is damage, and raises at once;
-    so does one still failing after ``patience`` seconds of replacements."""
+    """The checkpoint at ``path`` without weights, for readers beside a job that may be writing it (status, report):
+    see :func:`read_beside_a_job`."""
+    return read_beside_a_job(path, lambda: checkpoint.load(path, weights=False, history=history), patience)
+
+
+def read_beside_a_job(path: str, read, patience: float = 60.0):
+    """``read()`` of the run whose state file is ``path``, tried again while it fails because a job replaced the file
+    in between (and removed the segments it no longer lists). A read that fails on a file nobody replaced is damage,
+    and raises at once (a RunDirError); so does one still failing after ``patience`` seconds of replacements."""
     deadline = time.monotonic() + patience
     while True:
         before = _identity(path)
         try:
-            return checkpoint.load(path, weights=False, history=history)
-        except (OSError, KeyError, ValueError, DataError, EvensError):
+            return read()
+        except (OSError, KeyError, ValueError, DataError, EvensError) as exc:
             if _identity(path) == before or time.monotonic() > deadline:
-                raise
+                if isinstance(exc, EvensError):
+                    raise
+                raise RunDirError(f"{path}: damaged run file ({type(exc).__name__}: {exc})") from None
             time.sleep(0.05)
 
 

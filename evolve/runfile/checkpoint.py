@@ -117,6 +117,15 @@ def _listed(path: str) -> tuple[list[Segment], int]:
         return [], -1
 
 
+def listing(path: str) -> list[Segment]:
+    """The segments the state file at ``path`` lists now, in order (what :class:`evolve.runfile.history.History` opens);
+    ``ValueError`` if its listing is damaged."""
+    with h5py.File(path, "r") as f:
+        seg = f["segments"]
+        store.check_seal(seg, "/segments")
+        return [Segment(str(n), int(r), int(c)) for n, r, c in zip(seg["name"].asstr()[...], seg["rows"][...], seg["crc32"][...])]
+
+
 # The state file this process last wrote, by path. If that file is still in place, the next checkpoint
 # takes its segment listing from here instead of reading it, and copies its ensemble group with HDF5's own
 # object copy (in C, far cheaper than writing every member again): the members that left the hall are
