@@ -22,7 +22,10 @@ class KeySet:
     def __init__(self, keys: Iterable[Hashable] = (), hasher: Callable[[Hashable], int] = hash, hashes: np.ndarray | None = None) -> None:
         """``hashes``: what :meth:`hashes` gave, to carry on from (a resume)."""
         self.hasher = hasher
-        self._sorted = np.unique(np.asarray(hashes, dtype=np.int64)) if hashes is not None else np.empty(0, dtype=np.int64)
+        self._sorted = np.empty(0, dtype=np.int64)
+        if hashes is not None:
+            given = np.asarray(hashes, dtype=np.int64)
+            self._sorted = given if given.size < 2 or bool(np.all(given[1:] > given[:-1])) else np.unique(given)  # (as hashes() gave: kept)
         self._new: set[int] = set()
         self.update(keys)
 
@@ -30,6 +33,12 @@ class KeySet:
         """Every hash held, sorted (what a run file keeps)."""
         self._merge()
         return self._sorted
+
+    def add_hashes(self, hashes: np.ndarray) -> None:
+        """Hashes another set gave (:meth:`hashes`)."""
+        self._new.update(np.asarray(hashes, dtype=np.int64).tolist())
+        if len(self._new) > max(MERGE_AT, self._sorted.size >> 3):
+            self._merge()
 
     def add(self, key: Hashable) -> None:
         self._new.add(self.hasher(key))

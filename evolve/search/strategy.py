@@ -209,7 +209,9 @@ class _Breeder:
 
     def restore(self, memory: dict[str, np.ndarray]) -> None:
         """Carry on from :meth:`bred_memory` (with the networks still out already in ``seen``)."""
-        self.seen = KeySet(hasher=self.space.key_hash, hashes=np.concatenate([self.seen.hashes(), memory["seen"]]))
+        out = self.seen.hashes()
+        self.seen = KeySet(hasher=self.space.key_hash, hashes=memory["seen"])
+        self.seen.add_hashes(out)
         self.crashed = KeySet(hasher=self.space.key_hash, hashes=memory["crashed"])
 
     def caught_up(self, context: Context) -> _Breeder:

@@ -57,7 +57,13 @@ def folder_bytes(folder: str) -> int:
     return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(folder) for name in names)
 
 
-RESUME = """import resource, sys, time
+# the process's own peak resident memory: /proc's VmHWM (getrusage's ru_maxrss survives execve, so a child of a large
+# benchmark process would report the parent's)
+PEAK = """import re
+PEAK = lambda: 1024 * int(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1))
+"""
+
+RESUME = PEAK + """import sys, time
 t = time.perf_counter()
 from evolve.engine import memory
 from evolve.engine.loop import uses_median_rule
@@ -72,14 +78,14 @@ if not memory.resumable(state.memory, search, uses_median_rule(search)):
 space = info.space()
 strategy = make_strategy(search.mode, Context(space, search, state.rng, [], state.pending, state.strategy, memory=memory.part(state.memory, "strategy")))
 rule = MedianRule.restored(memory.part(state.memory, "median"))
-print(time.perf_counter() - t, state.recorded, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(time.perf_counter() - t, state.recorded, PEAK())
 """
 
-HISTORY = """import resource, sys, time
+HISTORY = PEAK + """import sys, time
 t = time.perf_counter()
 from evolve.runfile import checkpoint
 state, info = checkpoint.load(sys.argv[1])
-print(time.perf_counter() - t, len(state.records), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+print(time.perf_counter() - t, len(state.records), PEAK())
 """
 HISTORY_UP_TO = 1_000_000  # larger histories are not loaded whole (some 35 us and 2 KB a record)
 
