@@ -85,7 +85,7 @@ def test_the_command_says_it_is_a_simulation():
 
 
 def test_the_command_projects_a_campaigns_memory_run_file_and_resume_from_its_rate():
-    from evolve.engine.simulator import MASTER_BYTES_PER_EVALUATION, RESUME_SECONDS_PER_EVALUATION, RESUME_START_SECONDS
+    from evolve.engine.simulator import MASTER_BASE_BYTES, MASTER_BYTES_PER_EVALUATION, RESUME_SECONDS_PER_EVALUATION, RESUME_START_SECONDS
 
     proc = subprocess.run(evens_cmd() + ["simulate", "examples/digits.toml", "--workers", "16", "--task-seconds", "10", "--master-us", "100",
                                          "--hours", "12,72", "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -96,8 +96,8 @@ def test_the_command_projects_a_campaigns_memory_run_file_and_resume_from_its_ra
     assert seventy_two["evaluations"] == int(out["steady_evaluations_per_hour"] * 72)
     # 16 workers busy with 10 s trainings (lognormal, sigma 0.5: a mean of 11.3 s) record some 5,100 an hour
     assert 4_600 < out["steady_evaluations_per_hour"] < 5_600
-    assert twelve["master_gb"] == twelve["evaluations"] * MASTER_BYTES_PER_EVALUATION / 1e9
+    assert twelve["master_gb"] == (MASTER_BASE_BYTES + twelve["evaluations"] * MASTER_BYTES_PER_EVALUATION) / 1e9
     assert twelve["resume_seconds"] == RESUME_START_SECONDS + twelve["evaluations"] * RESUME_SECONDS_PER_EVALUATION
     text = subprocess.run(evens_cmd() + ["simulate", "examples/digits.toml", "--workers", "16", "--task-seconds", "10", "--master-us", "100",
                                          "--hours", "12"], capture_output=True, text=True, timeout=120, cwd=ROOT).stdout
-    assert "a 12-hour campaign at that rate:" in text and "a resume reads it in about" in text
+    assert "a 12-hour campaign at that rate:" in text and "a resume takes about" in text

@@ -65,7 +65,7 @@ def simulate_command(args) -> str:
            "(the rest trained again from the start)"] if config.search.promotion else []),
         f"steady state (up to the last new network): {p.steady_evaluations_per_hour:,.0f} evaluations per hour",
         *(f"a {c.hours:g}-hour campaign at that rate: {c.evaluations:,} evaluations; the master keeps about {c.master_gb:,.1f} GB, "
-          f"the run file holds {c.run_file_gb:,.1f} GB, and a resume reads it in about {c.resume_seconds:,.0f} s "
-          "(bench_scale.py's per-evaluation costs)" for c in campaigns),
+          f"the run file holds {c.run_file_gb:,.1f} GB, and a resume takes about {c.resume_seconds:,.1f} s "
+          "(bench_scale.py's costs for the default search, whose resume reads the state file alone)" for c in campaigns),
         *(f"warning: {w}" for w in warnings),
     ])

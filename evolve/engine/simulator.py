@@ -141,11 +141,13 @@ class Projection:
 
 
 # What the master keeps and a resume reads as the history grows, measured by scripts/bench/bench_scale.py over the real
-# loop (docs/benchmarks.md, "The master's memory and a resume as the history grows"): per evaluation recorded.
-MASTER_BYTES_PER_EVALUATION = 2_000
-RUN_FILE_BYTES_PER_EVALUATION = 360
-RESUME_SECONDS_PER_EVALUATION = 12e-6
-RESUME_START_SECONDS = 0.6  # a resume's fixed cost (imports, the run file's state) before it reads any record
+# loop and synthetic histories (docs/benchmarks.md, "The master's memory and a resume as the history grows"), for the
+# default search (async, blind breeding, the median rule), whose resume reads the state file alone.
+MASTER_BASE_BYTES = 107e6  # imports, the segment cache and the median rule's bounded arrays
+MASTER_BYTES_PER_EVALUATION = 51  # the networks proposed as hashes, and what the allocator keeps
+RUN_FILE_BYTES_PER_EVALUATION = 350
+RESUME_START_SECONDS = 0.8  # imports, the state file, the strategy and rule built
+RESUME_SECONDS_PER_EVALUATION = 1e-8  # the hashes of the networks proposed (8 bytes each), read
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,7 @@ class Campaign:
 
 def campaign(evaluations_per_hour: float, hours: float) -> Campaign:
     n = int(evaluations_per_hour * hours)
-    return Campaign(hours, n, n * MASTER_BYTES_PER_EVALUATION / 1e9, n * RUN_FILE_BYTES_PER_EVALUATION / 1e9,
+    return Campaign(hours, n, (MASTER_BASE_BYTES + n * MASTER_BYTES_PER_EVALUATION) / 1e9, n * RUN_FILE_BYTES_PER_EVALUATION / 1e9,
                     RESUME_START_SECONDS + n * RESUME_SECONDS_PER_EVALUATION)
 
 

@@ -20,15 +20,10 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 import time
 from dataclasses import replace
 
 import numpy as np
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
 SEED_EVALUATIONS = 4608 * 2  # the real search's share (two of bench_master's checkpoints)
 CHUNK = 1 << 16  # records a synthetic checkpoint appends
