@@ -262,7 +262,7 @@ class SearchSpace:
     _decoders: tuple = field(default=(), compare=False, repr=False)
     _names: tuple = field(default=(), compare=False, repr=False)
     _order: tuple = field(default=(), compare=False, repr=False)
-    _textual: tuple = field(default=(), compare=False, repr=False)
+    _texts: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         names = [g.name for g in self.genes]
@@ -287,20 +287,15 @@ class SearchSpace:
         object.__setattr__(self, "_decoders", tuple(_decoder(g.domain) for g in self.genes))
         object.__setattr__(self, "_names", tuple(names))
         object.__setattr__(self, "_order", tuple(self.genes[i] for i in order))
-        object.__setattr__(self, "_textual", tuple(i for i, g in enumerate(self.genes)  # genes that may hold a string
-                                                   if any(isinstance(v, str) for v in (*_options(g.domain), g.default))))
+        object.__setattr__(self, "_texts", {v: _text_hash(v) for g in self.genes  # every string a gene may hold, with its hash
+                                            for v in (*_options(g.domain), g.default) if isinstance(v, str)})
 
     def key_hash(self, key: tuple) -> int:
         """A 64-bit hash of a :meth:`key` that is the same in every process of the same Python (Python hashes
         numbers and tuples alike everywhere, strings not: a string's stands in for it here), so that a run
         file can keep the hashes of the networks a search proposed (evolve.search.keyset)."""
-        if not self._textual:
-            return hash(key)
-        values = list(key)
-        for i in self._textual:
-            if values[i].__class__ is str:
-                values[i] = _text_hash(values[i])
-        return hash(tuple(values))
+        texts = self._texts
+        return hash(tuple(map(texts.get, key, key))) if texts else hash(key)  # each string by its own hash, the rest as they are
 
     @property
     def condition_order(self) -> tuple[Gene, ...]:
