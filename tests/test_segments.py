@@ -424,3 +424,15 @@ def test_a_header_h5py_cannot_decode_is_a_damaged_checkpoint(tmp_path, monkeypat
     monkeypatch.setattr(h5py.AttributeManager, "__getitem__", damaged)
     with pytest.raises(RunDirError, match="damaged checkpoint.*RuntimeError"):
         checkpoint.load(path)
+
+
+def test_no_merge_makes_a_segment_larger_than_its_cap(tmp_path, monkeypatch):
+    """A merge holds its rows in memory, so segments stop growing at MERGED_ROWS: a long run's log is then some
+    segments of that size and a binary counter's below it, and it still loads to every record."""
+    monkeypatch.setattr(segments, "MERGED_ROWS", 8)
+    path = str(tmp_path / "c.h5")
+    list(growing_saves(path))
+    listed = checkpoint.listing(path)
+    largest_append = max(b - a for a, b in zip((0,) + STEPS, STEPS))  # (one checkpoint's new rows are one segment, merged or not)
+    assert max(s.rows for s in listed) <= max(8, largest_append) and len(listed) > 2 and sum(s.rows for s in listed) == STEPS[-1]
+    assert record_keys(checkpoint.load(path)[0].records) == record_keys(full_state().records)

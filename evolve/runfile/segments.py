@@ -8,8 +8,9 @@ checksums. The state file is the single commit point: a segment it does not list
 between the two writes) is ignored, and removed by the next checkpoint.
 
 Segments are merged like the digits of a binary counter (a new segment merges with the one before
-it while that one is no larger), so a run of n evaluations has at most log2(n) + 1 of them and each
-record is rewritten O(log n) times in all. A merge is a concatenation of columns, and the columns
+it while that one is no larger), up to :data:`MERGED_ROWS` rows a segment, so a run of n evaluations has
+at most log2(n) + 1 of them below that size (and n / MERGED_ROWS at it) and each record is rewritten
+O(log n) times in all. A merge is a concatenation of columns, and the columns
 of the segments this process wrote are kept in memory for it, so a merge never reads a file back.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ from evolve.search.records import Record
 from . import columns as table
 from .tempfiles import exclusive_temp
 
+MERGED_ROWS = 1 << 20  # no merge makes a segment larger: a merge holds its rows' columns in memory (some 350 MB at most)
 CACHED_ROWS = 1 << 15  # the columns of segments up to this many rows stay in memory for the next merge (some 30 MB at most)
 
 
@@ -146,7 +148,7 @@ def append(folder: str, segments: list[Segment], records: list[Record], n_genes:
     one pairwise merges would make, without their intermediate files.
     """
     rows, k = len(records), 0
-    while k < len(segments) and segments[-1 - k].rows <= rows:
+    while k < len(segments) and segments[-1 - k].rows <= rows and rows + segments[-1 - k].rows <= MERGED_ROWS:
         rows += segments[-1 - k].rows
         k += 1
     return _merge_newest(folder, list(segments), k, [table.encode(records, Record, n_genes)], rows)
@@ -155,7 +157,8 @@ def append(folder: str, segments: list[Segment], records: list[Record], n_genes:
 def merged(folder: str, segments: list[Segment]) -> list[Segment]:
     """``segments`` after binary-counter merges of the newest: at most log2(rows) + 1 remain."""
     k = 1
-    while k < len(segments) and segments[-1 - k].rows <= sum(s.rows for s in segments[len(segments) - k:]):
+    while (k < len(segments) and segments[-1 - k].rows <= sum(s.rows for s in segments[len(segments) - k:])
+           and sum(s.rows for s in segments[len(segments) - k - 1:]) <= MERGED_ROWS):
         k += 1
     if k == 1:
         return list(segments)
