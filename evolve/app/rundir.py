@@ -158,10 +158,10 @@ def _identity(path: str) -> tuple[int, int] | None:
     return st.st_ino, st.st_mtime_ns
 
 
-def read_run(path: str, patience: float = 60.0, history: bool = True):
+def read_run(path: str, patience: float = 60.0, history: bool = True, memory: bool = True):
     """The checkpoint at ``path`` without weights, for readers beside a job that may be writing it (status, report):
     see :func:`read_beside_a_job`."""
-    return read_beside_a_job(path, lambda: checkpoint.load(path, weights=False, history=history), patience)
+    return read_beside_a_job(path, lambda: checkpoint.load(path, weights=False, history=history, memory=memory), patience)
 
 
 def read_beside_a_job(path: str, read, patience: float = 60.0):

@@ -61,7 +61,7 @@ def _since(stamp: str | None) -> float | None:
 def status(run_dir: str, now: float | None = None) -> dict:
     """The facts ``evens status --json`` prints."""
     path = checkpoint_path(run_dir)
-    state, info = read_run(path, history=False)  # the state file alone: its account of the history (evolve.search.tally)
+    state, info = read_run(path, history=False, memory=False)  # the state file alone: its account of the history (evolve.search.tally)
     if state.tally is None:  # a run file from before the account was kept
         state, info = read_run(path)
     now = time.time() if now is None else now

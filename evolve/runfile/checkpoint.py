@@ -313,7 +313,8 @@ def _sync_directory(directory: str) -> None:
         os.close(fd)
 
 
-def load(path: str, weights: bool = True, say: Callable[[str], None] | None = None, history: bool = True) -> tuple[SearchState, RunInfo]:
+def load(path: str, weights: bool = True, say: Callable[[str], None] | None = None, history: bool = True,
+         memory: bool = True) -> tuple[SearchState, RunInfo]:
     """Read a checkpoint written by :func:`save`. Raises :class:`RunDirError` if it is not one.
 
     ``weights=False`` leaves the hall of fame's weights on disk (reports and selection need
@@ -322,7 +323,7 @@ def load(path: str, weights: bool = True, say: Callable[[str], None] | None = No
 
     ``history=False`` reads the state file alone, not the segments: the state has no records, ``dropped`` counts
     them, and ``memory`` is what the master's parts need to carry on (evolve.engine.memory), so a resume's
-    time does not grow with the history.
+    time does not grow with the history. ``memory=False`` leaves that memory on disk too (``evens status``).
     """
     try:
         f = h5py.File(path, "r")
@@ -332,7 +333,7 @@ def load(path: str, weights: bool = True, say: Callable[[str], None] | None = No
     with f:
         try:
             _check_format(f, path)
-            state, info = _read(f, weights, dropped, history)
+            state, info = _read(f, weights, dropped, history, memory)
             merge_into(path, state, len(info.gene_names))
             _check_consistent(state, info)
         except (KeyError, ValueError, TypeError, IndexError, AttributeError, OSError, RuntimeError) as exc:  # (h5py: RuntimeError for some damaged headers)
@@ -405,7 +406,7 @@ def _tally(f: h5py.File, n_genes: int) -> Tally | None:
     return Tally.from_state(json.loads(f.attrs["tally"]), best)
 
 
-def _read(f: h5py.File, weights: bool, dropped: list[str], history: bool = True) -> tuple[SearchState, RunInfo]:
+def _read(f: h5py.File, weights: bool, dropped: list[str], history: bool = True, master: bool = True) -> tuple[SearchState, RunInfo]:
     """The run in ``f`` (whose format and seal :func:`_check_format` checked); damaged members are left out and
     named in ``dropped``. Without ``history``, no records: see :func:`load`."""
     store.check_seal(f["segments"], "/segments")
@@ -414,7 +415,7 @@ def _read(f: h5py.File, weights: bool, dropped: list[str], history: bool = True)
     listed = [Segment(str(name), int(rows), int(crc)) for name, rows, crc in zip(seg["name"].asstr()[...], seg["rows"][...], seg["crc32"][...])]
     data = snapshot(folder, listed) if history else []  # first, while a job writing the run has not yet removed what this file lists
     memory: dict[str, np.ndarray] = {}
-    if "master" in f:
+    if master and "master" in f:
         store.check_seal(f["master"], "/master")
         memory = {name: item[...] for name, item in f["master"].items()}
     store.check_seal(f["pending"], "/pending")
