@@ -28,8 +28,7 @@ def records_table(state: SearchState, space: SearchSpace) -> tuple[list[str], li
     """The header and rows of the CSV, in evaluation order."""
     fields = kinds(Record)
     metric_names = {name: sorted({k for r in state.records for k in getattr(r, name)}) for name, kind in fields.items() if kind == "named"}
-    sel = state.selection
-    weights = dict(zip(sel.ids, sel.weights)) if sel is not None else {}
+    weights = state.ensemble_weights()
     order = ["id"] + [name for name, kind in fields.items() if name != "id" and kind != "vector"]
     header = []
     for name in order:

@@ -325,15 +325,19 @@ def top_networks(state: SearchState, space, k: int) -> list[dict]:
     ``ensemble_weight`` (its share of the ensemble's picks, 0 for a non-member), metrics, parameters,
     training seconds, and decoded genes."""
     ok = sorted((r for r in state.records if r.status == "ok"), key=best_first)
-    sel = state.selection
-    weights = dict(zip(sel.ids, sel.weights)) if sel is not None else {}
-    out = []
-    for place, r in enumerate(ok, 1):
-        if place <= k or r.id in weights:
-            genome = space.decode(r.genome)
-            out.append({**record_facts(r), "rank": place, "ensemble_weight": weights.get(r.id, 0.0), "network": describe(genome),
-                        "genome": genome})
-    return out
+    weights = state.ensemble_weights()
+    return [_top_row(r, place, weights, space) for place, r in enumerate(ok, 1) if place <= k or r.id in weights]
+
+
+def _top_row(r: Record, place: int, weights: dict[int, float], space) -> dict:
+    """A row of :func:`top_networks`: the record ranked ``place`` among the successful ones."""
+    genome = space.decode(r.genome)
+    return {**record_facts(r), "rank": place, "ensemble_weight": weights.get(r.id, 0.0), "network": describe(genome), "genome": genome}
+
+
+def _example(r: Record) -> str:
+    """A failed record as :func:`failures_by_kind` shows its kind's first: its id and message."""
+    return f"#{r.id}: {r.message}" if r.message else f"#{r.id}"
 
 
 def streamed_top_and_failures(path: str, state: SearchState, info: RunInfo, k: int) -> tuple[list[dict], dict[str, dict]]:
@@ -342,8 +346,7 @@ def streamed_top_and_failures(path: str, state: SearchState, info: RunInfo, k: i
     example, reading whole records only for the rows shown (evolve.runfile.history). Memory does not grow with
     the history."""
     listed = listing(path)
-    sel = state.selection
-    weights = dict(zip(sel.ids, sel.weights)) if sel is not None else {}
+    weights = state.ensemble_weights()
     members = [state.hall_of_fame.by_id(i) for i in weights if i in state.hall_of_fame.ids]
     marks = np.asarray([standing(m.fitness, m.loss, m.id) for m in members], dtype=np.float64).reshape(-1, 3)
     better = np.zeros(len(members), dtype=np.int64)  # successful records ahead of each member
@@ -372,13 +375,8 @@ def streamed_top_and_failures(path: str, state: SearchState, info: RunInfo, k: i
         ranked += sorted((int(better[j]) + 1, found[m.id]) for j, m in enumerate(members) if m.id in found and better[j] + 1 > len(shown))
         records = history.fetch([at for _, at in ranked] + [at for _, at in kinds.values()], len(info.gene_names))
     space = info.space()
-    top = []
-    for (place, _), r in zip(ranked, records):
-        genome = space.decode(r.genome)
-        top.append({**record_facts(r), "rank": place, "ensemble_weight": weights.get(r.id, 0.0), "network": describe(genome), "genome": genome})
-    failures = {}
-    for (status, (count, _)), r in zip(kinds.items(), records[len(ranked):]):
-        failures[status] = {"count": count, "example": f"#{r.id}: {r.message}" if r.message else f"#{r.id}"}
+    top = [_top_row(r, place, weights, space) for (place, _), r in zip(ranked, records)]
+    failures = {status: {"count": count, "example": _example(r)} for (status, (count, _)), r in zip(kinds.items(), records[len(ranked):])}
     return top, failures
 
 
@@ -387,7 +385,7 @@ def failures_by_kind(state: SearchState) -> dict[str, dict]:
     kinds: dict[str, dict] = {}
     for r in state.records:
         if r.status != "ok":
-            entry = kinds.setdefault(r.status, {"count": 0, "example": f"#{r.id}: {r.message}" if r.message else f"#{r.id}"})
+            entry = kinds.setdefault(r.status, {"count": 0, "example": _example(r)})
             entry["count"] += 1
     return kinds
 

@@ -153,7 +153,7 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
         track.close()  # what it holds written, at a stop too
     if not finished:
         return _stopped(comm, state, stop, transport, prepared)
-    summary = summarize(state, info, prepared.run_dir, state.tally) if not capabilities(config.search.mode).objectives == 2 else \
+    summary = summarize(state, info, prepared.run_dir, state.tally) if capabilities(config.search.mode).objectives != 2 else \
         summarize(*checkpoint.load(save.path, weights=False), prepared.run_dir)  # (a Pareto front is drawn from the history)
     write_json(os.path.join(prepared.run_dir, SUMMARY_NAME), summary)
     print(format_summary(summary), flush=True)

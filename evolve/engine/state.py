@@ -61,6 +61,11 @@ class SearchState:
             self.dropped, self.dropped_last_id = self.recorded, self.records[-1].id
             self.records = []
 
+    def ensemble_weights(self) -> dict[int, float]:
+        """The stored ensemble's members, each with its share of the ensemble's picks ({} while none is chosen)."""
+        sel = self.selection
+        return dict(zip(sel.ids, sel.weights)) if sel is not None else {}
+
     def by_id(self) -> dict[int, Record]:
         return {r.id: r for r in self.records}
 

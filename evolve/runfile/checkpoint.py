@@ -104,6 +104,11 @@ def segments_folder(path: str) -> str:
     return os.path.splitext(path)[0] + ".evaluations"
 
 
+def _segments_in(group: h5py.Group) -> list[Segment]:
+    """The listing a state file's ``/segments`` holds, in order."""
+    return [Segment(str(n), int(r), int(c)) for n, r, c in zip(group["name"].asstr()[...], group["rows"][...], group["crc32"][...])]
+
+
 def _listed(path: str) -> tuple[list[Segment], int]:
     """The segments the state file at ``path`` lists now, and the id of the last record they hold."""
     try:
@@ -111,7 +116,7 @@ def _listed(path: str) -> tuple[list[Segment], int]:
             seg = f["segments"]
             if not store.seal_holds(seg):
                 return [], -1  # damaged: the next checkpoint writes the log whole
-            listed = [Segment(str(n), int(r), int(c)) for n, r, c in zip(seg["name"].asstr()[...], seg["rows"][...], seg["crc32"][...])]
+            listed = _segments_in(seg)
             return listed, int(seg.attrs["last_id"])
     except (OSError, KeyError, ValueError, RuntimeError):
         return [], -1
@@ -123,7 +128,7 @@ def listing(path: str) -> list[Segment]:
     with h5py.File(path, "r") as f:
         seg = f["segments"]
         store.check_seal(seg, "/segments")
-        return [Segment(str(n), int(r), int(c)) for n, r, c in zip(seg["name"].asstr()[...], seg["rows"][...], seg["crc32"][...])]
+        return _segments_in(seg)
 
 
 # The state file this process last wrote, by path. If that file is still in place, the next checkpoint
@@ -412,7 +417,7 @@ def _read(f: h5py.File, weights: bool, dropped: list[str], history: bool = True,
     store.check_seal(f["segments"], "/segments")
     seg = f["segments"]
     folder = segments_folder(f.filename)
-    listed = [Segment(str(name), int(rows), int(crc)) for name, rows, crc in zip(seg["name"].asstr()[...], seg["rows"][...], seg["crc32"][...])]
+    listed = _segments_in(seg)
     data = snapshot(folder, listed) if history else []  # first, while a job writing the run has not yet removed what this file lists
     memory: dict[str, np.ndarray] = {}
     if master and "master" in f:

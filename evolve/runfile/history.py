@@ -9,7 +9,6 @@ read with h5py from the open file, :data:`ROWS` rows at a time.
 from __future__ import annotations
 
 import contextlib
-import os
 import zlib
 from typing import Iterator
 
@@ -19,7 +18,7 @@ import numpy as np
 from evolve.search.records import Record
 
 from . import columns as table
-from .segments import Segment
+from .segments import Segment, check_crc, open_listed
 
 ROWS = 1 << 16  # rows a slice holds
 BLOCK = 8 << 20  # bytes of a segment checked at a time
@@ -30,13 +29,7 @@ class History(contextlib.AbstractContextManager):
 
     def __init__(self, folder: str, listed: list[Segment]):
         self.listed = listed
-        self._files = []
-        try:
-            for segment in listed:
-                self._files.append(open(os.path.join(folder, segment.name), "rb"))
-        except OSError as exc:
-            self.close()
-            raise ValueError(f"segment {segment.name} cannot be read ({exc.strerror or exc})") from None
+        self._files = open_listed(folder, listed)
         self._checked: set[int] = set()
 
     def __exit__(self, *exc) -> None:
@@ -54,8 +47,7 @@ class History(contextlib.AbstractContextManager):
             crc = 0
             while block := f.read(BLOCK):
                 crc = zlib.crc32(block, crc)
-            if crc != self.listed[i].crc32:
-                raise ValueError(f"segment {self.listed[i].name} does not match its checksum (changed or damaged)")
+            check_crc(self.listed[i], crc)
             self._checked.add(i)
         f.seek(0)
         return h5py.File(f, "r")

@@ -79,17 +79,31 @@ def _new_segment(folder: str, rows: int, fill: Callable[[h5py.File], None]) -> S
 _cache: dict[tuple[str, str, int], dict] = {}  # (folder, name, crc32) -> the columns of a segment this process wrote
 
 
-def snapshot(folder: str, segments: list[Segment]) -> list[bytes]:
-    """The bytes of every listed segment, for :func:`read_segment`. All are opened before any is read, so a
-    reader that opened the state file a moment before holds the segments it lists even if a job writing
-    the run merges them and removes the old files while this reads: an open file outlives its name."""
+def open_listed(folder: str, segments: list[Segment]) -> list:
+    """Every listed segment's file, open (binary), all before any is read: a reader that opened the state file a
+    moment before holds the segments it lists even if a job writing the run merges them and removes the old files
+    while it reads, since an open file outlives its name. ``ValueError`` naming a segment that cannot be opened."""
     handles = []
     try:
         for segment in segments:
-            try:
-                handles.append(open(os.path.join(folder, segment.name), "rb"))
-            except OSError as exc:
-                raise ValueError(f"segment {segment.name} cannot be read ({exc.strerror or exc})") from None
+            handles.append(open(os.path.join(folder, segment.name), "rb"))
+    except OSError as exc:
+        for fh in handles:
+            fh.close()
+        raise ValueError(f"segment {segment.name} cannot be read ({exc.strerror or exc})") from None
+    return handles
+
+
+def check_crc(segment: Segment, crc: int) -> None:
+    """``ValueError`` unless ``crc`` (of the segment's file) is the one its listing holds."""
+    if crc != segment.crc32:
+        raise ValueError(f"segment {segment.name} does not match its checksum (changed or damaged)")
+
+
+def snapshot(folder: str, segments: list[Segment]) -> list[bytes]:
+    """The bytes of every listed segment, for :func:`read_segment`, opened as :func:`open_listed` opens them."""
+    handles = open_listed(folder, segments)
+    try:
         return [fh.read() for fh in handles]
     finally:
         for fh in handles:
@@ -99,8 +113,7 @@ def snapshot(folder: str, segments: list[Segment]) -> list[bytes]:
 def _checked_bytes(folder: str, segment: Segment, data: bytes | None = None) -> bytes:
     if data is None:
         [data] = snapshot(folder, [segment])
-    if zlib.crc32(data) != segment.crc32:
-        raise ValueError(f"segment {segment.name} does not match its checksum (changed or damaged)")
+    check_crc(segment, zlib.crc32(data))
     return data
 
 

@@ -47,11 +47,13 @@ class KeySet:
     def add_hashes(self, hashes: np.ndarray) -> None:
         """Hashes another set gave (:meth:`hashes`)."""
         self._new.update(np.asarray(hashes, dtype=np.int64).tolist())
-        if len(self._new) > max(MERGE_AT, self._sorted.size >> 3):
-            self._merge()
+        self._merge_if_due()
 
     def add(self, key: Hashable) -> None:
         self._new.add(self.hasher(key))
+        self._merge_if_due()
+
+    def _merge_if_due(self) -> None:
         if len(self._new) > max(MERGE_AT, self._sorted.size >> 3):
             self._merge()
 

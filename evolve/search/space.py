@@ -24,7 +24,6 @@ the same network.
 from __future__ import annotations
 
 import hashlib
-
 import math
 from dataclasses import dataclass, field, replace
 
@@ -128,15 +127,9 @@ def _options(domain) -> tuple:
     return domain.values() if isinstance(domain, Choice) else ()
 
 
-_text_hashes: dict[str, int] = {}
-
-
 def _text_hash(text: str) -> int:
     """A string's 64-bit hash, the same in every process (Python salts its own per process)."""
-    found = _text_hashes.get(text)
-    if found is None:
-        found = _text_hashes[text] = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
-    return found
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True)
 
 
 def _index(u: float, n: int) -> int:
