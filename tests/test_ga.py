@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evolve.config.schema import SearchConfig
-from evolve.search.ga import Individual, admit, breed_child, drawing_from, make_toolbox, random_genome
+from evolve.search.ga import Individual, Operators, admit, breed_child, random_genome
 
 
 def population(values, genes=4, seed=0):
@@ -13,24 +13,18 @@ def population(values, genes=4, seed=0):
 
 
 def breed(pop, rng, attempts=20, is_new=lambda genome: True, **params):
-    """breed_child with DEAP's operators set up from search settings (the config's defaults, but ``params``)."""
+    """breed_child with the operators set up from search settings (the config's defaults, but ``params``)."""
     config = SearchConfig(**params)
-    return breed_child(pop, make_toolbox(config), rng, config.crossover_prob, is_new=is_new, attempts=attempts)
+    return breed_child(pop, Operators(config, rng), config.crossover_prob, is_new=lambda child, m, f: is_new(child), attempts=attempts)
 
 
-def test_drawing_from_makes_deap_draw_from_the_given_rng_and_leaves_global_random_alone():
-    from deap import tools
-
+def test_breeding_leaves_the_global_random_stream_alone():
     pop = population([0.1, 0.5, 0.9, 0.3])
     random.seed(123)
     expected_global = random.random()
     random.seed(123)
-    with drawing_from(random.Random(7)):
-        picked = [ind.ident for ind in tools.selRandom(pop, 5)]
-    mirror = random.Random(7)
-    assert picked == [mirror.choice(pop).ident for _ in range(5)]
-    assert random.random() == expected_global  # the global stream did not move
-    assert tools.selection.random is random  # and DEAP draws from it again afterwards
+    breed(pop, random.Random(7), mutation_prob=0.5)
+    assert random.random() == expected_global
 
 
 def test_breeding_is_reproducible_and_bounded():
@@ -84,18 +78,60 @@ def test_operators_name_what_changed_the_child():
     assert {breed(pop, rng, attempts=1, crossover_prob=0.0, mutation_prob=0.0)[2] for _ in range(5)} == {"copy"}
 
 
-def test_a_child_is_what_deaps_operators_make_from_the_searchs_rng():
-    """breed_child runs DEAP's selTournament, cxUniform and mutPolynomialBounded, drawing from the rng it is given."""
+def deap_draws(rng):
+    """DEAP's operators drawing from ``rng`` (they draw from their modules' name ``random``), the global stream untouched."""
+    from deap.tools import crossover, mutation, selection
+
+    class Pointed:
+        def __enter__(self):
+            self.saved = [m.random for m in (selection, crossover, mutation)]
+            for m in (selection, crossover, mutation):
+                m.random = rng
+
+        def __exit__(self, *exc):
+            for m, saved in zip((selection, crossover, mutation), self.saved):
+                m.random = saved
+
+    return Pointed()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 12), st.integers(1, 24), st.integers(1, 5), st.floats(0.0, 1.0), st.floats(0.0, 40.0),
+       st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=12, max_size=12))
+def test_the_operators_draw_and_breed_exactly_as_deaps(seed, size, genes, tournament, indpb, eta, values):
+    """Operators are DEAP's selTournament, cxUniform (0.5) and mutPolynomialBounded (0, 1) written out: from the same rng
+    state, the same parents, the same child (float for float, genes at the bounds included) and the rng left where DEAP leaves it."""
     from deap import tools
 
+    rng = random.Random(seed)
+    pop = [Individual.evaluated([rng.choice([0.0, 1.0, rng.random()]) for _ in range(genes)], values[i % 12], i, loss=values[(i * 5) % 12])
+           for i in range(size)]
+    config = SearchConfig(tournament=tournament, mutation_prob=indpb, mutation_eta=eta)
+    ours, theirs = random.Random(seed + 1), random.Random(seed + 1)
+    ops = Operators(config, ours)
+    mother, father = ops.select(pop, 2)
+    child = ops.mate(mother, father)
+    before = child[:]
+    changed = ops.mutate(child)
+    with deap_draws(theirs):
+        deap_mother, deap_father = tools.selTournament(pop, 2, tournament)
+        expected = list(deap_mother)
+        tools.cxUniform(expected, list(deap_father), 0.5)
+        after_crossover = expected[:]
+        tools.mutPolynomialBounded(expected, eta, 0.0, 1.0, indpb)
+    assert (mother, father) == (deap_mother, deap_father) and mother is deap_mother and father is deap_father
+    assert before == after_crossover and child == expected and changed == (expected != after_crossover)
+    assert ours.getstate() == theirs.getstate()
+
+
+def test_a_child_is_what_the_operators_make_from_the_searchs_rng():
     pop = population([0.3, 0.9, 0.1, 0.5], genes=6, seed=4)
     config = SearchConfig(tournament=2, crossover_prob=1.0, mutation_prob=0.5, mutation_eta=8.0)
     child, parents, _ = breed(pop, random.Random(11), attempts=1, tournament=2, crossover_prob=1.0, mutation_prob=0.5)
     rng = random.Random(11)
-    with drawing_from(rng):
-        mother, father = tools.selTournament(pop, 2, 2)
-        rng.random()  # the crossover's coin
-        expected = list(mother)
-        tools.cxUniform(expected, list(father), 0.5)
-        tools.mutPolynomialBounded(expected, config.mutation_eta, 0.0, 1.0, config.mutation_prob)
+    ops = Operators(config, rng)
+    mother, father = ops.select(pop, 2)
+    rng.random()  # the crossover's coin
+    expected = ops.mate(mother, father)
+    ops.mutate(expected)
     assert child == expected and parents == (mother.ident, father.ident)

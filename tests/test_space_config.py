@@ -109,6 +109,23 @@ def test_inactive_genes_do_not_change_the_network(raw, data):
         assert space.key(flipped) != space.key(genome)
 
 
+@settings(max_examples=80, deadline=None)
+@given(spaces, st.data())
+def test_a_childs_values_from_its_parents_are_its_own(raw, data):
+    """child_decoded (the breeder's duplicate check: parents' values reused for the genes copied from them) gives what
+    decoding the child gives, whether a gene is a parent's float, a new one, or one outside [0, 1]."""
+    space = parse_space(raw).for_sample_shape((3, 100))
+    n = len(space)
+    mother, father = (data.draw(st.lists(unit, min_size=n, max_size=n)) for _ in range(2))
+    sources = data.draw(st.lists(st.sampled_from(["mother", "father", "new", "below", "above"]), min_size=n, max_size=n))
+    pick = {"mother": lambda i: mother[i], "father": lambda i: father[i], "new": lambda i: data.draw(unit),
+            "below": lambda i: -0.25, "above": lambda i: 1.5}
+    child = [pick[source](i) for i, source in enumerate(sources)]
+    values = space.child_decoded(child, mother, space.decoded(mother), father, space.decoded(father))
+    assert values == space.decoded(child)
+    assert space.key_of(values) == space.key(child)
+
+
 def test_per_layer_widths_follow_depth():
     space = parse_space({"family": "mlp", "depth": {"low": 1, "high": 3}, "width": {"choices": [8, 16, 32], "per_layer": True}})
     assert space.names[1:5] == ("depth", "width_1", "width_2", "width_3")

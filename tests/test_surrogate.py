@@ -72,7 +72,7 @@ def test_each_child_is_the_most_promising_new_one_of_its_brood():
     strategy.surrogate.fit()
     population = strategy.population
     saved = strategy.rng.getstate()
-    bred = [breed_child(population, strategy.toolbox, strategy.rng, MODEL.crossover_prob) for _ in range(3 * MODEL.brood)]
+    bred = [breed_child(population, strategy.ops, MODEL.crossover_prob) for _ in range(3 * MODEL.brood)]
     strategy.rng.setstate(saved)
     children = strategy.ranked_children(population, 3)
     scores = strategy.surrogate.score([g for g, _, _ in bred])

@@ -1,28 +1,27 @@
-"""A genetic algorithm on DEAP's operators, drawing from the search's own ``random.Random``.
+"""A genetic algorithm with DEAP's operators, drawing from the search's own ``random.Random``.
 
 Genomes are lists of floats in [0, 1] (decoded by :mod:`evolve.search.space`), so DEAP's
-real-valued operators act on every gene alike: ``selTournament`` to pick parents, ``cxUniform``
-to cross them, ``mutPolynomialBounded`` within [0, 1] to mutate the child
-(:func:`make_toolbox`). Replacing only the worst member of the population, and only by something
-better (:func:`admit`), is elitist: the best individual found so far is never lost. NSGA-II's
-survival is DEAP's ``selNSGA2``.
+real-valued operators act on every gene alike: a tournament (``selTournament``) picks the parents,
+a uniform crossover (``cxUniform``) crosses them, a polynomial mutation bounded to [0, 1]
+(``mutPolynomialBounded``) mutates the child (:class:`Operators`). Replacing only the worst member
+of the population, and only by something better (:func:`admit`), is elitist: the best individual
+found so far is never lost. NSGA-II's survival is DEAP's ``selNSGA2``.
 
-DEAP's operators draw from the global :mod:`random` module. Wherever they are called, they run
-inside :func:`drawing_from`, which points them at the search's ``random.Random`` (whose state the
-checkpoint keeps) and leaves the global state alone.
+:class:`Operators` are those three of DEAP's written out for this search (genes in [0, 1], the
+search's rng): the same draws from the rng, in the same order, and the same children as DEAP's
+(tests/test_ga.py checks them against DEAP's own). They are on the master's path for every child
+bred, several times a child where the population has converged (a child that decodes to a network
+trained before is bred again), and DEAP's general versions (bounds by gene, the global ``random``
+module, which had to be pointed at the search's rng around each call) cost about 2.5 times as much.
 """
 from __future__ import annotations
 
 import math
 import random
-from contextlib import contextmanager
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Protocol
 
 from deap import base, tools
-from deap.tools import crossover as deap_crossover
 from deap.tools import emo as deap_emo
-from deap.tools import mutation as deap_mutation
-from deap.tools import selection as deap_selection
 
 
 class Fitness(base.Fitness):
@@ -95,34 +94,55 @@ class GAParams(Protocol):
     brood: int  # model breeding: candidates bred per child sent
 
 
-def make_toolbox(params: GAParams) -> base.Toolbox:
-    """DEAP's operators with the search's parameters: ``select(population, k)``, ``mate(a, b)`` and ``mutate(genome)``."""
-    toolbox = base.Toolbox()
-    toolbox.register("select", tools.selTournament, tournsize=params.tournament)
-    toolbox.register("mate", tools.cxUniform, indpb=0.5)
-    toolbox.register("mutate", tools.mutPolynomialBounded, eta=params.mutation_eta, low=0.0, up=1.0, indpb=params.mutation_prob)
-    return toolbox
+class Operators:
+    """DEAP's ``selTournament``, ``cxUniform`` (each gene from either parent with probability 1/2) and
+    ``mutPolynomialBounded`` (bounds 0 and 1) with the search's parameters, drawing from ``rng``: the same draws
+    and results as DEAP's (see the module's note). ``select`` may be replaced by another ``select(population, k)``
+    (:func:`value_tournament`, :func:`crowded_tournament`)."""
 
+    def __init__(self, params: GAParams, rng: random.Random):
+        self.rng = rng
+        self.tournament = params.tournament
+        self.indpb = params.mutation_prob
+        self.eta = params.mutation_eta
+        self.select: Callable[[list[Individual], int], list[Individual]] = self.tournaments
 
-# The DEAP modules whose operators this search calls; each draws from the name ``random`` in its module.
-_DEAP_MODULES = (deap_selection, deap_crossover, deap_mutation, deap_emo)
+    def tournaments(self, population: list[Individual], k: int) -> list[Individual]:
+        """``selTournament(population, k, tournament)``: each of the ``k`` the fittest of ``tournament`` aspirants drawn
+        with replacement (``rng.choice``), the first drawn among equals (fitnesses compared as DEAP does, by ``wvalues``)."""
+        choice, size, chosen = self.rng.choice, self.tournament, []
+        for _ in range(k):
+            best = choice(population)
+            best_w = best.fitness.wvalues
+            for _ in range(size - 1):
+                aspirant = choice(population)
+                if aspirant.fitness.wvalues > best_w:
+                    best, best_w = aspirant, aspirant.fitness.wvalues
+            chosen.append(best)
+        return chosen
 
+    def mate(self, mother: list[float], father: list[float]) -> list[float]:
+        """``cxUniform(child, father, 0.5)`` on a copy of ``mother``: the child (a coin per gene, heads: the father's)."""
+        draw = self.rng.random
+        return [f if draw() < 0.5 else m for m, f in zip(mother, father)]
 
-@contextmanager
-def drawing_from(rng: random.Random) -> Iterator[None]:
-    """Let DEAP's operators draw from ``rng`` instead of the global ``random`` module, for the duration.
-
-    Each operator module's name ``random`` is pointed at ``rng`` (copying the generator's state in and
-    out, as a swap of the global state would, costs more than the breeding itself).
-    """
-    saved = [m.random for m in _DEAP_MODULES]
-    for m in _DEAP_MODULES:
-        m.random = rng
-    try:
-        yield
-    finally:
-        for m, original in zip(_DEAP_MODULES, saved):
-            m.random = original
+    def mutate(self, child: list[float]) -> bool:
+        """``mutPolynomialBounded(child, eta, 0, 1, indpb)``, in place (DEAP's arithmetic with bounds 0 and 1, term
+        for term, so the same floats); True if a gene changed."""
+        draw, indpb = self.rng.random, self.indpb
+        power, exponent = 1.0 / (self.eta + 1.0), self.eta + 1
+        changed = False
+        for i, x in enumerate(child):
+            if draw() <= indpb:
+                rand = draw()
+                if rand < 0.5:
+                    delta_q = (2.0 * rand + (1.0 - 2.0 * rand) * (1.0 - x) ** exponent) ** power - 1.0
+                else:
+                    delta_q = 1.0 - (2.0 * (1.0 - rand) + 2.0 * (rand - 0.5) * (1.0 - (1.0 - x)) ** exponent) ** power
+                mutated = min(max(x + delta_q, 0.0), 1.0)
+                changed = changed or mutated != x
+                child[i] = mutated
+        return changed
 
 
 def random_genome(rng: random.Random, length: int) -> list[float]:
@@ -131,35 +151,33 @@ def random_genome(rng: random.Random, length: int) -> list[float]:
 
 def breed_child(
     population: list[Individual],
-    toolbox: base.Toolbox,
-    rng: random.Random,
+    ops: Operators,
     crossover_prob: float,
-    is_new: Callable[[list[float]], bool] = lambda genome: True,
+    is_new: Callable[[list[float], Individual, Individual], bool] = lambda genome, mother, father: True,
     attempts: int = 20,
 ) -> tuple[list[float], tuple[int, int], str]:
-    """A child of two parents that ``toolbox.select`` picks, the ids of its parents, and the operators that made it.
+    """A child of two parents that ``ops.select`` picks, the ids of its parents, and the operators that made it.
 
-    With probability ``crossover_prob`` the child is ``toolbox.mate``'s uniform crossover of the two,
-    else a copy of the first; then ``toolbox.mutate`` mutates it. The operators are "crossover",
+    With probability ``crossover_prob`` the child is ``ops.mate``'s uniform crossover of the two,
+    else a copy of the first; then ``ops.mutate`` mutates it. The operators are "crossover",
     "mutation", both ("crossover+mutation"), or "copy" when neither changed the first parent's genome.
-    Tries up to ``attempts`` times for a child that ``is_new`` accepts (one that decodes to a network
-    not trained before), then settles for the last one.
+    Tries up to ``attempts`` times for a child that ``is_new(child, mother, father)`` accepts (one that
+    decodes to a network not trained before), then settles for the last one.
     """
     if len(population) < 2:
         raise ValueError("breeding needs a population of at least two")
-    with drawing_from(rng):
-        for _ in range(attempts):
-            mother, father = toolbox.select(population, 2)
+    coin = ops.rng.random
+    for _ in range(attempts):
+        mother, father = ops.select(population, 2)
+        crossed = coin() < crossover_prob
+        if crossed:
+            child = ops.mate(mother, father)
+            crossed = child != mother
+        else:
             child = list(mother)
-            crossed = rng.random() < crossover_prob
-            if crossed:
-                toolbox.mate(child, list(father))
-                crossed = child != mother
-            before = child[:]
-            toolbox.mutate(child)
-            mutated = child != before
-            if is_new(child):
-                break
+        mutated = ops.mutate(child)
+        if is_new(child, mother, father):
+            break
     operators = "crossover+mutation" if crossed and mutated else "crossover" if crossed else "mutation" if mutated else "copy"
     return child, (mother.ident, father.ident), operators
 

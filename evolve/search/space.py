@@ -308,37 +308,52 @@ class SearchSpace:
                 return g
         raise KeyError(name)
 
-    def _values(self, genome) -> tuple[list, list[bool]]:
-        """Each gene's decoded value, and whether it is active. On the master's path for every
-        child bred (the duplicate check), so kept lean: O(genes + conditions)."""
+    def decoded(self, genome) -> list:
+        """Every gene's value, active or not (its u clamped into [0, 1])."""
         if len(genome) != len(self.genes):
             raise ValueError(f"genome has {len(genome)} genes, the space has {len(self.genes)}")
-        values = [decode(0.0 if u < 0.0 else 1.0 if u > 1.0 else u) for decode, u in zip(self._decoders, genome)]
+        return [decode(0.0 if u < 0.0 else 1.0 if u > 1.0 else u) for decode, u in zip(self._decoders, genome)]
+
+    def child_decoded(self, child, mother, mother_values: list, father, father_values: list) -> list:
+        """:meth:`decoded` of a genome bred from ``mother`` and ``father`` (their :meth:`decoded` given): a gene that is
+        the very float of a parent's takes the parent's value (a child is its parents' genes but the few mutated),
+        only the others are decoded. On the master's path for every child bred, often several times a child."""
+        if len(child) != len(self.genes):
+            raise ValueError(f"genome has {len(child)} genes, the space has {len(self.genes)}")
+        return [mv if u is m else fv if u is f else decode(0.0 if u < 0.0 else 1.0 if u > 1.0 else u)
+                for u, m, f, mv, fv, decode in zip(child, mother, father, mother_values, father_values, self._decoders)]
+
+    def _activity(self, values: list) -> list[bool]:
+        """Whether each gene is active, given every gene's value (:meth:`decoded`): O(genes + conditions)."""
         active = [True] * len(values)
         for i, needs in self._plan:
             for j, allowed in needs:
                 if not active[j] or values[j] not in allowed:
                     active[i] = False
                     break
-        return values, active
+        return active
 
     def active(self, genome) -> dict[str, bool]:
         """Which genes matter for this genome."""
-        _, active = self._values(genome)
-        return dict(zip(self.names, active))
+        return dict(zip(self.names, self._activity(self.decoded(genome))))
 
     def decode(self, genome) -> dict:
         """The active genes' values (what a report shows of a genome)."""
-        values, active = self._values(genome)
-        return {g.name: v for g, v, a in zip(self.genes, values, active) if a}
+        values = self.decoded(genome)
+        return {g.name: v for g, v, a in zip(self.genes, values, self._activity(values)) if a}
 
     def key(self, genome) -> tuple:
         """Every gene's value, inactive genes at their defaults: two genomes with the same key train the
         same network. Cheap (no specs built), for the search's duplicate check."""
-        values, active = self._values(genome)
+        return self.key_of(self.decoded(genome))
+
+    def key_of(self, values: list) -> tuple:
+        """:meth:`key` from every gene's value (:meth:`decoded`, :meth:`child_decoded`; the list is not kept)."""
+        active = self._activity(values)
+        genes = self.genes
         for i, _ in self._plan:
             if not active[i]:
-                values[i] = self.genes[i].default
+                values[i] = genes[i].default
         return tuple(values)
 
     def encode(self, values: dict) -> list[float]:

@@ -58,9 +58,9 @@ from .ga import (
     Individual,
     admit,
     admit_by_value,
+    Operators,
     breed_child,
     crowded_tournament,
-    make_toolbox,
     nsga2_survivors,
     pareto_individual,
     pareto_ranks,
@@ -129,17 +129,18 @@ class _Breeder:
     def __init__(self, space: SearchSpace, params: GAParams, rng: random.Random, known: Iterable[list[float]],
                  surrogate: Surrogate | None = None, value: Value | None = None):
         self.space, self.params, self.rng = space, params, rng
-        self.toolbox = make_toolbox(params)
+        self.ops = Operators(params, rng)
         self.seen = KeySet((candidate_key(space, g) for g in known), space.key_hash)  # every network proposed, by hash: 8 bytes each
         self.crashed = KeySet(hasher=space.key_hash)  # networks that crashed (see note_outcome): never proposed again
         self.surrogate = surrogate
         self.value = value  # None: selection by fitness
+        self._decoded: dict[int, list] = {}  # see _parents_values
 
     def select_by_value(self, population: list[Individual]) -> None:
         """Ensemble selection: the next parents are tournament winners on their value to the ensemble now."""
         if self.value is not None:
             values = dict(zip((ind.ident for ind in population), self.value([ind.ident for ind in population])))
-            self.toolbox.register("select", value_tournament(values, self.rng, self.params.tournament))
+            self.ops.select = value_tournament(values, self.rng, self.params.tournament)
 
     def _proposal(self, genome: list[float], parents: tuple[int, int], operators: str, key: tuple) -> Proposal:
         self.seen.add(key)
@@ -164,16 +165,29 @@ class _Breeder:
     def child(self, population: list[Individual]) -> Proposal:
         """A child of the population, preferably one that decodes to a network not proposed before; a
         random genome instead of a network that crashed."""
-        decoded = {}
+        space, parents_values, last = self.space, self._parents_values(population), []
 
-        def is_new(genome) -> bool:
-            decoded["last"] = candidate_key(self.space, genome)  # breed_child returns the genome it last asked about
-            return decoded["last"] not in self.seen
+        def is_new(genome, mother, father) -> bool:
+            values = space.child_decoded(genome, mother, parents_values[mother.ident], father, parents_values[father.ident])
+            last.append(space.key_of(values))  # breed_child returns the genome it last asked about
+            return last[-1] not in self.seen
 
-        genome, parents, operators = breed_child(population, self.toolbox, self.rng, self.params.crossover_prob, is_new=is_new)
-        if decoded["last"] in self.crashed:
+        genome, parents, operators = breed_child(population, self.ops, self.params.crossover_prob, is_new=is_new)
+        if last[-1] in self.crashed:
             return self.random()
-        return self._proposal(genome, parents, operators, decoded["last"])
+        return self._proposal(genome, parents, operators, last[-1])
+
+    def _parents_values(self, population: list[Individual]) -> dict[int, list]:
+        """Every gene's value (SearchSpace.decoded) of each member of the population, by id: kept from child to child
+        (a population changes by one member a result), so that a child's duplicate check decodes only its mutated genes."""
+        known = self._decoded
+        if len(known) > 4 * len(population) + 16:  # members that left
+            members = {ind.ident for ind in population}
+            self._decoded = known = {i: v for i, v in known.items() if i in members}
+        for ind in population:
+            if ind.ident not in known:
+                known[ind.ident] = self.space.decoded(ind)
+        return known
 
     def ranked_children(self, population: list[Individual], n: int) -> list[Proposal]:
         """``n`` children, each the most promising of its own brood of ``brood`` candidates bred from the
@@ -184,7 +198,7 @@ class _Breeder:
         Each child is the best of its own brood rather than the best ``n`` of all: the children of a
         generation stay as diverse as the blind ones, only each a better draw."""
         brood = self.params.brood
-        bred = [breed_child(population, self.toolbox, self.rng, self.params.crossover_prob) for _ in range(n * brood)]
+        bred = [breed_child(population, self.ops, self.params.crossover_prob) for _ in range(n * brood)]
         predicted = self.surrogate.score([genome for genome, _, _ in bred])
         chosen: dict[tuple, Proposal] = {}
         for start in range(0, len(bred), brood):
@@ -555,7 +569,7 @@ class NSGA2(Generational):
         return out
 
     def _breed(self) -> list[Proposal]:
-        self.toolbox.register("select", crowded_tournament(pareto_ranks(self.population), self.rng))
+        self.ops.select = crowded_tournament(pareto_ranks(self.population), self.rng)
         return [self.child(self.population) for _ in range(self.params.population)]
 
     def to_state(self) -> dict:
