@@ -192,7 +192,7 @@ def admit(population: list[Individual], newcomer: Individual, capacity: int) -> 
     if len(population) < capacity:
         population.append(newcomer)
         return None
-    worst = max(range(len(population)), key=lambda i: population[i].standing)
+    worst = min(range(len(population)), key=lambda i: (population[i].fitness.wvalues, -population[i].ident))  # the highest standing
     if not newcomer.fitness.wvalues > population[worst].fitness.wvalues:
         return newcomer
     leaving = population[worst]

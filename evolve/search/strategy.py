@@ -165,17 +165,22 @@ class _Breeder:
     def child(self, population: list[Individual]) -> Proposal:
         """A child of the population, preferably one that decodes to a network not proposed before; a
         random genome instead of a network that crashed."""
-        space, parents_values, last = self.space, self._parents_values(population), []
+        space, parents_values, last = self.space, self._parents_values(population), {}
 
         def is_new(genome, mother, father) -> bool:
-            values = space.child_decoded(genome, mother, parents_values[mother.ident], father, parents_values[father.ident])
-            last.append(space.key_of(values))  # breed_child returns the genome it last asked about
-            return last[-1] not in self.seen
+            mother_values, father_values = parents_values[mother.ident], parents_values[father.ident]
+            values = space.child_decoded(genome, mother, mother_values, father, father_values)
+            if values == mother_values or values == father_values:  # a parent's network (proposed: it is in the population),
+                last["values"], last["key"] = values, None  # as 2 in 5 tries are where the population has converged
+                return False
+            last["key"] = key = space.key_of(values)  # breed_child returns the genome it last asked about
+            return key not in self.seen
 
         genome, parents, operators = breed_child(population, self.ops, self.params.crossover_prob, is_new=is_new)
-        if last[-1] in self.crashed:
+        key = last["key"] if last["key"] is not None else space.key_of(last["values"])
+        if key in self.crashed:
             return self.random()
-        return self._proposal(genome, parents, operators, last[-1])
+        return self._proposal(genome, parents, operators, key)
 
     def _parents_values(self, population: list[Individual]) -> dict[int, list]:
         """Every gene's value (SearchSpace.decoded) of each member of the population, by id: kept from child to child
