@@ -23,11 +23,11 @@ def run_dir(tmp_path):
     return str(folder), state
 
 
-def test_csv_has_one_row_per_evaluation_with_metrics_genes_and_ensemble_weights(run_dir):
+def test_csv_has_one_row_per_evaluation_with_metrics_genes_and_ensemble_weights(run_dir, capsys):
     folder, state = run_dir
-    text = report(folder, csv_path="-")
-    rows = list(csv.DictReader(io.StringIO(text)))
-    assert [int(r["id"]) for r in rows] == sorted(r.id for r in state.records)
+    assert report(folder, csv_path="-") is None  # written to standard output as it is made
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [int(r["id"]) for r in rows] == [r.id for r in state.records]  # in the order recorded
     by_id = {r.id: r for r in state.records}
     for row in rows:
         r = by_id[int(row["id"])]

@@ -39,13 +39,14 @@ def test_the_report_lists_every_member_of_the_ensemble_with_its_picks(tmp_path):
     assert "and the ensemble's other 1 member:" in table[-2]
 
 
-def test_json_and_csv_give_each_networks_share_of_the_picks(tmp_path):
+def test_json_and_csv_give_each_networks_share_of_the_picks(tmp_path, capsys):
     folder, state, best, low, _ = run_with_a_low_ranked_member(tmp_path)
     top = json.loads(report(folder, top=3, as_json=True))["top"]
     assert [t["rank"] for t in top[:3]] == [1, 2, 3] and {t["id"] for t in top} >= {best, low}
     assert {t["id"]: t["ensemble_weight"] for t in top if t["ensemble_weight"]} == {best: 0.2, low: 0.8}
     assert all("in_ensemble" not in t for t in top)
-    rows = list(csv.DictReader(io.StringIO(report(folder, csv_path="-"))))
+    report(folder, csv_path="-")
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert "in_ensemble" not in rows[0]
     weights = {int(r["id"]): float(r["ensemble_weight"]) for r in rows}
     assert {i: w for i, w in weights.items() if w} == {best: 0.2, low: 0.8} and math.isclose(sum(weights.values()), 1.0)

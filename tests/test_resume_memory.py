@@ -183,3 +183,77 @@ def test_a_damaged_segment_is_a_one_line_error_of_the_report(tmp_path):
         f.write(bytes([byte[0] ^ 0xFF]))
     with pytest.raises(RunDirError, match="does not match its checksum"):
         reporting.report(str(tmp_path / "run"))
+
+
+def test_the_csv_streams_the_history_and_holds_what_every_record_gives(tmp_path, monkeypatch, capsys):
+    """evens report --csv writes the rows a slice of the history at a time (slices cutting segments anywhere here) and
+    reads no whole history: the same rows as the CSV of every record in memory."""
+    from evolve.app import report as reporting
+    from evolve.app.csv_table import to_csv
+    from evolve.runfile import history, segments
+
+    path = str(tmp_path / "run" / "checkpoint.h5")
+    os.makedirs(os.path.dirname(path))
+    first_session(path, search_config(60, 6, 3, 0, checkpoint_seconds=5, early_stopping=True, early_stopping_warmup=1), flaky)
+    everything, run = checkpoint.load(path)
+    assert len(checkpoint.listing(path)) > 1
+    expected = to_csv(everything, run.space())
+
+    def no_snapshot(*args):
+        raise AssertionError("the whole history was read")
+
+    monkeypatch.setattr(segments, "snapshot", no_snapshot)
+    monkeypatch.setattr(checkpoint, "snapshot", no_snapshot)
+    monkeypatch.setattr(history, "ROWS", 12)  # records() takes a quarter: 3 rows a slice
+    assert reporting.report(str(tmp_path / "run"), csv_path="-") is None
+    assert capsys.readouterr().out == expected
+    out = tmp_path / "runs.csv"
+    assert "wrote" in reporting.report(str(tmp_path / "run"), csv_path=str(out)) and out.read_text() == expected
+    assert expected.count("\n") == 61 and "RuntimeError: network" in expected
+
+
+def test_a_damaged_segment_leaves_no_half_written_csv(tmp_path):
+    from evolve.app import report as reporting
+    from evolve.errors import RunDirError
+
+    path = str(tmp_path / "run" / "checkpoint.h5")
+    os.makedirs(os.path.dirname(path))
+    first_session(path, search_config(20, 6, 3, 0, checkpoint_seconds=5, early_stopping=False))
+    segment = os.path.join(checkpoint.segments_folder(path), checkpoint.listing(path)[-1].name)
+    with open(segment, "r+b") as f:
+        f.seek(os.path.getsize(segment) // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with pytest.raises(RunDirError, match="checksum|damaged"):
+        reporting._write_csv(str(folder / "runs.csv"), path, checkpoint.load(path, history=False)[0], info(), True)
+    assert os.listdir(folder) == []
+
+
+def test_select_reads_no_history_and_keeps_what_a_resume_needs(tmp_path, monkeypatch):
+    """evens select chooses from the hall of fame and summarises from the run's account: no segment read; the records,
+    the account and the master's memory stay as they were, and the summary is what every record gives."""
+    from evolve.app.report import summarize
+    from evolve.app.reselect import reselect
+    from evolve.runfile import segments
+
+    folder = tmp_path / "run"
+    path = str(folder / "checkpoint.h5")
+    os.makedirs(folder)
+    first_session(path, search_config(60, 6, 3, 0, checkpoint_seconds=5, early_stopping=True, early_stopping_warmup=1), flaky)
+    before, _ = checkpoint.load(path)
+
+    def no_snapshot(*args):
+        raise AssertionError("the whole history was read")
+
+    with monkeypatch.context() as m:
+        m.setattr(segments, "snapshot", no_snapshot)
+        m.setattr(checkpoint, "snapshot", no_snapshot)
+        summary = reselect(str(folder), size=2)
+    after, run = checkpoint.load(path)
+    assert KEYS(after.records) == KEYS(before.records) and after.tally.to_state() == before.tally.to_state()
+    assert after.memory.keys() == before.memory.keys() and all(np.array_equal(after.memory[k], before.memory[k]) for k in after.memory)
+    assert run.config.ensemble.size == 2 and summary == summarize(after, run, str(folder))
+    assert memory.resumable(after.memory, run.config.search, uses_median_rule(run.config.search))  # a resume still reads no history

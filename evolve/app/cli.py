@@ -316,7 +316,9 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "report":
             from .report import report
 
-            print(report(args.run_dir, as_json=args.json, top=args.top, csv_path=args.csv, plot_dir=args.plot, force=args.force))
+            text = report(args.run_dir, as_json=args.json, top=args.top, csv_path=args.csv, plot_dir=args.plot, force=args.force)
+            if text is not None:  # (None: the CSV went to standard output)
+                print(text)
         elif args.command == "status":
             from .status import status_command
 

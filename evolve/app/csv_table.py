@@ -10,50 +10,76 @@ picks, 0 if not a member; the weights sum to 1), and last one ``gene_<name>`` co
 of the search space, in genome order. A gene that is inactive for a network (the kernel size of an
 MLP) is empty: it did not shape that network. A metric an evaluation did not report is empty too.
 Numbers are written in full precision; ``-inf`` fitness (a failed evaluation) is written as
-``-inf``; a curve is its values separated by spaces.
+``-inf``; a curve is its values separated by spaces. The rows are in the order the evaluations were
+recorded (as they finished; sort by ``id`` for the order they were proposed in), written a slice of the
+history at a time, so a CSV of millions of evaluations takes no more memory than one of a thousand.
 """
 from __future__ import annotations
 
 import csv
 import io
 import math
+from typing import TextIO
 
 from ensemble.results import kinds
 from evolve.engine.state import SearchState
+from evolve.runfile.history import History
 from evolve.search.records import Record
 from evolve.search.space import SearchSpace
 
 
-def records_table(state: SearchState, space: SearchSpace) -> tuple[list[str], list[list]]:
-    """The header and rows of the CSV, in evaluation order."""
-    fields = kinds(Record)
-    metric_names = {name: sorted({k for r in state.records for k in getattr(r, name)}) for name, kind in fields.items() if kind == "named"}
-    weights = state.ensemble_weights()
-    order = ["id"] + [name for name, kind in fields.items() if name != "id" and kind != "vector"]
-    header = []
-    for name in order:
-        kind = fields[name]
-        header += metric_names[name] if kind == "named" else [f"{name.removesuffix('s')}_a", f"{name.removesuffix('s')}_b"] \
-            if kind == "pair" else [name]
-    header += ["budget", "ensemble_weight"] + [f"gene_{g}" for g in space.names]
-    rows = []
-    for r in sorted(state.records, key=lambda r: r.id):
+class Table:
+    """The CSV's columns for a search space and the metric names the records have; :meth:`row` makes a record's row."""
+
+    def __init__(self, space: SearchSpace, metric_names: dict[str, list[str]], weights: dict[int, float]):
+        self.space, self.metric_names, self.weights = space, metric_names, weights
+        self.fields = kinds(Record)
+        self.order = ["id"] + [name for name, kind in self.fields.items() if name != "id" and kind != "vector"]
+        self.header = []
+        for name in self.order:
+            kind = self.fields[name]
+            self.header += metric_names[name] if kind == "named" else [f"{name.removesuffix('s')}_a", f"{name.removesuffix('s')}_b"] \
+                if kind == "pair" else [name]
+        self.header += ["budget", "ensemble_weight"] + [f"gene_{g}" for g in space.names]
+
+    def row(self, r: Record) -> list:
         row = []
-        for name in order:
-            value, kind = getattr(r, name), fields[name]
+        for name in self.order:
+            value, kind = getattr(r, name), self.fields[name]
             if kind == "named":
-                row += [value.get(m, "") for m in metric_names[name]]
+                row += [value.get(m, "") for m in self.metric_names[name]]
             elif kind == "pair":
                 row += list(value)
             elif kind == "reals":
                 row.append(" ".join(map(_cell, value)))
             else:
                 row.append(value)
-        active = space.active(r.genome)
-        values = space.key(r.genome)
-        row += [budget(r), weights.get(r.id, 0.0)] + [v if active[g] else "" for g, v in zip(space.names, values)]
-        rows.append(row)
-    return header, rows
+        active = self.space.decode(r.genome)  # the active genes' values
+        return row + [budget(r), self.weights.get(r.id, 0.0)] + [active.get(g, "") for g in self.space.names]
+
+
+def named_fields() -> list[str]:
+    return [name for name, kind in kinds(Record).items() if kind == "named"]
+
+
+def records_table(state: SearchState, space: SearchSpace) -> tuple[list[str], list[list]]:
+    """The header and rows of the CSV, in the order recorded (every record in memory)."""
+    metric_names = {name: sorted({k for r in state.records for k in getattr(r, name)}) for name in named_fields()}
+    table = Table(space, metric_names, state.ensemble_weights())
+    return table.header, [table.row(r) for r in state.records]
+
+
+def write_streamed(out: TextIO, history: History, state: SearchState, space: SearchSpace, n_genes: int) -> int:
+    """Write the CSV of the run whose segments ``history`` holds open to ``out``, a slice of records at a time (memory
+    does not grow with the history); ``state``: its state file's (the stored ensemble's weights). Returns the rows."""
+    table = Table(space, {name: history.named(name) for name in named_fields()}, state.ensemble_weights())
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(table.header)
+    rows = 0
+    for records in history.records(n_genes):
+        writer.writerows([_cell(v) for v in table.row(r)] for r in records)
+        rows += len(records)
+    return rows
 
 
 def budget(r: Record) -> int:

@@ -10,6 +10,7 @@ from ensemble.select import Selection
 from evolve.errors import ConfigError
 from evolve.runfile import checkpoint
 from evolve.runfile.checkpoint import RunInfo
+from evolve.search.registry import capabilities
 
 from .report import summarize
 from .rundir import SUMMARY_NAME, checkpoint_path, write_json
@@ -61,7 +62,11 @@ def _warn(line: str) -> None:
 
 
 def _reselect(run_dir: str, path: str, settings: dict) -> dict:
-    state, info = checkpoint.load(path, say=_warn)  # a damaged member is left out, by name, and the rest chosen from
+    """The choice needs the hall of fame alone, and the summary the run's account: the history is read only for a Pareto
+    front (a search of two objectives), or from a run file that has no account."""
+    state, info = checkpoint.load(path, say=_warn, history=False)  # a damaged member is left out, by name, and the rest chosen from
+    if state.tally is None or capabilities(info.config.search.mode).objectives != 1:
+        state, info = checkpoint.load(path, say=_warn)
     changes = [f"ensemble.{k}={v!r}" for k, v in settings.items()]
     try:
         info.config = info.config.with_overrides(changes)
@@ -69,6 +74,6 @@ def _reselect(run_dir: str, path: str, settings: dict) -> dict:
         raise ConfigError(f"{run_dir}: {exc}") from None
     state.selection = select_for_run(state.hall_of_fame, info)
     checkpoint.save(path, state, info)
-    summary = summarize(state, info, run_dir)
+    summary = summarize(state, info, run_dir, state.tally if not state.records and state.dropped else None)
     write_json(os.path.join(run_dir, SUMMARY_NAME), summary)
     return summary

@@ -64,6 +64,22 @@ class History(contextlib.AbstractContextManager):
                     stop = min(start + rows, segment.rows)
                     yield i, start, {name: _column(f, name, start, stop) for name in names}
 
+    def records(self, n_genes: int | None = None, rows: int = ROWS // 4) -> Iterator[list[Record]]:
+        """Every record, in the order recorded, ``rows`` at a time (``evens report --csv``)."""
+        for i, segment in enumerate(self.listed):
+            with self._open(i) as f:
+                ends = {n[: -len("_length")]: np.concatenate([[0], np.cumsum(f[n][...])]) for n in f if n.endswith("_length")}
+                for start in range(0, segment.rows, rows):
+                    yield table.decode(_span(f, start, min(start + rows, segment.rows), ends), Record, n_genes)
+
+    def named(self, group: str) -> list[str]:
+        """Every name of a named field's columns (``metrics``) that any segment has, sorted."""
+        names: set[str] = set()
+        for i in range(len(self.listed)):
+            with self._open(i) as f:
+                names.update(f[group].keys() if group in f else ())
+        return sorted(names)
+
     def fetch(self, at: list[tuple[int, int]], n_genes: int | None = None) -> list[Record]:
         """The whole records at (segment index, row), in the order given."""
         out: dict[tuple[int, int], Record] = {}
@@ -80,6 +96,21 @@ def _column(f: h5py.File, name: str, start: int, stop: int) -> np.ndarray:
         key = name.split("/", 1)[1]
         return f["metrics"][key][start:stop] if key in f["metrics"] else np.full(stop - start, np.nan)
     return f[name][start:stop]
+
+
+def _span(f: h5py.File, start: int, stop: int, ends: dict[str, np.ndarray]) -> dict:
+    """The columns of rows ``start`` to ``stop`` of a segment, laid out as :func:`columns.encode` makes them; ``ends``:
+    each flat column's row ends (a 0, then the running sum of its lengths)."""
+    out: dict = {}
+    for name, item in f.items():
+        if isinstance(item, h5py.Group):  # named: one float column per key
+            out[name] = {key: item[key][start:stop] for key in item}
+        elif not (name.endswith("_length") or f"{name}_length" in f):
+            out[name] = item[start:stop]
+    for name, at in ends.items():  # flat: the rows' runs of values, end to end
+        out[name] = f[name][int(at[start]):int(at[stop])]
+        out[f"{name}_length"] = np.diff(at[start:stop + 1])
+    return out
 
 
 def _rows(f: h5py.File, rows: list[int]) -> dict:

@@ -23,10 +23,13 @@ Then, each in a fresh process, as a user would after it:
 * ``resume``: what ``evens run --resume`` does before its first task goes out: ``checkpoint.load`` of the
   state file alone (the history too where the memory cannot serve; it can here) and the search's strategy and
   median rule built from it; seconds and the process's peak memory;
-* ``history load``: ``checkpoint.load`` of every record (what ``evens select``, ``report --csv`` and ``--plots``
-  still read), for sizes up to 10^6;
+* ``history load``: ``checkpoint.load`` of every record (what ``report --plots`` and a Pareto front still
+  read), for sizes up to 10^6;
 * ``report`` and ``status``: ``evens report --json`` (the account, and the tables streamed from a few columns)
-  and ``evens status`` (the state file alone), seconds.
+  and ``evens status`` (the state file alone), seconds;
+* ``csv``: ``evens report --csv FILE`` (every record, a slice of the history at a time), seconds and peak
+  memory, for sizes up to 10^6 (at 10^7 the file alone is some 3 GB);
+* ``select``: ``evens select --size 3`` (the state file alone), seconds and peak memory; last, as it changes the run.
 
 Reports each figure per size and the growth from the smallest size to the largest (issue 34's targets: memory
 at most 100 MB per million evaluations, a resume at most 5 s, a report at most 30 s and status 2 s at 10
@@ -89,6 +92,16 @@ print(time.perf_counter() - t, len(state.records), PEAK())
 """
 HISTORY_UP_TO = 1_000_000  # larger histories are not loaded whole (some 35 us and 2 KB a record)
 
+COMMAND = PEAK + """import sys, time
+t = time.perf_counter()
+from evolve.app.cli import main
+code = main(sys.argv[2:])
+if code:
+    raise SystemExit(code)
+print(time.perf_counter() - t, 0, PEAK())
+"""
+CSV_UP_TO = 1_000_000
+
 
 def timed(command: list[str]) -> float:
     began = time.perf_counter()
@@ -98,11 +111,11 @@ def timed(command: list[str]) -> float:
     return time.perf_counter() - began
 
 
-def figures(command: str, path: str) -> tuple[float, int, int]:
-    proc = subprocess.run([sys.executable, "-c", command, path], cwd=harness.ROOT, capture_output=True, text=True, timeout=3600)
+def figures(command: str, path: str, args: tuple = ()) -> tuple[float, int, int]:
+    proc = subprocess.run([sys.executable, "-c", command, path, *args], cwd=harness.ROOT, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise SystemExit(f"bench_scale: reading {path} failed:\n{proc.stderr[-2000:]}")
-    seconds, records, peak = proc.stdout.split()
+    seconds, records, peak = proc.stdout.split()[-3:]
     return float(seconds), int(records), int(peak)
 
 
@@ -134,6 +147,14 @@ def after(folder: str) -> dict:
     if records <= HISTORY_UP_TO:
         seconds, _, peak = figures(HISTORY, path)
         row.update(history_load_s=seconds, history_peak_mb=peak / 2**20)
+    row.update(csv_s=None, csv_peak_mb=None)
+    if records <= CSV_UP_TO:
+        table = os.path.join(os.path.dirname(folder), "runs.csv")
+        seconds, _, peak = figures(COMMAND, path, ["report", folder, "--csv", table])
+        os.remove(table)
+        row.update(csv_s=seconds, csv_peak_mb=peak / 2**20)
+    seconds, _, peak = figures(COMMAND, path, ["select", folder, "--size", "3"])
+    row.update(select_s=seconds, select_peak_mb=peak / 2**20)
     return row
 
 
@@ -141,7 +162,8 @@ def show(kind: str, row: dict) -> None:
     cell = lambda v, f: format(v, f) if v is not None else "-"  # noqa: E731
     print(f"{kind:>9} {row['evaluations']:>11,} {cell(row.get('master_rss_mb'), '>9.0f'):>9} {cell(row.get('master_bytes_per_eval'), '>10.0f'):>10} "
           f"{row['run_file_bytes_per_eval']:>10.0f} {row['resume_s']:>8.2f} {row['resume_peak_mb']:>9.0f} {cell(row['history_load_s'], '>8.2f'):>8} "
-          f"{cell(row['report_s'], '>8.2f'):>8} {row['status_s']:>8.2f}")
+          f"{cell(row['report_s'], '>8.2f'):>8} {row['status_s']:>8.2f} {cell(row['csv_s'], '>7.1f'):>7} {cell(row['csv_peak_mb'], '>7.0f'):>7} "
+          f"{row['select_s']:>8.2f} {row['select_peak_mb']:>9.0f}")
 
 
 def main() -> None:
@@ -154,7 +176,7 @@ def main() -> None:
     print(harness.machine_line("bench_scale", f"live {sizes}: the search loop in one process over a loopback, zero-work trainings, 3 workers, "
                                               f"a checkpoint every 4,608 evaluations; synthetic {made} (synthetic_run.py)"))
     print(f"{'run':>9} {'evaluations':>11} {'master MB':>9} {'bytes/eval':>10} {'file B/eval':>10} {'resume s':>8} {'resume MB':>9} "
-          f"{'load s':>8} {'report s':>8} {'status s':>8}")
+          f"{'load s':>8} {'report s':>8} {'status s':>8} {'csv s':>7} {'csv MB':>7} {'select s':>8} {'select MB':>9}")
     rows: dict[str, dict] = {}
     for kind, ns, measure in (("live", sizes, live), ("synthetic", made, synthetic)):
         for n in ns:
@@ -163,7 +185,7 @@ def main() -> None:
             show(kind, row)
     everything = sorted(rows.values(), key=lambda r: r["evaluations"])
     small, large = everything[0], everything[-1]
-    growth = {f"{k}_growth": large[k] / small[k] for k in ("resume_s", "resume_peak_mb", "status_s") if small[k]}
+    growth = {f"{k}_growth": large[k] / small[k] for k in ("resume_s", "resume_peak_mb", "status_s", "select_s", "select_peak_mb") if small[k]}
     growth["evaluations_ratio"] = large["evaluations"] / small["evaluations"]
     print("growth from the smallest to the largest: " + ", ".join(f"{k} {v:.2f}" for k, v in growth.items()))
     harness.emit({"runs": rows, **growth})
