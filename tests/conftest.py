@@ -5,6 +5,7 @@ Markers (declared in pyproject.toml):
   e2e     an end-to-end run of the `evens` command
   slow    takes over 10 s on a 2-core machine
   timing  asserts on wall-clock time (its docstring says what); margins hold on a loaded 2-core machine
+  scale   a history of EVENS_SCALE evaluations (tests/test_scale.py; 10^7: some 10 minutes), else skipped
 
   pytest -q -m "not slow"            the quick loop while working
   pytest -q -m "not mpi and not e2e" pure unit tests, no mpiexec
