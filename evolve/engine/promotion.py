@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -140,7 +141,7 @@ class Halving:
         self.asynchronous = asynchronous
         self.rungs = rung_count(eta, min_budget)
         self.table = RungTable(eta, self.rungs, lambda network: tuple(dict.fromkeys(self.holders.get(network, {}).values())))
-        self.last: dict[int, Record] = {}  # network -> its latest recorded stage
+        self.paused: dict[int, tuple[int, array]] = {}  # network -> (id, genome) of its latest stage, while that is paused
         self.promotions_recorded = 0
         self.holders: dict[int, dict[int, int]] = {}  # network -> part (fold, or -1) -> the worker holding it paused
 
@@ -168,8 +169,10 @@ class Halving:
         if record.network >= 0:
             self.promotions_recorded += 1
             self.table.mark_promoted(record.rung - 1, network)
-        self.last[network] = record
-        if record.status != "paused":
+        if record.status == "paused":  # what its promotion needs, and no more: the master keeps one for every network paused
+            self.paused[network] = (record.id, array("d", record.genome))
+        else:
+            self.paused.pop(network, None)
             self.holders.pop(network, None)  # trained to the end, or failed: no paused training is held
         if not self.asynchronous:
             return
@@ -212,9 +215,8 @@ class Halving:
 
     def stage(self, state, network: int, rung: int) -> Pending:
         """``network``'s promotion to ``rung`` as a stage to send (id ``state.next_id``), carrying on its latest stage."""
-        before = self.last[network]
-        return Pending(id=state.next_id, genome=list(before.genome), parents=(before.id, -1), operators="promotion", rung=rung,
-                       network=network)
+        before, genome = self.paused[network]
+        return Pending(id=state.next_id, genome=genome.tolist(), parents=(before, -1), operators="promotion", rung=rung, network=network)
 
     def watch(self, stage: Pending, epochs: int) -> dict:
         """What the stage's training is held to (ensemble.train.Watch): pause after its rung's epochs (below the top),
