@@ -74,6 +74,6 @@ def _reselect(run_dir: str, path: str, settings: dict) -> dict:
         raise ConfigError(f"{run_dir}: {exc}") from None
     state.selection = select_for_run(state.hall_of_fame, info)
     checkpoint.save(path, state, info)
-    summary = summarize(state, info, run_dir, state.tally if not state.records and state.dropped else None)
+    summary = summarize(state, info, run_dir, state.tally)  # (without an account: from the records, all read then)
     write_json(os.path.join(run_dir, SUMMARY_NAME), summary)
     return summary
