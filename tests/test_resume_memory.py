@@ -213,7 +213,7 @@ def test_the_csv_streams_the_history_and_holds_what_every_record_gives(tmp_path,
 
 
 def test_a_damaged_segment_leaves_no_half_written_csv(tmp_path):
-    from evolve.app import report as reporting
+    from evolve.app.csv_table import write_csv
     from evolve.errors import RunDirError
 
     path = str(tmp_path / "run" / "checkpoint.h5")
@@ -228,7 +228,7 @@ def test_a_damaged_segment_leaves_no_half_written_csv(tmp_path):
     folder = tmp_path / "out"
     folder.mkdir()
     with pytest.raises(RunDirError, match="checksum|damaged"):
-        reporting._write_csv(str(folder / "runs.csv"), path, checkpoint.load(path, history=False)[0], info(), True)
+        write_csv(str(folder / "runs.csv"), path, checkpoint.load(path, history=False)[0], info(), True)
     assert os.listdir(folder) == []
 
 

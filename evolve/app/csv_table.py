@@ -19,13 +19,20 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
+import sys
 from typing import TextIO
 
 from ensemble.results import kinds
 from evolve.engine.state import SearchState
+from evolve.errors import RunDirError
+from evolve.runfile.checkpoint import RunInfo, listing, segments_folder
 from evolve.runfile.history import History
+from evolve.runfile.tempfiles import exclusive_temp
 from evolve.search.records import Record
 from evolve.search.space import SearchSpace
+
+from .rundir import read_beside_a_job
 
 
 class Table:
@@ -103,3 +110,38 @@ def to_csv(state: SearchState, space: SearchSpace) -> str:
     writer.writerow(header)
     writer.writerows([_cell(v) for v in row] for row in rows)
     return out.getvalue()
+
+
+def write_csv(csv_path: str, path: str, state: SearchState, info: RunInfo, streamed: bool) -> int:
+    """``evens report --csv``: the CSV of every evaluation of the run whose state file is ``path`` to ``csv_path`` (``-``: standard output): from the history a slice at a
+    time if ``streamed``, else from ``state``'s records. A file is written under a temporary name and renamed when
+    whole, so a failure (a damaged segment, a full disk) leaves no half-written CSV. Returns the rows written."""
+    space = info.space()
+    history = read_beside_a_job(path, lambda: History(segments_folder(path), listing(path))) if streamed else None  # open: a
+    try:                                                                                                           # job's merge cannot take them now
+        if csv_path == "-":
+            if history is None:
+                sys.stdout.write(to_csv(state, space))
+                return len(state.records)
+            return write_streamed(sys.stdout, history, state, space, len(info.gene_names))
+        tmp = ""
+        try:
+            tmp = exclusive_temp(csv_path)
+            with open(tmp, "w", encoding="utf-8") as f:
+                if history is None:
+                    f.write(to_csv(state, space))
+                    rows = len(state.records)
+                else:
+                    rows = write_streamed(f, history, state, space, len(info.gene_names))
+            os.replace(tmp, csv_path)
+        except OSError as exc:
+            raise RunDirError(f"{csv_path}: cannot write it ({exc.strerror or exc})") from None
+        finally:
+            if tmp and os.path.exists(tmp):
+                os.remove(tmp)
+        return rows
+    except (KeyError, ValueError) as exc:  # a segment damaged past its CRC check
+        raise RunDirError(f"{path}: damaged run file ({type(exc).__name__}: {exc})") from None
+    finally:
+        if history is not None:
+            history.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 
 import numpy as np
 
@@ -17,7 +16,6 @@ from evolve.errors import RunDirError
 from evolve.engine.promotion import rung_count
 from evolve.runfile.checkpoint import RunInfo, listing, segments_folder
 from evolve.runfile.history import History
-from evolve.runfile.tempfiles import exclusive_temp
 from evolve.search.pareto import OBJECTIVES
 from evolve.search.records import Record, best_first
 from evolve.search.registry import capabilities
@@ -440,7 +438,9 @@ def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | N
     space = info.space()
     notes = []
     if csv_path:
-        rows = _write_csv(csv_path, path, state, info, streamed)
+        from .csv_table import write_csv
+
+        rows = write_csv(csv_path, path, state, info, streamed)
         if csv_path == "-":
             return None
         notes.append(f"wrote {csv_path}: {rows} evaluations")
@@ -459,43 +459,6 @@ def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | N
     picks = summary["ensemble"]["picks"] if summary["ensemble"] else 0
     extra = format_top(summary["top"], summary["metric"], top, picks, summary["chosen_on"]["word"]) + format_failures(summary["failures"])
     return "\n".join([text, *extra, *notes])
-
-
-def _write_csv(csv_path: str, path: str, state: SearchState, info: RunInfo, streamed: bool) -> int:
-    """The CSV of every evaluation (csv_table) to ``csv_path`` (``-``: standard output): from the history a slice at a
-    time if ``streamed``, else from ``state``'s records. A file is written under a temporary name and renamed when
-    whole, so a failure (a damaged segment, a full disk) leaves no half-written CSV. Returns the rows written."""
-    from .csv_table import to_csv, write_streamed
-
-    space = info.space()
-    history = read_beside_a_job(path, lambda: History(segments_folder(path), listing(path))) if streamed else None  # open: a
-    try:                                                                                                           # job's merge cannot take them now
-        if csv_path == "-":
-            if history is None:
-                sys.stdout.write(to_csv(state, space))
-                return len(state.records)
-            return write_streamed(sys.stdout, history, state, space, len(info.gene_names))
-        tmp = ""
-        try:
-            tmp = exclusive_temp(csv_path)
-            with open(tmp, "w", encoding="utf-8") as f:
-                if history is None:
-                    f.write(to_csv(state, space))
-                    rows = len(state.records)
-                else:
-                    rows = write_streamed(f, history, state, space, len(info.gene_names))
-            os.replace(tmp, csv_path)
-        except OSError as exc:
-            raise RunDirError(f"{csv_path}: cannot write it ({exc.strerror or exc})") from None
-        finally:
-            if tmp and os.path.exists(tmp):
-                os.remove(tmp)
-        return rows
-    except (KeyError, ValueError) as exc:  # a segment damaged past its CRC check
-        raise RunDirError(f"{path}: damaged run file ({type(exc).__name__}: {exc})") from None
-    finally:
-        if history is not None:
-            history.close()
 
 
 def _refuse_to_replace(path: str, force: bool) -> None:
