@@ -9,7 +9,7 @@ Markers (declared in pyproject.toml):
 
   pytest -q -m "not slow"            the quick loop while working
   pytest -q -m "not mpi and not e2e" pure unit tests, no mpiexec
-  ./scripts/test.sh                  the whole suite, as CI runs it (under 10 minutes on 2 cores)
+  ./scripts/test.sh                  the whole suite, as CI runs it (15 to 20 minutes on 2 cores)
 """
 from __future__ import annotations
 
