@@ -215,7 +215,7 @@ def admit_by_value(population: list[Individual], newcomer: Individual, capacity:
 
 
 def value_tournament(values: dict[int, float], rng: random.Random, size: int) -> Callable[[list[Individual], int], list[Individual]]:
-    """Tournament selection on ``values`` (by id, higher better), as a toolbox's ``select(population, k)``: each
+    """Tournament selection on ``values`` (by id, higher better), as the operators' ``select(population, k)``: each
     winner is the best of ``size`` aspirants drawn from ``rng`` with replacement (among equal values the fitter,
     then the first drawn)."""
 
@@ -245,7 +245,7 @@ def pareto_ranks(population: list[Individual]) -> dict[int, tuple[int, float]]:
 
 
 def crowded_tournament(ranks: dict[int, tuple[int, float]], rng: random.Random) -> Callable[[list[Individual], int], list[Individual]]:
-    """NSGA-II's parent selection, as a toolbox's ``select(population, k)``: binary tournaments, each won by
+    """NSGA-II's parent selection, as the operators' ``select(population, k)``: binary tournaments, each won by
     the lower rank, then the larger crowding distance, then a coin from ``rng``."""
 
     def one(population: list[Individual]) -> Individual:
