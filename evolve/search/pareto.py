@@ -1,4 +1,4 @@
-"""NSGA-II's second objective and the Pareto front kept as results arrive (see :class:`~.strategy.NSGA2`)."""
+"""NSGA-II's second objective and the Pareto front kept as results arrive (see :class:`~.nsga2.NSGA2`)."""
 from __future__ import annotations
 
 import bisect

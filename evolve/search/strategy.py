@@ -20,13 +20,7 @@ plain JSON values; its ``create(context)`` rebuilds it from that and the records
   next population is the best ``population`` of parents and children ((mu + lambda),
   ties to the earlier id). What a run computes depends on the seed alone, not on
   how many workers there are or in which order their results arrive.
-* ``nsga2`` (:class:`NSGA2`): generational too (the same barrier and the same
-  determinism), with two objectives: the validation fitness, maximised, and a cost,
-  minimised: the network's trainable parameters (``params``) or its measured inference
-  latency (``latency``, microseconds per sample). Parents are binary tournament winners on
-  Pareto rank, then crowding distance; the next population is DEAP's ``selNSGA2`` over
-  parents and children. The Pareto front over every successful evaluation so far is kept
-  as it grows (:class:`ParetoFront`) and stored with the strategy's state.
+* ``nsga2`` (:class:`evolve.search.nsga2.NSGA2`, in its own module): generational too, with two objectives.
 
 Selection (``search.selection``) is by ``fitness``, or in the async and generational modes by
 ``ensemble``: parents (tournaments) and survivors (replacement) are chosen by what an individual
@@ -53,21 +47,7 @@ from typing import ClassVar, Iterable, Protocol
 
 import numpy as np
 
-from .ga import (
-    GAParams,
-    Individual,
-    admit,
-    admit_by_value,
-    Operators,
-    breed_child,
-    crowded_tournament,
-    nsga2_survivors,
-    pareto_individual,
-    pareto_ranks,
-    random_genome,
-    value_tournament,
-)
-from .pareto import OBJECTIVES, ParetoFront, objective_value
+from .ga import GAParams, Individual, Operators, admit, admit_by_value, breed_child, random_genome, value_tournament
 from .keyset import KeySet
 from .records import Pending, Record, best_first, network_of
 from .registry import Capabilities, Context, Value, register
@@ -503,79 +483,3 @@ class Generational(_Breeder):
             "told": sorted(ind.ident for ind in self.told),  # by id, not arrival: the state is the same on any number of workers
             **self.surrogate_state(),
         }
-
-
-@register
-class NSGA2(Generational):
-    """``nsga2``: generational NSGA-II on (validation fitness, maximised; ``objective``, minimised).
-
-    Generation 0 is random; each later generation's children are bred from the population by
-    binary tournaments on Pareto rank, then crowding distance (uniform crossover and bounded
-    polynomial mutation as in the other modes), and the next population is DEAP's ``selNSGA2``
-    over parents and children ((mu + lambda)), fed in id order so that ties never depend on
-    arrival. Only successful evaluations that report the objective enter the population or
-    the front. The barrier, the queue and the determinism are :class:`Generational`'s.
-    """
-
-    name = mode = "nsga2"
-    capabilities = Capabilities(barrier=True, order_matters=False, objectives=2, promotion=True)
-
-    @classmethod
-    def create(cls, context: Context) -> NSGA2:
-        return cls(context.space, context.params, context.rng, _by_id(context), _known(context), context.state,
-                   context.objective).caught_up(context)
-
-    def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict, objective: str = "params"):
-        if objective not in OBJECTIVES:
-            raise ValueError(f"unknown second objective {objective!r} (known: {', '.join(OBJECTIVES)})")
-        if state and state.get("objective", objective) != objective:
-            raise ValueError(f"the run's second objective is {state.get('objective')!r}, not {objective!r}")
-        self.objective = objective
-        self.rung_of: dict[int, int] = {}  # a member's rung (search.promotion): the pool is ranked by it first
-        super().__init__(space, params, rng, records, known, state)
-        self.front = ParetoFront()
-        for i in state.get("front", []):
-            self.front.add(i, records[i].fitness, objective_value(records[i], objective))
-
-    def tell(self, record: Record) -> None:
-        cost = objective_value(record, self.objective)
-        if cost is not None and record.status == "ok":  # the front: whole trainings only
-            self.front.add(record.id, record.fitness, cost)
-        super().tell(record)
-
-    def _eligible(self, record: Record) -> bool:
-        return record.status in ("ok", "paused" if self.rungs else "ok") and objective_value(record, self.objective) is not None
-
-    def _member(self, record: Record) -> Individual:
-        self.rung_of[record.id] = record.rung
-        return pareto_individual(record.genome, record.fitness, objective_value(record, self.objective), record.id)
-
-    def _best(self, records: list[Record], k: int) -> list[Record]:
-        """Promotion by Pareto rank within the rung, then crowding distance (``selNSGA2``, ties to the earlier id); a
-        stage without the objective goes on only where too few have it."""
-        scored = [r for r in sorted(records, key=lambda r: r.id) if objective_value(r, self.objective) is not None]
-        chosen = {ind.ident for ind in nsga2_survivors([self._member(r) for r in scored], min(k, len(scored)))}
-        rest = sorted((r for r in records if r.id not in chosen), key=best_first)
-        return [r for r in records if r.id in chosen] + rest[: k - len(chosen)]
-
-    def _survivors(self, pool: list[Individual]) -> list[Individual]:
-        """``selNSGA2`` over the pool; with successive halving, rung by rung from the highest (a whole training before
-        any network stopped at a lower rung), ``selNSGA2`` within the rung that fills the last places."""
-        pool = sorted(pool, key=lambda ind: ind.ident)
-        if not self.rungs:
-            return nsga2_survivors(pool, self.params.population)
-        out: list[Individual] = []
-        for rung in sorted({self.rung_of.get(ind.ident, self.top) for ind in pool}, reverse=True):
-            group = [ind for ind in pool if self.rung_of.get(ind.ident, self.top) == rung]
-            room = self.params.population - len(out)
-            out += group if len(group) <= room else nsga2_survivors(group, room)
-            if len(out) >= self.params.population:
-                break
-        return out
-
-    def _breed(self) -> list[Proposal]:
-        self.ops.select = crowded_tournament(pareto_ranks(self.population), self.rng)
-        return [self.child(self.population) for _ in range(self.params.population)]
-
-    def to_state(self) -> dict:
-        return {**super().to_state(), "objective": self.objective, "front": self.front.ids()}
