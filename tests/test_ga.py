@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evolve.config.schema import SearchConfig
-from evolve.search.ga import Individual, Operators, admit, breed_child, random_genome
+from evolve.search.ga import Individual, Operators, admit, breed_child, fitness_wvalues, random_genome
 
 
 def population(values, genes=4, seed=0):
@@ -135,3 +135,9 @@ def test_a_child_is_what_the_operators_make_from_the_searchs_rng():
     expected = ops.mate(mother, father)
     ops.mutate(expected)
     assert child == expected and parents == (mother.ident, father.ident)
+
+
+@given(st.floats(allow_nan=False), st.one_of(st.floats(), st.just(float("nan"))))
+def test_fitness_wvalues_are_what_an_individual_holds(value, loss):
+    """The steady state turns a result away without making it an individual: on the same values admit compares."""
+    assert fitness_wvalues(value, loss) == Individual.evaluated([0.5], value, 0, loss).fitness.wvalues

@@ -77,6 +77,13 @@ class Individual(list):
         return (*(-w for w in self.fitness.wvalues), self.ident)
 
 
+def fitness_wvalues(value: float, loss: float = math.inf) -> tuple[float, float]:
+    """The ``wvalues`` of :meth:`Individual.evaluated`'s fitness (one objective, no rung), as DEAP computes them (the
+    values times :class:`Fitness`'s weights), without making the individual: what :func:`admit` compares."""
+    loss = math.inf if loss != loss else float(loss)
+    return (float(value) * Fitness.weights[0], loss * Fitness.weights[1])
+
+
 def pareto_individual(genes, fitness: float, cost: float, ident: int) -> Individual:
     """An individual with two objectives (see :class:`ParetoFitness`)."""
     return Individual(genes, ParetoFitness((float(fitness), float(cost))), ident)

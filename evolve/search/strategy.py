@@ -47,7 +47,7 @@ from typing import ClassVar, Iterable, Protocol
 
 import numpy as np
 
-from .ga import GAParams, Individual, Operators, admit, admit_by_value, breed_child, random_genome, value_tournament
+from .ga import GAParams, Individual, Operators, admit, admit_by_value, breed_child, fitness_wvalues, random_genome, value_tournament
 from .keyset import KeySet
 from .records import Pending, Record, best_first, network_of
 from .registry import Capabilities, Context, Value, register
@@ -303,6 +303,9 @@ class SteadyState(_Breeder):
             pass  # a promoted network's next stage took its earlier stage's place
         elif self.value is not None:
             admit_by_value(self.population, _individual(record, self.rungs), self.params.population, self.value)
+        elif not self.rungs and len(self.population) >= self.params.population and \
+                fitness_wvalues(record.fitness, record.loss) <= min(ind.fitness.wvalues for ind in self.population):
+            pass  # no better than the worst member: admit would turn it away (most results, once the population has converged)
         else:
             admit(self.population, _individual(record, self.rungs), self.params.population)
         if self.surrogate is not None:
