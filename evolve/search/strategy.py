@@ -150,8 +150,8 @@ class _Breeder:
         def is_new(genome, mother, father) -> bool:
             mother_values, father_values = parents_values[mother.ident], parents_values[father.ident]
             values = space.child_decoded(genome, mother, mother_values, father, father_values)
-            if values == mother_values or values == father_values:  # a parent's network (proposed: it is in the population),
-                last["values"], last["key"] = values, None  # as 2 in 5 tries are where the population has converged
+            if values == mother_values or values == father_values:  # a parent's network, so proposed before (2 tries in 5
+                last["values"], last["key"] = values, None              # once the population has converged): no key needed
                 return False
             last["key"] = key = space.key_of(values)  # breed_child returns the genome it last asked about
             return key not in self.seen
