@@ -113,26 +113,28 @@ def to_csv(state: SearchState, space: SearchSpace) -> str:
 
 
 def write_csv(csv_path: str, path: str, state: SearchState, info: RunInfo, streamed: bool) -> int:
-    """``evens report --csv``: the CSV of every evaluation of the run whose state file is ``path`` to ``csv_path`` (``-``: standard output): from the history a slice at a
-    time if ``streamed``, else from ``state``'s records. A file is written under a temporary name and renamed when
-    whole, so a failure (a damaged segment, a full disk) leaves no half-written CSV. Returns the rows written."""
+    """``evens report --csv``: the CSV of every evaluation of the run whose state file is ``path`` to ``csv_path``
+    (``-``: standard output): from the history a slice at a time if ``streamed``, else from ``state``'s records. A
+    file is written under a temporary name and renamed when whole, so a failure (a damaged segment, a full disk)
+    leaves no half-written CSV. Returns the rows written."""
     space = info.space()
-    history = read_beside_a_job(path, lambda: History(segments_folder(path), listing(path))) if streamed else None  # open: a
-    try:                                                                                                           # job's merge cannot take them now
+    # the segments opened first: a job's merge cannot take them from under the CSV
+    history = read_beside_a_job(path, lambda: History(segments_folder(path), listing(path))) if streamed else None
+
+    def emit(out: TextIO) -> int:
+        if history is None:
+            out.write(to_csv(state, space))
+            return len(state.records)
+        return write_streamed(out, history, state, space, len(info.gene_names))
+
+    try:
         if csv_path == "-":
-            if history is None:
-                sys.stdout.write(to_csv(state, space))
-                return len(state.records)
-            return write_streamed(sys.stdout, history, state, space, len(info.gene_names))
+            return emit(sys.stdout)
         tmp = ""
         try:
             tmp = exclusive_temp(csv_path)
             with open(tmp, "w", encoding="utf-8") as f:
-                if history is None:
-                    f.write(to_csv(state, space))
-                    rows = len(state.records)
-                else:
-                    rows = write_streamed(f, history, state, space, len(info.gene_names))
+                rows = emit(f)
             os.replace(tmp, csv_path)
         except OSError as exc:
             raise RunDirError(f"{csv_path}: cannot write it ({exc.strerror or exc})") from None

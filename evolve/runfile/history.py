@@ -68,7 +68,7 @@ class History(contextlib.AbstractContextManager):
         """Every record, in the order recorded, ``rows`` at a time (``evens report --csv``)."""
         for i, segment in enumerate(self.listed):
             with self._open(i) as f:
-                ends = {n[: -len("_length")]: np.concatenate([[0], np.cumsum(f[n][...])]) for n in f if n.endswith("_length")}
+                ends = _row_ends(f)
                 for start in range(0, segment.rows, rows):
                     yield table.decode(_span(f, start, min(start + rows, segment.rows), ends), Record, n_genes)
 
@@ -98,15 +98,27 @@ def _column(f: h5py.File, name: str, start: int, stop: int) -> np.ndarray:
     return f[name][start:stop]
 
 
-def _span(f: h5py.File, start: int, stop: int, ends: dict[str, np.ndarray]) -> dict:
-    """The columns of rows ``start`` to ``stop`` of a segment, laid out as :func:`columns.encode` makes them; ``ends``:
-    each flat column's row ends (a 0, then the running sum of its lengths)."""
+def _row_ends(f: h5py.File) -> dict[str, np.ndarray]:
+    """Each flat column's row ends in a segment: a 0, then the running sum of its rows' lengths."""
+    return {n[: -len("_length")]: np.concatenate([[0], np.cumsum(f[n][...])]) for n in f if n.endswith("_length")}
+
+
+def _fixed(f: h5py.File, rows) -> dict:
+    """The columns of ``rows`` (a slice, or increasing row numbers) that hold a value or a named set a row: all but the
+    flat ones."""
     out: dict = {}
     for name, item in f.items():
         if isinstance(item, h5py.Group):  # named: one float column per key
-            out[name] = {key: item[key][start:stop] for key in item}
+            out[name] = {key: item[key][rows] for key in item}
         elif not (name.endswith("_length") or f"{name}_length" in f):
-            out[name] = item[start:stop]
+            out[name] = item[rows]
+    return out
+
+
+def _span(f: h5py.File, start: int, stop: int, ends: dict[str, np.ndarray]) -> dict:
+    """The columns of rows ``start`` to ``stop`` of a segment, laid out as :func:`columns.encode` makes them; ``ends``:
+    :func:`_row_ends`."""
+    out = _fixed(f, slice(start, stop))
     for name, at in ends.items():  # flat: the rows' runs of values, end to end
         out[name] = f[name][int(at[start]):int(at[stop])]
         out[f"{name}_length"] = np.diff(at[start:stop + 1])
@@ -115,18 +127,9 @@ def _span(f: h5py.File, start: int, stop: int, ends: dict[str, np.ndarray]) -> d
 
 def _rows(f: h5py.File, rows: list[int]) -> dict:
     """The columns of the given rows (increasing) of a segment, laid out as :func:`columns.encode` makes them."""
-    out: dict = {}
-    for name, item in f.items():
-        if isinstance(item, h5py.Group):  # named: one float column per key
-            out[name] = {key: item[key][rows] for key in item}
-        elif name.endswith("_length") or f"{name}_length" in f:
-            continue
-        else:
-            out[name] = item[rows]
-    for name in [n[: -len("_length")] for n in f if n.endswith("_length")]:  # flat: each row's run of values
-        lengths = f[f"{name}_length"][...]
-        ends = np.cumsum(lengths)
-        parts = [f[name][ends[r] - lengths[r]:ends[r]] for r in rows]
+    out = _fixed(f, rows)
+    for name, at in _row_ends(f).items():  # flat: each row's run of values
+        parts = [f[name][int(at[r]):int(at[r + 1])] for r in rows]
         out[name] = np.concatenate(parts) if parts else f[name][0:0]
-        out[f"{name}_length"] = lengths[rows]
+        out[f"{name}_length"] = np.diff(at)[rows]
     return out
