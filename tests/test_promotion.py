@@ -70,6 +70,35 @@ def test_the_table_promotes_what_asha_says_highest_rung_first_and_each_network_o
     assert [o["results"] for o in table.occupancy()] == [len(results[r]) for r in range(rungs - 1)]
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 4), st.integers(2, 4), st.integers(0, 10_000), st.integers(0, 150))
+def test_a_table_restored_from_its_memory_goes_on_as_the_table_itself(eta, rungs, seed, cut):
+    """A resume that reads no history rebuilds the table from RungTable.memory: from then on, it takes the same results
+    and makes the same promotions as the table that lived through them (ties, failures and promotions made included)."""
+    rng = random.Random(seed)
+    tables = [RungTable(eta, rungs)]
+    at, next_id = {}, 0
+    for step in range(150):
+        if step == cut:
+            tables.append(RungTable.restored(eta, rungs, {k: v.copy() for k, v in tables[0].memory().items()}))
+        waiting = [i for i, r in at.items() if r is not None]
+        if rng.random() < 0.5 or not waiting:
+            ident, rung, next_id = next_id, 0, next_id + 1
+        else:
+            ident = rng.choice(waiting)
+            rung = at[ident]
+        fitness, loss = rng.choice([rng.random(), round(rng.random(), 1), -math.inf]), rng.choice([rng.random(), 0.5])
+        at[ident] = None
+        for table in tables:
+            table.add(rung, ident, fitness, loss)
+        for _ in range(rng.choice([0, 1, 2])):
+            made = [table.promotion() for table in tables]
+            assert all(m == made[0] for m in made)
+            if made[0] is not None:
+                at[made[0][0]] = made[0][1]
+        assert all(t.occupancy() == tables[0].occupancy() and t.due() == tables[0].due() for t in tables)
+
+
 def test_a_rung_promotes_as_soon_as_it_has_eta_results_and_never_a_failure():
     table = RungTable(3, 3)
     table.add(0, 0, 0.5, 1.0)

@@ -17,7 +17,8 @@ from evolve.runfile import checkpoint
 from evolve.search.early_stop import MedianRule
 from evolve.transport.protocol import InProcessTransport
 
-KEYS = lambda records: [(r.id, tuple(r.genome), r.status, r.fitness, r.epochs_done, r.operators, r.parents) for r in records]  # noqa: E731
+KEYS = lambda records: [(r.id, tuple(r.genome), r.status, r.fitness, r.epochs_done, r.operators, r.parents, r.rung, r.network)  # noqa: E731
+                         for r in records]
 
 
 def flaky(task):
@@ -27,6 +28,16 @@ def flaky(task):
     if task.id % 7 == 3:
         return failed_evaluation(f"loss nan at epoch 1 of network {task.id}", "diverged")
     return landscape(task)
+
+
+def staged(task):
+    """The flaky landscape, paused at a rung when successive halving asks: a share of the whole training's score."""
+    ev = flaky(task)
+    pause = task.watch.get("pause_after")
+    if pause and ev.status == "ok":
+        ev.status, ev.fitness, ev.epochs_done = "paused", ev.fitness * pause / task.training["epochs"], pause
+        ev.val_pred = ev.test_pred = ev.weights = None
+    return ev
 
 
 def first_session(path, config, work=landscape):
@@ -43,25 +54,34 @@ def first_session(path, config, work=landscape):
     return state
 
 
-def carry_on(path, config, history):
+def carry_on(path, config, history, work=landscape):
     state, _ = checkpoint.load(path, history=history)
-    run_search(state, InProcessTransport(landscape, 2), SPACE, config)
+    run_search(state, InProcessTransport(work, 2), SPACE, config)
     return state
 
 
-@pytest.mark.parametrize("settings", [dict(early_stopping=True, early_stopping_warmup=1), dict(early_stopping=False)])
+@pytest.mark.parametrize("settings", [dict(early_stopping=True, early_stopping_warmup=1), dict(early_stopping=False),
+                                      dict(promotion=True, early_stopping=False), dict(promotion=True, eta=2, min_budget=0.25, early_stopping=False),
+                                      dict(breeding="model", brood=4, early_stopping=False),
+                                      dict(breeding="model", brood=4, promotion=True, early_stopping=False)])
 def test_a_resume_from_the_state_file_alone_carries_on_as_one_that_read_every_record(tmp_path, settings):
     path = str(tmp_path / "run" / "checkpoint.h5")
     os.makedirs(os.path.dirname(path))
     first = search_config(40, 6, 3, 0, checkpoint_seconds=5, **settings)
-    first_session(path, first)
+    work = staged if settings.get("promotion") else landscape
+    first_session(path, first, work)
     state, _ = checkpoint.load(path, history=False)
-    assert state.records == [] and state.dropped == 40 and memory.resumable(state.memory, first.search, uses_median_rule(first.search))
+    assert state.records == [] and state.dropped >= 40 and memory.resumable(state.memory, first.search, uses_median_rule(first.search))
     assert ("median.0.kept" in state.memory) == settings["early_stopping"]
+    assert ("halving.paused" in state.memory) == settings.get("promotion", False)
+    assert ("strategy.surrogate.learned" in state.memory) == (settings.get("breeding") == "model")
     more = search_config(90, 6, 3, 0, **settings)
-    remembered, whole = carry_on(path, more, history=False), carry_on(path, more, history=True)
-    assert remembered.recorded == whole.recorded == 90
-    assert KEYS(remembered.records) == KEYS(whole.records[40:])  # the same 50 networks, proposed and judged alike
+    remembered, whole = carry_on(path, more, False, work), carry_on(path, more, True, work)
+    assert remembered.recorded == whole.recorded
+    assert KEYS(remembered.records) == KEYS(whole.records[-len(remembered.records):])  # the same networks, proposed and judged alike
+    if settings.get("promotion"):  # with networks paused at rungs the first session filled, and promotions after
+        assert len(state.memory["halving.paused"]) and len(state.memory["halving.rung0.keys"]) >= 40
+        assert any(r.network >= 0 for r in remembered.records)
     if settings["early_stopping"]:  # the rule's bars, carried over, are those the history gives
         everything, _ = checkpoint.load(path)
         restored, rebuilt = MedianRule.restored(memory.part(state.memory, "median")), MedianRule(everything.records)
@@ -84,9 +104,9 @@ def test_settings_that_build_other_parts_resume_from_the_history(tmp_path):
             run_search(checkpoint.load(path, history=False)[0], InProcessTransport(landscape, 2), SPACE, changed)
 
 
-@pytest.mark.parametrize("settings", [dict(breeding="model"), dict(mode="generational"), dict(mode="nsga2"), dict(promotion=True)])
+@pytest.mark.parametrize("settings", [dict(mode="generational"), dict(mode="nsga2")])
 def test_a_search_that_needs_its_history_keeps_no_memory(tmp_path, settings):
-    """Model breeding fits its surrogate to the history, promotion rebuilds its rungs from it, and the other strategies
+    """The other strategies than async
     carry on from their records: their checkpoints hold no memory, so their resumes read every record."""
     path = str(tmp_path / "run" / "checkpoint.h5")
     os.makedirs(os.path.dirname(path))
@@ -117,8 +137,7 @@ def test_the_account_the_master_keeps_is_the_one_the_history_gives(tmp_path, set
     os.makedirs(os.path.dirname(path))
     first_session(path, search_config(30, 6, 3, 0, checkpoint_seconds=5, **settings))
     state, run = checkpoint.load(path, history=False)
-    if not state.memory:  # (promotion carries on from the history)
-        state, run = checkpoint.load(path)
+    assert state.memory  # (promotion too carries on from the state file alone)
     run_search(state, InProcessTransport(landscape, 2), SPACE, search_config(45, 6, 3, 0, **settings))
     checkpoint.save(path, state, run)
     everything, run = checkpoint.load(path)

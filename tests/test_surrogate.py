@@ -153,3 +153,38 @@ def test_a_resume_fits_the_model_the_search_had_though_results_came_out_of_order
     rebuilt = Surrogate.from_state(random.Random(0), arrival, original.to_state())
     probe = [[random.Random(i).random() for _ in range(len(SPACE))] for i in range(30)]
     assert rebuilt.to_state() == original.to_state() and np.array_equal(rebuilt.score(probe), original.score(probe))
+
+
+@pytest.mark.parametrize("rungs", [False, True])
+def test_it_keeps_only_the_latest_results_and_its_memory_makes_the_same_model(monkeypatch, rungs):
+    """A fit learns from the latest ROWS results by id, so no more are kept (results told out of order too); the
+    memory (the last fit's rows and the latest results) makes the model again, and both go on alike."""
+    import evolve.search.surrogate as surrogate_module
+
+    monkeypatch.setattr(surrogate_module, "ROWS", 10)
+    rng = random.Random(3)
+    records = told(Surrogate(random.Random(0)), 40, rng)
+    for r in records:
+        r.rung = r.id % 3
+    order = records[:20] + records[25:33] + records[20:25] + records[33:]  # 20-24 arrive late
+    original = Surrogate(random.Random(7), rungs)
+    for record in order[:30]:
+        original.tell(record)
+    original.fit()
+    for record in order[30:36]:
+        original.tell(record)
+    assert len(original) == 36 and len(original.rows) == 10
+    assert sorted(i for i, _, _ in original.rows) == sorted(r.id for r in order[:36])[-10:]
+    assert [i for i, _, _ in original.learned] == sorted(r.id for r in order[:30])[-10:]
+    memory = {k: v.copy() for k, v in original.memory().items()}
+    restored = Surrogate.restored(random.Random(7), memory, original.to_state(), rungs)
+    rebuilt = Surrogate.from_state(random.Random(7), order[:36], original.to_state(), rungs)
+    probe = [[random.Random(i).random() for _ in range(len(SPACE))] for i in range(30)]
+    for other in (restored, rebuilt):
+        assert other.to_state() == original.to_state() and len(other) == 36 and other.top == original.top
+        assert np.array_equal(other.score(probe), original.score(probe))
+    for model in (original, restored, rebuilt):  # the next fit learns from the same rows
+        for record in order[36:]:
+            model.tell(record)
+        model.fit(seed=5)
+    assert np.array_equal(restored.score(probe), original.score(probe)) and np.array_equal(rebuilt.score(probe), original.score(probe))

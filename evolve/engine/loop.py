@@ -159,7 +159,9 @@ class _Search:
                                                            memory.part(remembered, "strategy")))
         self.bars = (BarCache(MedianRule.restored(memory.part(remembered, "median")) if remembered else MedianRule(state.records),
                               state.recorded) if uses_median_rule(search) else None)
-        self.halving = Halving.of(search, state) if search.promotion else None  # rungs and promotions (successive halving)
+        self.halving = None  # rungs and promotions (successive halving)
+        if search.promotion:
+            self.halving = Halving.restored(search, memory.part(remembered, "halving"), state.pending) if remembered else Halving.of(search, state)
         self.folds = folds.folds if folds is not None else 1
         if state.tally is None:  # a new search, or a run file from before the account was kept
             state.tally = Tally.of(state.records, space, self.halving.rungs if self.halving is not None else 0, self.folds)

@@ -6,10 +6,13 @@ it: at each checkpoint the master's parts that carry knowledge from result to re
 
 * the strategy (``strategy.*``, its ``memory()``): the networks proposed and those that crashed, as 64-bit
   hashes, and the population;
-* the median stopping rule (``median.*``): each epoch's kept values (bounded, see RunningMedian).
+* the median stopping rule (``median.*``): each epoch's kept values (bounded, see RunningMedian);
+* successive halving (``halving.*``, evolve.engine.promotion): each rung's results as 24-byte keys, the promotions
+  made, and the networks paused, each with its genome (what its promotion trains). Per network, compact: the master
+  holds the same in memory.
 
-A part that cannot carry on from such a summary (a surrogate fitted to the history, the rungs of successive
-halving, TensorBoard's tracker, a strategy without ``memory()``) makes the memory empty, and a resume of that
+A part that cannot carry on from such a summary (a surrogate fitted to the history, TensorBoard's tracker, a
+strategy without ``memory()``) makes the memory empty, and a resume of that
 run reads the history as before. So does a resume whose settings build other parts than the checkpoint's
 (``signature``), or whose Python hashes numbers otherwise (the hashes are Python's own).
 """
@@ -25,16 +28,19 @@ SIGNATURE = "signature"  # the settings the memory was made under, as JSON bytes
 
 def signature(search, bars: bool) -> dict:
     """The settings that decide which parts the master builds and what they keep."""
+    rungs = [search.eta, search.min_budget] if search.promotion else None  # another table from the same results
     return {"mode": search.mode, "breeding": search.breeding, "selection": search.selection, "promotion": bool(search.promotion),
-            "median_rule": bars, "python": list(sys.version_info[:2])}
+            "rungs": rungs, "median_rule": bars, "python": list(sys.version_info[:2])}
 
 
 def gather(search, strategy, bars, halving) -> dict[str, np.ndarray]:
     """The memory of a checkpoint: every part's, or {} if some part needs the history to resume."""
     kept = getattr(strategy, "memory", lambda: None)()
-    if kept is None or halving is not None:
+    if kept is None:
         return {}
     memory = {f"strategy.{name}": array for name, array in kept.items()}
+    if halving is not None:
+        memory.update({f"halving.{name}": array for name, array in halving.memory().items()})
     if bars is not None:
         rule = bars.rule.memory()
         if rule is None:

@@ -27,6 +27,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
 from evolve.search.records import Pending, Record, network_of
 from evolve.search.rungs import rung_count, rung_epochs
 
@@ -125,6 +127,33 @@ class RungTable:
         if rung < self.rungs - 1:
             self._rungs[rung].promoted.add(ident)
 
+    def memory(self) -> dict[str, np.ndarray]:
+        """What a resume needs to rebuild the table without the history (evolve.engine.memory): each rung's results, as
+        their keys (fitness, minus the loss, minus the id: 24 bytes each), and the networks promoted from it."""
+        out = {}
+        for i, r in enumerate(self._rungs):
+            keys = r.top + [_negated(key) for key in r.rest]
+            out[f"rung{i}.keys"] = np.asarray(keys, dtype=np.float64).reshape(len(keys), 3)
+            out[f"rung{i}.promoted"] = np.asarray(sorted(r.promoted), dtype=np.int64)
+        return out
+
+    @classmethod
+    def restored(cls, eta: int, rungs: int, memory: dict[str, np.ndarray],
+                 holders: Callable[[int], tuple[int, ...]] = lambda ident: ()) -> RungTable:
+        """The table :meth:`memory` describes, as adding its results one by one makes it (no worker holds a paused
+        training after a resume: every promotion ready is anyone's). One sort a rung: a sorted list is a heap."""
+        table = cls(eta, rungs, holders)
+        for i, r in enumerate(table._rungs):
+            keys = sorted(((a, b, int(c)) for a, b, c in memory[f"rung{i}.keys"].tolist()), reverse=True)
+            r.results, size = len(keys), len(keys) // eta
+            r.promoted = set(memory[f"rung{i}.promoted"].tolist())
+            r.top = keys[:size][::-1]
+            r.rest = [_negated(key) for key in keys[size:]]
+            r.in_top = {-key[2] for key in r.top}
+            r.ready = [_negated(key) for key in keys[:size] if -key[2] not in r.promoted and math.isfinite(key[0])]
+            r.held = {None: list(r.ready)} if r.ready else {}
+        return table
+
     def occupancy(self) -> list[dict]:
         """Per rung but the last: its results and promotions so far."""
         return [{"rung": i, "results": r.results, "promoted": len(r.promoted)} for i, r in enumerate(self._rungs)]
@@ -132,8 +161,8 @@ class RungTable:
 
 class Halving:
     """Successive halving in the search loop: the rung table, each network's latest stage, and what a stage's
-    task is held to. Rebuilt from the records and the pending stages on resume (:meth:`of`): nothing of it is
-    stored but the records' ``rung`` and ``network``."""
+    task is held to. A resume rebuilds it from the records and the pending stages (:meth:`of`), or from what the last
+    checkpoint kept of it (:meth:`memory`, :meth:`restored`) where it read no history."""
 
     def __init__(self, eta: int, min_budget: float, asynchronous: bool = True):
         self.eta, self.min_budget = eta, min_budget
@@ -153,9 +182,7 @@ class Halving:
         halving = cls(search.eta, search.min_budget, asynchronous=not capabilities(search.mode).barrier)
         for record in sorted(state.records, key=lambda r: r.id):
             halving.tell(record)
-        for stage in state.pending:
-            if stage.network >= 0:
-                halving.table.mark_promoted(stage.rung - 1, stage.network)
+        halving._mark(state.pending)
         return halving
 
     @property
@@ -180,6 +207,36 @@ class Halving:
             self.table.add(record.rung, network, record.fitness, record.loss)
         elif record.status != "ok" and record.rung < self.top:
             self.table.add(record.rung, network, -math.inf, math.inf)
+
+    def memory(self) -> dict[str, np.ndarray]:
+        """What a resume needs to carry on without the history (evolve.engine.memory): the rung table's, the networks
+        paused (network, its latest stage's id, and that stage's genome) and the count of promotions recorded."""
+        paused = sorted(self.paused.items())
+        genes = len(paused[0][1][1]) if paused else 0
+        return {**self.table.memory(),
+                "paused": np.asarray([(network, stage) for network, (stage, _) in paused], dtype=np.int64).reshape(len(paused), 2),
+                "paused_genomes": np.asarray([genome for _, (_, genome) in paused], dtype=np.float64).reshape(len(paused), genes),
+                "promotions": np.asarray([self.promotions_recorded], dtype=np.int64)}
+
+    @classmethod
+    def restored(cls, search, memory: dict[str, np.ndarray], pending) -> Halving:
+        """The halving :meth:`memory` describes, carrying on with the stages ``pending``; as :meth:`of` makes it from
+        the history."""
+        from evolve.search.registry import capabilities
+
+        halving = cls(search.eta, search.min_budget, asynchronous=not capabilities(search.mode).barrier)
+        halving.table = RungTable.restored(halving.eta, halving.rungs, memory, halving.table._holders)
+        halving.paused = {network: (stage, array("d", genome))
+                          for (network, stage), genome in zip(memory["paused"].tolist(), memory["paused_genomes"].tolist())}
+        halving.promotions_recorded = int(memory["promotions"][0])
+        halving._mark(pending)
+        return halving
+
+    def _mark(self, pending) -> None:
+        """Promotions out when the last session ended are made: never made again."""
+        for stage in pending:
+            if stage.network >= 0:
+                self.table.mark_promoted(stage.rung - 1, stage.network)
 
     def hold(self, network: int, part: int, worker: int) -> None:
         """``worker`` paused a part of ``network``'s training (a fold, or -1 for the whole) and holds it."""

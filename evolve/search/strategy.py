@@ -198,13 +198,14 @@ class _Breeder:
     def surrogate_state(self) -> dict:
         return {"surrogate": self.surrogate.to_state()} if self.surrogate is not None else {}
 
-    def bred_memory(self) -> dict[str, np.ndarray] | None:
+    def bred_memory(self) -> dict[str, np.ndarray]:
         """The part of a strategy's ``memory()`` (evolve.engine.memory) that every breeder has: the networks proposed
-        and those that crashed, by hash. None where that is not enough (a surrogate is fitted to the history). A
-        strategy that carries on from it defines ``memory()`` and restores it in ``create``."""
+        and those that crashed, by hash, and the surrogate's (``surrogate.*``: the rows of its last fit and the latest
+        results). A strategy that carries on from it defines ``memory()`` and restores it in ``create``."""
+        kept = {"seen": self.seen.hashes(), "crashed": self.crashed.hashes()}
         if self.surrogate is not None:
-            return None
-        return {"seen": self.seen.hashes(), "crashed": self.crashed.hashes()}
+            kept.update({f"surrogate.{name}": array for name, array in self.surrogate.memory().items()})
+        return kept
 
     def restore(self, memory: dict[str, np.ndarray]) -> None:
         """Carry on from :meth:`bred_memory` (with the networks still out already in ``seen``)."""
@@ -240,11 +241,16 @@ def _known(context: Context) -> list[list[float]]:
 
 
 def _surrogate(context: Context) -> Surrogate | None:
-    """Model breeding's surrogate, fitted again from the records as it stood at the last fit (a resume; see
-    Surrogate.from_state), or None for blind breeding."""
+    """Model breeding's surrogate, fitted again as it stood at the last fit (a resume: from the records, or from the
+    master's memory where no history was read; see Surrogate.from_state and Surrogate.restored), or None for blind
+    breeding."""
     if context.params.breeding != "model":
         return None
-    return Surrogate.from_state(context.rng, context.records, context.state.get("surrogate"), bool(getattr(context.params, "promotion", False)))
+    rungs = bool(getattr(context.params, "promotion", False))
+    if context.memory:
+        kept = {name[len("surrogate."):]: array for name, array in context.memory.items() if name.startswith("surrogate.")}
+        return Surrogate.restored(context.rng, kept, context.state.get("surrogate"), rungs)
+    return Surrogate.from_state(context.rng, context.records, context.state.get("surrogate"), rungs)
 
 
 @register
@@ -262,7 +268,7 @@ class SteadyState(_Breeder):
     @classmethod
     def create(cls, context: Context) -> SteadyState:
         if context.memory:  # a resume from the state file alone: no records (see memory)
-            made = cls(context.space, context.params, context.rng, {}, _known(context), {}, None, context.value)
+            made = cls(context.space, context.params, context.rng, {}, _known(context), {}, _surrogate(context), context.value)
             made.restore(context.memory)
             return made
         return cls(context.space, context.params, context.rng, _by_id(context), _known(context), context.state, _surrogate(context),
@@ -326,18 +332,17 @@ class SteadyState(_Breeder):
 
     def memory(self) -> dict[str, np.ndarray] | None:
         """What a resume needs besides :meth:`to_state`, so that it reads no history: the breeder's, with the population
-        (id, fitness, loss and genome of each member); None with rungs or a surrogate."""
+        (id, fitness, loss, the rung it reached (-1 without promotion) and genome of each member)."""
         kept = self.bred_memory()
-        if kept is None or self.rungs:
-            return None
         members = self.population
-        return {**kept, "population": np.asarray([(ind.ident, ind.value, ind.fitness.values[1]) for ind in members], dtype=np.float64).reshape(-1, 3),
+        rows = [(ind.ident, ind.value, ind.fitness.values[-1], ind.fitness.values[0] if self.rungs else -1) for ind in members]
+        return {**kept, "population": np.asarray(rows, dtype=np.float64).reshape(-1, 4),
                 "genomes": np.asarray([list(ind) for ind in members], dtype=np.float64).reshape(len(members), len(self.space))}
 
     def restore(self, memory: dict[str, np.ndarray]) -> None:
         super().restore(memory)
-        self.population = [Individual.evaluated(list(genome), value, int(ident), loss)
-                           for (ident, value, loss), genome in zip(memory["population"].tolist(), memory["genomes"].tolist())]
+        self.population = [Individual.evaluated(list(genome), value, int(ident), loss, int(rung) if self.rungs else None)
+                           for (ident, value, loss, rung), genome in zip(memory["population"].tolist(), memory["genomes"].tolist())]
 
 
 @register

@@ -14,17 +14,22 @@ every brood, and the search stops moving.
 What it costs the master stays bounded at any scale: the model is fitted on at most
 :data:`ROWS` of the latest results (by id), and fitted again only when the results it could learn
 from have grown by :data:`GROWTH` since the last fit, so the fits of a 20,000-evaluation search sum
-to a few seconds; candidates are scored in batches (one ``predict`` per batch).
+to a few seconds; candidates are scored in batches (one ``predict`` per batch). It keeps no more
+than the :data:`ROWS` latest results told (a result with a lower id than all of them is in no later
+fit) and the rows of its last fit.
 
-The run file stores only how many results the last fit learned from and its trees' seed (drawn
-from the search's random generator): a resume fits the same model again from the first that many
-records, in the order they were told (the order the run file keeps them in), with that seed. No
-model is pickled. A generational search fits only at a generation's barrier (when :meth:`due`),
+The run file's strategy state holds how many results the last fit learned from and its trees' seed
+(drawn from the search's random generator): a resume fits the same model again from the first that
+many records, in the order they were told (the order the run file keeps them in), with that seed.
+The master's memory (:meth:`Surrogate.memory`, evolve.engine.memory) holds the rows of the last fit
+and the latest results, so that a resume that reads no history fits it from those. No model is
+pickled. A generational search fits only at a generation's barrier (when :meth:`due`),
 from every result told by then, learned in id order, so its results do not depend on the number of
 workers.
 """
 from __future__ import annotations
 
+import heapq
 import math
 import random
 
@@ -59,49 +64,75 @@ class Surrogate:
         # children are scored at the highest rung learned from
         self.rungs = rungs
         self.top = 0
-        self.rows: list[tuple[int, list[float], float]] = []  # (id, genome, fitness) of the results it may learn from, as told
+        self.rows: list[tuple[int, list[float], float]] = []  # a min-heap by id of the ROWS latest (id, genome, fitness) told
+        self.told = 0  # results told that it may learn from
+        self.learned: list[tuple[int, list[float], float]] = []  # the rows of the last fit
         self.model = None
         self.fitted_rows = 0  # results the last fit was made from (0: never fitted)
         self.seed = 0  # the last fit's trees' seed
 
     @classmethod
     def from_state(cls, rng: random.Random, records, state: dict | None, rungs: bool = False) -> Surrogate:
-        surrogate = cls(rng, rungs)
+        """The surrogate of a run whose strategy state is ``state``, told its ``records`` in the order told."""
+        surrogate, fitted = cls(rng, rungs), int(state.get("rows", 0)) if state else 0
         for record in records:
             surrogate.tell(record)
-        if state and state.get("rows", 0) > 0:
-            if state["rows"] > len(surrogate):
-                raise ValueError(f"the run's surrogate was fitted on {state['rows']} results, but only {len(surrogate)} are recorded")
-            surrogate.fit(int(state["rows"]), int(state["seed"]))
+            if surrogate.told == fitted and not surrogate.ready:
+                surrogate.fit(int(state["seed"]))  # the first ``fitted`` results told, as the last fit had them
+        if fitted > surrogate.told:
+            raise ValueError(f"the run's surrogate was fitted on {fitted} results, but only {surrogate.told} are recorded")
         return surrogate
 
     def to_state(self) -> dict:
         return {"rows": self.fitted_rows, "seed": self.seed}
 
+    def memory(self) -> dict[str, np.ndarray]:
+        """What a resume needs besides :meth:`to_state` to carry on without the history (evolve.engine.memory): the
+        rows of the last fit and the latest results, each row (id, fitness, genome (with its rung)); the count told."""
+        table = lambda rows: np.asarray([(i, f, *g) for i, g, f in rows], dtype=np.float64).reshape(len(rows), -1 if rows else 0)  # noqa: E731
+        return {"learned": table(sorted(self.learned)), "latest": table(sorted(self.rows)), "told": np.asarray([self.told], dtype=np.int64)}
+
+    @classmethod
+    def restored(cls, rng: random.Random, memory: dict[str, np.ndarray], state: dict | None, rungs: bool = False) -> Surrogate:
+        """The surrogate :meth:`memory` and :meth:`to_state` describe: its last fit made again, from the same rows."""
+        rows = lambda table: [(int(row[0]), row[2:], row[1]) for row in table.tolist()]  # noqa: E731
+        surrogate = cls(rng, rungs)
+        surrogate.rows, surrogate.told = rows(memory["latest"]), int(memory["told"][0])  # (a sorted list is a heap)
+        if state and state.get("rows", 0) > 0:
+            surrogate._fit(rows(memory["learned"]), int(state["seed"]))
+            surrogate.fitted_rows = int(state["rows"])
+        return surrogate
+
     def tell(self, record: Record) -> None:
         if learns_from(record, self.rungs):
-            self.rows.append((record.id, list(record.genome) + ([float(record.rung)] if self.rungs else []), float(record.fitness)))
+            self.told += 1
+            row = (record.id, list(record.genome) + ([float(record.rung)] if self.rungs else []), float(record.fitness))
+            if len(self.rows) < ROWS:
+                heapq.heappush(self.rows, row)
+            elif row[0] > self.rows[0][0]:
+                heapq.heapreplace(self.rows, row)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return self.told
 
     def due(self) -> bool:
         """Enough new results since the last fit to fit again."""
         return len(self) >= MIN_ROWS and len(self) >= GROWTH * self.fitted_rows
 
-    def fit(self, rows: int | None = None, seed: int | None = None) -> None:
-        """Fit on the first ``rows`` results told (default: all), of them the latest :data:`ROWS` by id, with
-        trees seeded by ``seed`` (default: drawn from the search's generator)."""
+    def fit(self, seed: int | None = None) -> None:
+        """Fit on the results told so far, of them the latest :data:`ROWS` by id, with trees seeded by ``seed``
+        (default: drawn from the search's generator)."""
+        self._fit(sorted(self.rows), self.rng.getrandbits(31) if seed is None else seed)  # by id: the order told does not matter
+        self.fitted_rows = self.told
+
+    def _fit(self, learned: list[tuple[int, list[float], float]], seed: int) -> None:
         from sklearn.ensemble import ExtraTreesRegressor  # here: importing scikit-learn takes a second
 
-        rows = len(self) if rows is None else rows
-        self.seed = self.rng.getrandbits(31) if seed is None else seed
-        learned = sorted(self.rows[:rows])[-ROWS:]  # by id: within the set, the order results arrived in does not matter
         x = np.array([genome for _, genome, _ in learned], dtype=np.float64)
         y = np.array([fitness for _, _, fitness in learned], dtype=np.float64)
-        self.model = ExtraTreesRegressor(n_estimators=TREES, min_samples_leaf=2, random_state=self.seed, n_jobs=1)
+        self.model = ExtraTreesRegressor(n_estimators=TREES, min_samples_leaf=2, random_state=seed, n_jobs=1)
         self.model.fit(x, y)
-        self.fitted_rows = rows
+        self.learned, self.seed = learned, seed
         self.top = int(x[:, -1].max()) if self.rungs else 0
 
     def refit_if_due(self) -> bool:

@@ -6,12 +6,15 @@ Run from the repository root (after ./scripts/setup.sh)::
     .venv/bin/python scripts/bench/bench_scale.py --quick              # live 10^4 and 3x10^4, synthetic 10^5
     .venv/bin/python scripts/bench/bench_scale.py --sizes 1000000 --synthetic 100000,1000000,10000000
                                                                        # issue 34's sizes: some 40 minutes on the 2-core VM
+    .venv/bin/python scripts/bench/bench_scale.py --variant promotion --synthetic ''
+                                                                       # the live searches with successive halving
 
 Two kinds of run, each measured the same way:
 
 * live (``--sizes``): the real search loop runs in one process over bench_master's loopback (zero-work
-  trainings, 3 workers, async with blind breeding and the median rule, a checkpoint every 4,608 evaluations
-  into a kept run directory, the records each checkpoint committed let go as ``evens run`` does). ``master``:
+  trainings, 3 workers, async with blind breeding and the median rule (``--variant promotion``: successive
+  halving instead), a checkpoint every 4,608 evaluations into a kept run directory, the records each
+  checkpoint committed let go as ``evens run`` does). ``master``:
   its resident memory after each checkpoint (``/proc/self/statm``), and its growth per evaluation from the
   first checkpoint past a tenth of the search to the last;
 * synthetic (``--synthetic``): scripts/bench/synthetic_run.py grows such a run's history to the size, through
@@ -21,8 +24,8 @@ Then, each in a fresh process, as a user would after it:
 
 * ``run file``: the bytes of ``checkpoint.h5`` and its segments per evaluation;
 * ``resume``: what ``evens run --resume`` does before its first task goes out: ``checkpoint.load`` of the
-  state file alone (the history too where the memory cannot serve; it can here) and the search's strategy and
-  median rule built from it; seconds and the process's peak memory;
+  state file alone (the history too where the memory cannot serve; it can here) and the search's strategy,
+  median rule and successive halving built from it; seconds and the process's peak memory;
 * ``history load``: ``checkpoint.load`` of every record (what ``report --plots`` and a Pareto front still
   read), for sizes up to 10^6;
 * ``report`` and ``status``: ``evens report --json`` (the account, and the tables streamed from a few columns)
@@ -70,6 +73,7 @@ RESUME = PEAK + """import sys, time
 t = time.perf_counter()
 from evolve.engine import memory
 from evolve.engine.loop import uses_median_rule
+from evolve.engine.promotion import Halving
 from evolve.runfile import checkpoint
 from evolve.search.early_stop import MedianRule
 from evolve.search.registry import Context, make_strategy
@@ -80,7 +84,8 @@ if not memory.resumable(state.memory, search, uses_median_rule(search)):
     raise SystemExit("the memory cannot serve this run: " + str(len(state.records)))
 space = info.space()
 strategy = make_strategy(search.mode, Context(space, search, state.rng, [], state.pending, state.strategy, memory=memory.part(state.memory, "strategy")))
-rule = MedianRule.restored(memory.part(state.memory, "median"))
+rule = MedianRule.restored(memory.part(state.memory, "median")) if uses_median_rule(search) else None
+halving = Halving.restored(search, memory.part(state.memory, "halving"), state.pending) if search.promotion else None
 print(time.perf_counter() - t, state.recorded, PEAK())
 """
 
@@ -119,12 +124,12 @@ def figures(command: str, path: str, args: tuple = ()) -> tuple[float, int, int]
     return float(seconds), int(records), int(peak)
 
 
-def live(evaluations: int, folder: str) -> dict:
+def live(evaluations: int, folder: str, variant: str = "blind") -> dict:
     """The live search's memory, then what :func:`after` measures."""
     samples: list[tuple[int, int]] = []
     os.makedirs(folder)
     loopback = Loopback(3, 2)
-    search(loopback, evaluations, lambda: loopback.cpu, PREFETCH, "blind", folder=folder, after_save=lambda n: samples.append((n, rss())))
+    search(loopback, evaluations, lambda: loopback.cpu, PREFETCH, variant, folder=folder, after_save=lambda n: samples.append((n, rss())))
     first = next((s for s in samples if s[0] >= evaluations // 10), samples[0])
     last = samples[-1]
     return {"master_rss_mb": last[1] / 2**20, "master_bytes_per_eval": (last[1] - first[1]) / max(1, last[0] - first[0]), **after(folder)}
@@ -170,15 +175,16 @@ def main() -> None:
     parser = harness.parser(__doc__, quick="live 10^4 and 3x10^4, synthetic 10^5")
     parser.add_argument("--sizes", default="10000,30000,100000", help="live searches' evaluations, comma separated ('' for none)")
     parser.add_argument("--synthetic", default="100000,1000000", help="synthetic histories' evaluations, comma separated ('' for none)")
+    parser.add_argument("--variant", choices=("blind", "promotion"), default="blind", help="the live searches' (bench_master.VARIANTS)")
     args = parser.parse_args()
     sizes = [10_000, 30_000] if args.quick else [int(s) for s in args.sizes.split(",") if s]
     made = [100_000] if args.quick else [int(s) for s in args.synthetic.split(",") if s]
-    print(harness.machine_line("bench_scale", f"live {sizes}: the search loop in one process over a loopback, zero-work trainings, 3 workers, "
+    print(harness.machine_line("bench_scale", f"live {sizes} ({args.variant}): the search loop in one process over a loopback, zero-work trainings, 3 workers, "
                                               f"a checkpoint every 4,608 evaluations; synthetic {made} (synthetic_run.py)"))
     print(f"{'run':>9} {'evaluations':>11} {'master MB':>9} {'bytes/eval':>10} {'file B/eval':>10} {'resume s':>8} {'resume MB':>9} "
           f"{'load s':>8} {'report s':>8} {'status s':>8} {'csv s':>7} {'csv MB':>7} {'select s':>8} {'select MB':>9}")
     rows: dict[str, dict] = {}
-    for kind, ns, measure in (("live", sizes, live), ("synthetic", made, synthetic)):
+    for kind, ns, measure in (("live", sizes, lambda n, folder: live(n, folder, args.variant)), ("synthetic", made, synthetic)):
         for n in ns:
             with tempfile.TemporaryDirectory(prefix="bench-scale-") as folder:
                 row = rows[f"{kind}_{n}"] = measure(n, os.path.join(folder, "run"))
