@@ -5,14 +5,15 @@ it: at each checkpoint the master's parts that carry knowledge from result to re
 ``state.memory`` (arrays, by name, written to the run file's ``/master`` group):
 
 * the strategy (``strategy.*``, its ``memory()``): the networks proposed and those that crashed, as 64-bit
-  hashes, and the population;
+  hashes, and the population (a generational one: what it reads of each record its state names,
+  evolve.search.named); model breeding's surrogate, the rows of its last fit and the latest results;
 * the median stopping rule (``median.*``): each epoch's kept values (bounded, see RunningMedian);
 * successive halving (``halving.*``, evolve.engine.promotion): each rung's results as 24-byte keys, the promotions
   made, and the networks paused, each with its genome (what its promotion trains). Per network, compact: the master
   holds the same in memory.
 
-A part that cannot carry on from such a summary (a surrogate fitted to the history, TensorBoard's tracker, a
-strategy without ``memory()``) makes the memory empty, and a resume of that
+A part that cannot carry on from such a summary (TensorBoard's tracker, a strategy without ``memory()``: optuna's,
+whose sampler is rebuilt from every trial) makes the memory empty, and a resume of that
 run reads the history as before. So does a resume whose settings build other parts than the checkpoint's
 (``signature``), or whose Python hashes numbers otherwise (the hashes are Python's own).
 """

@@ -9,6 +9,7 @@ stored with the strategy's state. With successive halving, promotion is by Paret
 """
 from __future__ import annotations
 
+from . import named
 from .ga import Individual, crowded_tournament, nsga2_survivors, pareto_individual, pareto_ranks
 from .pareto import OBJECTIVES, ParetoFront, objective_value
 from .records import Record, best_first
@@ -33,6 +34,10 @@ class NSGA2(Generational):
 
     @classmethod
     def create(cls, context: Context) -> NSGA2:
+        if context.memory:  # a resume from the state file alone (see Generational.memory)
+            records = named.records(context.memory, OBJECTIVES[context.objective]) if context.objective in OBJECTIVES else {}
+            return cls(context.space, context.params, context.rng, records, _known(context), context.state,
+                       context.objective).remembered(context)
         return cls(context.space, context.params, context.rng, _by_id(context), _known(context), context.state,
                    context.objective).caught_up(context)
 
@@ -57,8 +62,16 @@ class NSGA2(Generational):
     def _eligible(self, record: Record) -> bool:
         return record.status in ("ok", "paused" if self.rungs else "ok") and objective_value(record, self.objective) is not None
 
+    def _named(self, record: Record) -> named.Named:
+        return named.Named.of(record, objective_value(record, self.objective))
+
+    def _named_more(self) -> list[named.Named]:
+        """The front's members (the only part of them it reads: fitness and cost), where the population does not hold them."""
+        return [named.Named(ident, [0.0] * len(self.space), fitness, cost=cost) for ident, fitness, cost in self.front.points()]
+
     def _member(self, record: Record) -> Individual:
         self.rung_of[record.id] = record.rung
+        self.named[record.id] = self._named(record)
         return pareto_individual(record.genome, record.fitness, objective_value(record, self.objective), record.id)
 
     def _best(self, records: list[Record], k: int) -> list[Record]:

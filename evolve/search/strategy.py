@@ -47,6 +47,7 @@ from typing import ClassVar, Iterable, Protocol
 
 import numpy as np
 
+from . import named
 from .ga import GAParams, Individual, Operators, admit, admit_by_value, breed_child, fitness_wvalues, random_genome, value_tournament
 from .keyset import KeySet
 from .records import Pending, Record, best_first, network_of
@@ -355,8 +356,18 @@ class Generational(_Breeder):
 
     @classmethod
     def create(cls, context: Context) -> Generational:
+        if context.memory:  # a resume from the state file alone: the records its state names, from memory (see memory)
+            made = cls(context.space, context.params, context.rng, named.records(context.memory), _known(context), context.state,
+                       _surrogate(context), context.value)
+            return made.remembered(context)
         return cls(context.space, context.params, context.rng, _by_id(context), _known(context), context.state, _surrogate(context),
                    context.value).caught_up(context)
+
+    def remembered(self, context: Context) -> Generational:
+        """Made from the memory of a run's state: as :meth:`caught_up`, with the networks proposed and crashed from memory."""
+        self.adopt(context.pending)
+        self.restore(context.memory)
+        return self
 
     def caught_up(self, context: Context) -> Generational:
         """As a breeder catches up, and counting as out the pending individuals the state does not (:meth:`adopt`)."""
@@ -366,6 +377,7 @@ class Generational(_Breeder):
     def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict, surrogate: Surrogate | None = None,
                  value: Value | None = None):
         super().__init__(space, params, rng, known, surrogate, value)
+        self.named: dict[int, named.Named] = {}  # what memory() keeps of each member's record (see _member)
         # search.promotion: successive halving within each generation (see the module's docstring)
         self.rungs = bool(getattr(params, "promotion", False))
         self.eta = int(getattr(params, "eta", 3))
@@ -448,7 +460,22 @@ class Generational(_Breeder):
         return record.status == "ok" or (self.rungs and record.status == "paused")
 
     def _member(self, record: Record) -> Individual:
+        self.named[record.id] = self._named(record)
         return _individual(record, self.rungs)
+
+    def _named(self, record: Record) -> named.Named:
+        """What :meth:`memory` keeps of a record the state may name."""
+        return named.Named.of(record)
+
+    def memory(self) -> dict[str, np.ndarray]:
+        """What a resume needs besides :meth:`to_state`, so that it reads no history: the breeder's, and what the
+        strategy reads of each record the state names (evolve.search.named)."""
+        ids = [ind.ident for ind in self.population + self.told]
+        kept = [self.named[i] for i in ids] + [self._named(r) for r in self.stage] + self._named_more()
+        return {**self.bred_memory(), **named.memory(kept, len(self.space))}
+
+    def _named_more(self) -> list[named.Named]:
+        return []
 
     def _survivors(self, pool: list[Individual]) -> list[Individual]:
         """The next population: the best ``population`` of parents and children (by fitness, or by value to the
@@ -474,6 +501,7 @@ class Generational(_Breeder):
     def _next_generation(self) -> None:
         self.population = self._survivors(self.population + self.told)
         self.told, self.outstanding = [], 0
+        self.named = {ind.ident: self.named[ind.ident] for ind in self.population}
         self.generation += 1
         if len(self.population) >= 2:
             self.queue = self._breed()
