@@ -168,3 +168,42 @@ def test_without_tensorboard_every_rank_ends_at_once_in_one_line(tmp_path, small
     said = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(said) == 1 and said[0].startswith("evens: error: track.tensorboard") and "pip install tensorboard" in said[0], done.stderr
     assert not run_dir.exists()  # refused before the run directory is claimed
+
+
+def test_a_resume_that_read_no_history_carries_on_from_the_account_and_the_hall_of_fame(tmp_path):
+    """Its best so far and status counts are the account's, and the ensemble's table shows its members' scores (val from
+    their fitness, test from their test predictions): what a resume that read every record knows, without it."""
+    from checkpoint_fixture import info
+
+    from evolve.app.tracking import _carried_over
+    from evolve.runfile import checkpoint
+    from evolve.search.tally import Tally
+
+    config = tracked(12)
+    state = search(tmp_path / "first", config)
+    state.tally = Tally.of(state.records, config.space)
+    path = str(tmp_path / "run" / "checkpoint.h5")
+    os.makedirs(os.path.dirname(path))
+    checkpoint.save(path, state, dataclasses.replace(info(), config=dataclasses.replace(config, space=info().config.space)))
+    remembered, _ = checkpoint.load(path, history=False)
+    assert remembered.records == [] and remembered.dropped == 12
+    best, statuses, members = _carried_over(remembered, PROBLEM, TEST_Y)
+    best_then, statuses_then, _ = _carried_over(state, PROBLEM, TEST_Y)
+    assert best == best_then and statuses == statuses_then
+    assert set(members) == {m.id for m in state.hall_of_fame.members}
+    for m in state.hall_of_fame.members:
+        assert members[m.id][2] == {"val_accuracy": m.fitness, "test_accuracy": PROBLEM.scores(m.test_pred, TEST_Y)["accuracy"]}
+    search(tmp_path / "first", tracked(16), remembered)  # and goes on, counting from there
+    found = read(tmp_path / "first" / FOLDER / "search")
+    assert max(scalars(found, "evaluation/id")) == 16 and scalars(found, "status/ok")[16] == sum(statuses.values()) + 4
+
+
+def test_it_keeps_the_metrics_of_the_best_networks_only():
+    from evolve.app.tracking import _Members
+
+    members = _Members(4, {})
+    for i in range(1000):
+        members.add(i, (i * 7919) % 1000 / 1000, 0.5, {"val_accuracy": i})
+    assert len(members._kept) <= 8
+    best = sorted(range(1000), key=lambda i: -((i * 7919) % 1000))[:4]
+    assert all(members.metrics(i) == {"val_accuracy": i} for i in best) and members.metrics(0) == {}

@@ -133,7 +133,7 @@ def _prepare_resume(config_path: str | None, overrides: list[str], resume: str, 
         if now != then:
             raise ConfigError(f"{resume}: {section}.{key} is {now!r}, but the run's is {then!r}; a resumed run keeps its {key}")
     check_trackers(config)
-    if not memory.resumable(state.memory, config.search, uses_median_rule(config.search), tracking=bool(config.track.tensorboard)):
+    if not memory.resumable(state.memory, config.search, uses_median_rule(config.search)):
         state, info = checkpoint.load(path)  # some part of this search carries on from the history (see evolve.engine.memory)
     return Prepared(config, resume, lock, None, state, info, preset=info.preset)
 

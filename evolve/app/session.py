@@ -124,11 +124,12 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
     say(f"searching with {len(transport.workers)} worker(s), budget {budget} evaluations; run directory {prepared.run_dir}")
     write_json(os.path.join(prepared.run_dir, DEVICES_NAME), {"session": info.sessions, "workers": prepared.devices or []})
     save = Checkpointer(prepared, info, started)
-    # (a resume without its history is one without promotion: each record not read is a network)
-    progress = Progress(budget, networks(state.records) + state.dropped, problem.metric_key, higher_is_better=problem.higher_is_better, quiet=quiet,
+    # (a resume without its history counts its networks from the account: with promotion, a network is several records)
+    done = state.tally.networks if state.dropped and state.tally is not None else networks(state.records) + state.dropped
+    progress = Progress(budget, done, problem.metric_key, higher_is_better=problem.higher_is_better, quiet=quiet,
                         every=prepared.status_seconds, workers=len(transport.workers), choose=save.choose,
                         rows="oof" if config.data.fold_count else "val")
-    track = open_tracker(config, prepared.run_dir, space, problem, state, say)  # [track]: TensorBoard, or nothing
+    track = open_tracker(config, prepared.run_dir, space, problem, state, say, info.test_y)  # [track]: TensorBoard, or nothing
     try:
         save(state, let_go=False)
         searched = replace(config, search=_DrainBySignal(config.search, stop))

@@ -36,6 +36,7 @@ import time
 from collections import Counter
 from typing import Callable
 
+from ensemble.hall_of_fame import standing
 from ensemble.problem import Problem
 from evolve.config.schema import Config
 from evolve.engine.state import SearchState
@@ -60,12 +61,58 @@ def check_trackers(config: Config) -> None:
                               "or the extra: pip install 'evens[tensorboard]'") from None
 
 
-def open_tracker(config: Config, run_dir: str, space: SearchSpace, problem: Problem, state: SearchState, say: Callable[[str], None]):
+def open_tracker(config: Config, run_dir: str, space: SearchSpace, problem: Problem, state: SearchState, say: Callable[[str], None],
+                 test_y=None):
     """The session's tracker: a :class:`TensorBoardTracker` writing into ``run_dir``, or :class:`Untracked` when off.
-    ``state`` holds what earlier sessions recorded (a resume counts on from it)."""
+    ``state`` holds what earlier sessions recorded (a resume counts on from it: from its records, or where it read
+    no history, from its account and hall of fame; ``test_y``: the run's test labels, for its members' test scores)."""
     if not config.track.tensorboard:
         return Untracked()
-    return TensorBoardTracker(os.path.join(run_dir, FOLDER), space, problem, state.records, say)
+    keep = 4 * max(state.hall_of_fame.capacity, config.ensemble.candidates)  # (a resume may ask for more candidates)
+    return TensorBoardTracker(os.path.join(run_dir, FOLDER), space, problem, state, say, test_y, keep)
+
+
+def _carried_over(state: SearchState, problem: Problem, test_y) -> tuple[float, Counter, dict[int, tuple]]:
+    """What a session's tracker carries on from: the best fitness so far, the count of each status, and the metrics of
+    the networks that may be ensemble members (:class:`_Members`), from the records or from the account and the
+    hall of fame."""
+    if state.records or state.tally is None:
+        records = state.records
+        best = max((r.fitness for r in records if r.status == "ok"), default=-math.inf)
+        return best, Counter(r.status for r in records), {r.id: (r.fitness, r.loss, r.metrics) for r in records if r.status == "ok"}
+    tally = state.tally
+    best = tally.best.fitness if tally.best is not None else -math.inf
+    members = {}
+    for m in state.hall_of_fame.members:
+        metrics = {f"val_{problem.metric_key}": m.fitness if problem.higher_is_better else -m.fitness}
+        if test_y is not None and m.test_pred is not None:
+            test = problem.scores(m.test_pred, test_y, user=False).get(problem.metric_key)  # (never a user's code here)
+            if test is not None:
+                metrics[f"test_{problem.metric_key}"] = test
+        members[m.id] = (m.fitness, m.loss, metrics)
+    return best, Counter(tally.statuses), members
+
+
+class _Members:
+    """The metrics of the best successful networks (by the hall of fame's standing), which an ensemble's table shows:
+    at least the best ``keep``, whatever the history's length."""
+
+    def __init__(self, keep: int, kept: dict[int, tuple]):
+        self.keep = max(1, keep)
+        self._kept = dict(kept)  # id -> (fitness, loss, metrics)
+        self._trim()
+
+    def add(self, ident: int, fitness: float, loss: float, metrics: dict) -> None:
+        self._kept[ident] = (fitness, loss, metrics)
+        if len(self._kept) > 2 * self.keep:
+            self._trim()
+
+    def _trim(self) -> None:
+        best = sorted(self._kept.items(), key=lambda item: standing(item[1][0], item[1][1], item[0]))[: self.keep]
+        self._kept = dict(best)
+
+    def metrics(self, ident: int) -> dict:
+        return self._kept[ident][2] if ident in self._kept else {}
 
 
 class Untracked:
@@ -92,13 +139,14 @@ class TensorBoardTracker:
     checkpoint; ``close()`` at the end of the session, whatever its end (it waits :data:`CLOSE_SECONDS` at most).
     """
 
-    def __init__(self, folder: str, space: SearchSpace, problem: Problem, records: list[Record], say: Callable[[str], None]):
+    def __init__(self, folder: str, space: SearchSpace, problem: Problem, state: SearchState, say: Callable[[str], None], test_y=None,
+                 keep: int | None = None):
         self.folder = folder
-        self._best = max((r.fitness for r in records if r.status == "ok"), default=-math.inf)
+        self._best, statuses, members = _carried_over(state, problem, test_y)
         self._selection = None
         self.sent = 0  # items queued; the writer counts those it wrote
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._writer = _Writer(folder, space, problem, records, say)
+        self._writer = _Writer(folder, space, problem, statuses, _Members(keep or 4 * state.hall_of_fame.capacity, members), say)
         self._thread = threading.Thread(target=self._writer.run, args=(self._queue,), name="evens-tensorboard", daemon=True)
         self._thread.start()
 
@@ -142,11 +190,11 @@ class TensorBoardTracker:
 class _Writer:
     """The writer thread's side: events made from results and ensembles, written to the runs' files."""
 
-    def __init__(self, folder: str, space: SearchSpace, problem: Problem, records: list[Record], say: Callable[[str], None]):
+    def __init__(self, folder: str, space: SearchSpace, problem: Problem, statuses: Counter, members: _Members, say: Callable[[str], None]):
         self.folder, self.space, self.say = folder, space, say
         self.key, self.higher = problem.metric_key, problem.higher_is_better
-        self.by_id = {r.id: r for r in records}  # an ensemble's members' own metrics, for its table
-        self.statuses = Counter(r.status for r in records)
+        self.members = members  # an ensemble's members' own metrics, for its table
+        self.statuses = statuses
         self.failed = False
         self.written = 0
         self.search = None
@@ -187,7 +235,8 @@ class _Writer:
         return fitness if self.higher else -fitness
 
     def result(self, record: Record, step: int, best: float) -> None:
-        self.by_id[record.id] = record
+        if record.status == "ok":
+            self.members.add(record.id, record.fitness, record.loss, record.metrics)
         self.statuses[record.status] += 1
         values = {f"evaluation/{name}": v for name, v in record.metrics.items()}
         values.update({"evaluation/fitness": record.fitness, "evaluation/seconds": record.seconds, "evaluation/epochs": record.epochs_done,
@@ -222,7 +271,7 @@ class _Writer:
         self.search.write(self.events.scalars(step, now, values))
         rows = [f"| network | weight | val {key} | test {key} |", "| --- | --- | --- | --- |"]
         for ident, weight in zip(selection.ids, selection.weights):
-            metrics = self.by_id[ident].metrics if ident in self.by_id else {}
+            metrics = self.members.metrics(ident)
             rows.append(f"| #{ident} | {weight:.3f} | {_number(metrics.get(f'val_{key}'))} | {_number(metrics.get(f'test_{key}'))} |")
         caption = (f"{selection.method}, {picks} picks of {len(selection.ids)} networks: val {key} {_number(values[f'ensemble/val_{key}'])}"
                    + (f", test {_number(values[f'ensemble/test_{key}'])}" if f"ensemble/test_{key}" in values else ""))

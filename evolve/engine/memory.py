@@ -12,8 +12,8 @@ it: at each checkpoint the master's parts that carry knowledge from result to re
   made, and the networks paused, each with its genome (what its promotion trains). Per network, compact: the master
   holds the same in memory.
 
-A part that cannot carry on from such a summary (TensorBoard's tracker, a strategy without ``memory()``: optuna's,
-whose sampler is rebuilt from every trial) makes the memory empty, and a resume of that
+A part that cannot carry on from such a summary (a strategy without ``memory()``: optuna's, whose sampler is rebuilt
+from every trial) makes the memory empty, and a resume of that
 run reads the history as before. So does a resume whose settings build other parts than the checkpoint's
 (``signature``), or whose Python hashes numbers otherwise (the hashes are Python's own).
 """
@@ -57,9 +57,9 @@ def part(memory: dict[str, np.ndarray], name: str) -> dict[str, np.ndarray]:
     return {key[len(prefix):]: value for key, value in memory.items() if key.startswith(prefix)}
 
 
-def resumable(memory: dict[str, np.ndarray], search, bars: bool, tracking: bool = False) -> bool:
+def resumable(memory: dict[str, np.ndarray], search, bars: bool) -> bool:
     """Can a resume with these settings carry on from ``memory`` alone (no history)?"""
-    if not memory or SIGNATURE not in memory or tracking:
+    if not memory or SIGNATURE not in memory:
         return False
     made_under = json.loads(bytes(np.asarray(memory[SIGNATURE], dtype=np.uint8)).decode())
     return made_under == signature(search, bars)
