@@ -3,14 +3,12 @@ and the networks that finish being the unbroken trainings bit for bit, through a
 
 The searches run in one process with evens' own trainer on a small made-up table, so what the worker does with a
 paused training (keep it, carry it on, or train again from the start when it has none) is the real thing."""
-import math
 
 import numpy as np
 import pytest
 from fakes import SimulatedTransport, search_config
 
 from ensemble.problem import Classification
-from ensemble.specs import TrainSpec
 from ensemble.train import DeviceData, train_and_evaluate
 from evolve.config.schema import config_from_dict
 from evolve.engine.evaluations import FoldPlan

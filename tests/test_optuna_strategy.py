@@ -6,7 +6,7 @@ import random
 import pytest
 from fakes import PROBLEM, TEST_Y, VAL_Y, SimulatedTransport, VirtualClock, landscape, run_on, search_config
 
-from evolve.config.schema import SearchConfig, config_from_dict
+from evolve.config.schema import config_from_dict
 from evolve.engine.loop import run_search
 from evolve.engine.state import SearchState
 from evolve.errors import ConfigError

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Protocol
 
 from evolve.search.records import Pending
-from evolve.transport.protocol import SKIPPED, Result, Task, Transport, Wants
+from evolve.transport.protocol import Result, Task, Transport, Wants
 
 BATCH = 16  # at most this many results taken in one turn of the loop (those already waiting)
 

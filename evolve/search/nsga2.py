@@ -1,7 +1,7 @@
 """``nsga2``: NSGA-II, generational with two objectives (the validation fitness, maximised, and a cost, minimised).
 
 The cost is the network's trainable parameters (``params``) or its measured inference latency (``latency``,
-microseconds per sample). It is :class:`evolve.search.strategy.Generational` (the same barrier and the same
+microseconds per sample). It is :class:`evolve.search.generational.Generational` (the same barrier and the same
 determinism) with another choice of parents and survivors: parents are binary tournament winners on Pareto rank,
 then crowding distance; the next population is DEAP's ``selNSGA2`` over parents and children. The Pareto front
 over every successful evaluation so far is kept as it grows (:class:`~evolve.search.pareto.ParetoFront`) and
@@ -14,7 +14,8 @@ from .ga import Individual, crowded_tournament, nsga2_survivors, pareto_individu
 from .pareto import OBJECTIVES, ParetoFront, objective_value
 from .records import Record, best_first
 from .registry import Capabilities, Context, register
-from .strategy import Generational, Proposal, _by_id, _known
+from .generational import Generational
+from .strategy import Proposal, _by_id, _known
 
 
 @register

@@ -19,7 +19,7 @@ from .records import Pending, Record
 from .space import SearchSpace
 
 # The modules whose strategies register themselves when first asked for (import order is listing order).
-MODULES = ("evolve.search.strategy", "evolve.search.nsga2", "evolve.search.optuna_strategy")
+MODULES = ("evolve.search.strategy", "evolve.search.generational", "evolve.search.nsga2", "evolve.search.optuna_strategy")
 
 Value = Callable[[list[int]], list[float]]  # ids -> each one's value to the ensemble, higher better
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import math
 import os
 import subprocess
 import sys

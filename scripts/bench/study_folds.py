@@ -30,7 +30,6 @@ with one JSON line.
 """
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import os
 import sys

@@ -21,7 +21,6 @@ import argparse
 import concurrent.futures
 import json
 import math
-import os
 import random
 import sys
 import tempfile

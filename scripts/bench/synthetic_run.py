@@ -23,7 +23,6 @@ import random
 import time
 from dataclasses import replace
 
-import numpy as np
 
 SEED_EVALUATIONS = 4608 * 2  # the real search's share (two of bench_master's checkpoints)
 CHUNK = 1 << 16  # records a synthetic checkpoint appends
