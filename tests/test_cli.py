@@ -297,13 +297,15 @@ def test_a_config_with_only_data_and_search_searches_the_preset_its_data_fits_an
     cfg = tmp_path / "plain.toml"
     cfg.write_text(f'[data]\npath = "{data}"\n\n[search]\nevaluations = 3\npopulation = 2\n')
     out = str(tmp_path / "run")
-    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out], timeout=240, cwd=ROOT)
+    short = ["--set", "space.preset='auto'", "--set", "space.epochs={low = 2, high = 3}"]  # the preset, but not its hundreds of
+    # epochs on 120 rows (minutes of CPU)
+    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out, *short], timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "search space: preset image, chosen for samples of shape (1, 8, 8): 1 channel(s) of 8x8 pixels" in proc.stderr
     assert "search space: preset image" in proc.stdout  # the summary says it too
     s = report(out)
     assert s["space"] == {"asked": "auto", "chosen": "image", "why": "samples of shape (1, 8, 8): 1 channel(s) of 8x8 pixels",
-                          "overrides": []}
+                          "overrides": ["epochs"]}
     assert {n["network"].split()[0] for n in s["top"]} <= {"cnn"}
     proc = launch(3, evens_cmd() + ["run", "--resume", out, "--set", "search.evaluations=4"], timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr

@@ -176,10 +176,6 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
             trainer = start_trainer_process(config, data, problem, max(local_index, 0), sharing)
         elif not is_master or comm.size == 1:
             trainer_data = setup_trainer(config, data, problem, max(local_index, 0), sharing)
-        elif is_master:
-            import torch
-
-            torch.set_num_threads(1)
     except (EvensError, DataError, TrainerError) as exc:
         debug_traceback()
         error = str(exc)
