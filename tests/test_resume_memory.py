@@ -1,5 +1,6 @@
 """A resume that reads the state file and not the history (issue 34, evolve.engine.memory): it carries on exactly as
 a resume that reads every record, and falls back to the history where some part of the search needs it."""
+import json
 import os
 from dataclasses import replace
 import time
@@ -279,3 +280,29 @@ def test_select_reads_no_history_and_keeps_what_a_resume_needs(tmp_path, monkeyp
     assert after.memory.keys() == before.memory.keys() and all(np.array_equal(after.memory[k], before.memory[k]) for k in after.memory)
     assert run.config.ensemble.size == 2 and summary == summarize(after, run, str(folder))
     assert memory.resumable(after.memory, run.config.search, uses_median_rule(run.config.search))  # a resume still reads no history
+
+
+def test_a_pareto_front_is_read_from_its_members_rows_only(tmp_path, monkeypatch):
+    """NSGA-II's report and select show the Pareto front from the state file and its members' rows (found by a scan of
+    the ids, a slice at a time), never the whole history: the same front as from every record."""
+    from evolve.app import report as reporting
+    from evolve.app.reselect import reselect
+    from evolve.runfile import history, segments
+
+    monkeypatch.setattr(history, "ROWS", 7)  # slices that cut the segments anywhere
+    folder = tmp_path / "run"
+    path = str(folder / "checkpoint.h5")
+    os.makedirs(folder)
+    first_session(path, search_config(40, 6, 3, 0, checkpoint_seconds=5, mode="nsga2"))
+    everything, run = checkpoint.load(path)
+    assert len(everything.strategy["front"]) > 1
+    expected = reporting.summarize(everything, run, str(folder))["pareto"]
+
+    def no_snapshot(*args):
+        raise AssertionError("the whole history was read")
+
+    with monkeypatch.context() as m:
+        m.setattr(segments, "snapshot", no_snapshot)
+        m.setattr(checkpoint, "snapshot", no_snapshot)
+        assert reporting.report(str(folder), as_json=True) and json.loads(reporting.report(str(folder), as_json=True))["pareto"] == expected
+        assert reselect(str(folder), size=2)["pareto"] == expected

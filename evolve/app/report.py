@@ -74,9 +74,11 @@ def tally_of(records: list[Record], info: RunInfo) -> Tally:
     return Tally.of(records, info.space(), rung_count(search.eta, search.min_budget) if search.promotion else 0, info.config.data.fold_count)
 
 
-def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None, tally: Tally | None = None) -> dict:
+def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None, tally: Tally | None = None, pareto: bool = True) -> dict:
     """The facts ``evens report --json`` prints: counts, best member, ensemble, time, utilization. From the account
-    ``tally`` where given (the state file's: no history read), else from the state's records."""
+    ``tally`` where given (the state file's: no history read), else from the state's records. A search of two
+    objectives: its Pareto front too (``pareto``), whose members are read from ``run_dir``'s history where the state
+    does not hold every record."""
     problem = problem_from_dict(info.data["problem"])
     tally = tally if tally is not None else tally_of(state.records, info)
     hall = state.hall_of_fame
@@ -105,8 +107,10 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None, tal
     search = info.config.search
     if search.promotion:
         summary["promotion"] = halving_facts(tally, search)
-    if capabilities(search.mode).objectives == 2 and state.records:
-        summary["pareto"] = pareto_front(state, search.second_objective, space)
+    if capabilities(search.mode).objectives == 2 and pareto and (run_dir or not state.dropped):
+        ids = state.strategy.get("front", [])
+        records = state.by_id() if not state.dropped else front_records(run_dir, state, info, ids)
+        summary["pareto"] = pareto_front(records, ids, search.second_objective, space)
     best = tally.best
     if best is not None:
         summary["best"] = {**record_facts(best), "genome": space.decode(best.genome)}
@@ -155,13 +159,28 @@ def undefined_as_none(scores: dict) -> dict:
     return out
 
 
-def pareto_front(state: SearchState, objective: str, space) -> list[dict]:
-    """The NSGA-II run's Pareto front over every successful evaluation (kept by the strategy), by fitness:
-    each member's id, fitness, second objective and network."""
-    records = state.by_id()
+def front_records(run_dir: str, state: SearchState, info: RunInfo, ids: list[int]) -> dict[int, Record]:
+    """The records of ``ids`` (a Pareto front's members), by id: those the state holds, the rest found in the run
+    file's segments by a scan of their ids a slice at a time, and only those read whole."""
+    mine = {r.id: r for r in state.records if r.id in set(ids)}
+    wanted = np.asarray(sorted(set(ids) - set(mine)), dtype=np.int64)
+    if not wanted.size:
+        return mine
+    path = checkpoint_path(run_dir)
+
+    def read() -> list[Record]:
+        with History(segments_folder(path), listing(path)) as history:
+            at = [(seg, start + int(row)) for seg, start, c in history.slices(("id",)) for row in np.flatnonzero(np.isin(c["id"], wanted))]
+            return history.fetch(at, len(info.gene_names))
+    return {**{r.id: r for r in read_beside_a_job(path, read)}, **mine}
+
+
+def pareto_front(records: dict[int, Record], ids: list[int], objective: str, space) -> list[dict]:
+    """The NSGA-II run's Pareto front over every successful evaluation (``ids``, kept by the strategy; ``records`` holds
+    them), by fitness: each member's id, fitness, second objective and network."""
     key = OBJECTIVES[objective]
     front = []
-    for ident in state.strategy.get("front", []):
+    for ident in ids:
         r = records[ident]
         genome = space.decode(r.genome)
         front.append({"id": r.id, "fitness": r.fitness, key: r.metrics[key], "network": describe(genome), "genome": genome})
@@ -426,11 +445,11 @@ def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | N
     search = info.config.search
     if csv_path and csv_path != "-":
         _refuse_to_replace(csv_path, force)
-    streamed = state.tally is not None and not plot_dir and capabilities(search.mode).objectives == 1
+    streamed = state.tally is not None and not plot_dir
     if streamed:  # the summary from the run's account, the tables and the CSV a slice of the history at a time: bounded memory
         summary = summarize(state, info, run_dir, state.tally)
         summary["top"], summary["failures"] = read_beside_a_job(path, lambda: streamed_top_and_failures(path, state, info, top))
-    else:  # the figures and a Pareto front take every record
+    else:  # the figures take every record
         state, info = read_run(path)
         summary = summarize(state, info, run_dir)
         summary["top"] = top_networks(state, info.space(), top)

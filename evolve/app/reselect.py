@@ -10,7 +10,6 @@ from ensemble.select import Selection
 from evolve.errors import ConfigError
 from evolve.runfile import checkpoint
 from evolve.runfile.checkpoint import RunInfo
-from evolve.search.registry import capabilities
 
 from .report import summarize
 from .rundir import SUMMARY_NAME, checkpoint_path, write_json
@@ -62,10 +61,10 @@ def _warn(line: str) -> None:
 
 
 def _reselect(run_dir: str, path: str, settings: dict) -> dict:
-    """The choice needs the hall of fame alone, and the summary the run's account: the history is read only for a Pareto
-    front (a search of two objectives), or from a run file that has no account."""
+    """The choice needs the hall of fame alone, and the summary the run's account (and a Pareto front's members): the
+    whole history is read only from a run file that has no account."""
     state, info = checkpoint.load(path, say=_warn, history=False)  # a damaged member is left out, by name, and the rest chosen from
-    if state.tally is None or capabilities(info.config.search.mode).objectives != 1:
+    if state.tally is None:
         state, info = checkpoint.load(path, say=_warn)
     changes = [f"ensemble.{k}={v!r}" for k, v in settings.items()]
     try:

@@ -23,7 +23,6 @@ from evolve.errors import RunDirError
 from evolve.runfile import checkpoint
 from evolve.runfile.checkpoint import CHECKPOINT_NAME, RunInfo
 from evolve.search.records import networks
-from evolve.search.registry import capabilities
 from evolve.search.space import SearchSpace
 from evolve.transport.mpi_transport import MPIMasterTransport, abort
 from evolve.transport.protocol import InProcessTransport
@@ -154,8 +153,7 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
         track.close()  # what it holds written, at a stop too
     if not finished:
         return _stopped(comm, state, stop, transport, prepared)
-    summary = summarize(state, info, prepared.run_dir, state.tally) if capabilities(config.search.mode).objectives != 2 else \
-        summarize(*checkpoint.load(save.path, weights=False), prepared.run_dir)  # (a Pareto front is drawn from the history)
+    summary = summarize(state, info, prepared.run_dir, state.tally)  # (a Pareto front's members are read from the history)
     write_json(os.path.join(prepared.run_dir, SUMMARY_NAME), summary)
     print(format_summary(summary), flush=True)
     transport.stop()

@@ -65,7 +65,7 @@ def status(run_dir: str, now: float | None = None) -> dict:
     if state.tally is None:  # a run file from before the account was kept
         state, info = read_run(path)
     now = time.time() if now is None else now
-    summary = summarize(state, info, run_dir, state.tally)
+    summary = summarize(state, info, run_dir, state.tally, pareto=False)  # (status shows no Pareto front)
     holder, gone = _holder(run_dir, now)
     view = state.dispatch
     saved_at = float(view.get("saved_at") or os.stat(path).st_mtime)
