@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import h5py
 import numpy as np
 import torch
 
@@ -31,31 +30,9 @@ from .folds import bagged, split_fold_weights
 from .hall_of_fame import Member
 from .problem import Problem
 from .select import Selection
-from .store import GROUP, EnsembleError, StoredEnsemble, read_ensemble, run_file
-from .train import EVAL_BATCH, Head, as_float
-
-
-def check_inputs(shape: tuple[int, ...], dtype: np.dtype, sample_shape: tuple[int, ...], x_dtype: str, where: str = "x") -> None:
-    """Raise :class:`EnsembleError` unless inputs of ``shape`` and ``dtype`` suit the ensemble."""
-    if tuple(shape[1:]) != tuple(sample_shape) or len(shape) != len(sample_shape) + 1:
-        want = "(N, " + ", ".join(str(s) for s in sample_shape) + ")"
-        raise EnsembleError(f"{where} has shape {tuple(shape)}; the ensemble takes {want}")
-    dtype = np.dtype(dtype)
-    if x_dtype == "uint8" and dtype != np.uint8:
-        raise EnsembleError(f"{where} is {dtype}; the ensemble was trained on uint8 inputs (scaled by 1/255)")
-    if x_dtype == "float32" and not np.issubdtype(dtype, np.floating):
-        raise EnsembleError(f"{where} is {dtype}; the ensemble takes floating-point inputs (it was trained on float32)")
-
-
-def as_input(x: np.ndarray, x_dtype: str, where: str = "x") -> np.ndarray:
-    """``x`` in the dtype the networks take, refusing NaN and infinities (also after a cast to float32)."""
-    if x_dtype == "uint8":
-        return np.ascontiguousarray(x)
-    with np.errstate(over="ignore"):
-        x = np.ascontiguousarray(x, dtype=np.float32)
-    if not np.isfinite(x).all():
-        raise EnsembleError(f"{where} holds NaN or infinite values (as float32)")
-    return x
+from .inputs import EVAL_BATCH, as_input, check_inputs  # noqa: F401 (the torch-free parts, named here too)
+from .store import EnsembleError, StoredEnsemble, chosen_members, read_chosen, read_stored  # noqa: F401
+from .train import Head, as_float
 
 
 @dataclass
@@ -174,44 +151,6 @@ def _why(exc: BaseException) -> str:
     """An exception on one line: its type, and the first line of its message if it has one."""
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
-
-
-def read_stored(path: str, weights_of="all") -> StoredEnsemble:
-    """The ensemble group of a run file or run directory, as :class:`StoredEnsemble`; one-line errors."""
-    file = run_file(path)
-    try:
-        f = h5py.File(file, "r")
-    except FileNotFoundError:
-        raise EnsembleError(f"{path}: no run file here (no {file})") from None
-    except OSError as exc:
-        raise EnsembleError(f"{file}: not a readable run file ({exc})") from None
-    with f:
-        if GROUP not in f:
-            raise EnsembleError(f"{file}: holds no ensemble (a run file from an older evens, or not a run file)")
-        try:
-            return read_ensemble(f[GROUP], weights_of)
-        except (KeyError, ValueError, TypeError, AttributeError, OSError, RuntimeError) as exc:  # (h5py: RuntimeError for some damaged headers)
-            raise EnsembleError(f"{file}: damaged ensemble ({type(exc).__name__}: {exc})") from None
-
-
-def chosen_members(stored: StoredEnsemble, path: str, need_weights: bool = False) -> list[tuple[Member, float]]:
-    """The selected members with their ensemble weights; an error if the run has none yet.
-
-    ``need_weights``: also an error if a member's trained weights were not stored.
-    """
-    if stored.selection is None:
-        raise EnsembleError(f"{path}: the run has no ensemble yet (no network finished successfully)")
-    chosen = [(stored.hall_of_fame.by_id(i), w) for i, w in zip(stored.selection.ids, stored.selection.weights)]
-    for m, _ in chosen if need_weights else ():
-        if not m.weights:
-            raise EnsembleError(f"{path}: member #{m.id} has no stored weights; this run cannot predict")
-    return chosen
-
-
-def read_chosen(path: str) -> StoredEnsemble:
-    """The stored ensemble with the weights of its chosen members only (the rest stay on disk)."""
-    ids = [m.id for m, _ in chosen_members(read_stored(path, weights_of="none"), path)]
-    return read_stored(path, weights_of=ids)
 
 
 def build_ensemble(problem: Problem, sample_shape: tuple[int, ...], x_dtype: str, chosen: list[tuple[Member, float]],

@@ -329,3 +329,41 @@ def check_consistent(stored: StoredEnsemble) -> None:
 def run_file(path: str) -> str:
     """The run file of a run directory, or ``path`` itself if it names a file."""
     return os.path.join(path, RUN_FILE_NAME) if os.path.isdir(path) else path
+
+
+def read_stored(path: str, weights_of="all") -> StoredEnsemble:
+    """The ensemble group of a run file or run directory, as :class:`StoredEnsemble`; one-line errors."""
+    file = run_file(path)
+    try:
+        f = h5py.File(file, "r")
+    except FileNotFoundError:
+        raise EnsembleError(f"{path}: no run file here (no {file})") from None
+    except OSError as exc:
+        raise EnsembleError(f"{file}: not a readable run file ({exc})") from None
+    with f:
+        if GROUP not in f:
+            raise EnsembleError(f"{file}: holds no ensemble (a run file from an older evens, or not a run file)")
+        try:
+            return read_ensemble(f[GROUP], weights_of)
+        except (KeyError, ValueError, TypeError, AttributeError, OSError, RuntimeError) as exc:  # (h5py: RuntimeError for some damaged headers)
+            raise EnsembleError(f"{file}: damaged ensemble ({type(exc).__name__}: {exc})") from None
+
+
+def chosen_members(stored: StoredEnsemble, path: str, need_weights: bool = False) -> list[tuple[Member, float]]:
+    """The selected members with their ensemble weights; an error if the run has none yet.
+
+    ``need_weights``: also an error if a member's trained weights were not stored.
+    """
+    if stored.selection is None:
+        raise EnsembleError(f"{path}: the run has no ensemble yet (no network finished successfully)")
+    chosen = [(stored.hall_of_fame.by_id(i), w) for i, w in zip(stored.selection.ids, stored.selection.weights)]
+    for m, _ in chosen if need_weights else ():
+        if not m.weights:
+            raise EnsembleError(f"{path}: member #{m.id} has no stored weights; this run cannot predict")
+    return chosen
+
+
+def read_chosen(path: str) -> StoredEnsemble:
+    """The stored ensemble with the weights of its chosen members only (the rest stay on disk)."""
+    ids = [m.id for m, _ in chosen_members(read_stored(path, weights_of="none"), path)]
+    return read_stored(path, weights_of=ids)

@@ -22,13 +22,13 @@ import torch.nn.functional as F
 
 from .builders import network_from_settings
 from .models import build_network
+from .inputs import EVAL_BATCH
 from .paused import Paused
 from .problem import Problem
 from .references import import_by_name, is_reference
 from .results import Evaluation
 from .specs import NetworkSpec, TrainSpec
 
-EVAL_BATCH = 4096
 SPLITS = ("train", "val", "test")
 # How a worker does its float arithmetic (the config's ``train.precision``):
 #   fp32: IEEE float32 everywhere (matrix units' TF32 off, convolutions included);

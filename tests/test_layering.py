@@ -103,6 +103,7 @@ TORCH_FREE = [
     "ensemble.hall_of_fame",
     "ensemble.select",
     "ensemble.store",
+    "ensemble.inputs",
     "evolve.search.ga",
     "evolve.search.space",
     "evolve.search.space_config",
@@ -128,6 +129,15 @@ def test_the_search_imports_without_torch_or_mpi():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == []
+
+
+def test_evens_predict_checks_its_input_without_torch():
+    """A rank of ``evens predict`` imports torch only once the run and the input are known to be good: bad input is
+    refused on every rank without loading it (seconds sooner, as tests/test_predict.py's bad inputs are)."""
+    code = "import json, sys\nimport evolve.app.predict_ranks\nprint(json.dumps('torch' in sys.modules))\n"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) is False
 
 
 def test_the_lazy_package_still_exports_its_names():

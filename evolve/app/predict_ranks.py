@@ -32,19 +32,15 @@ import numpy as np
 
 from data_bcast.broadcast import first_error, located
 from data_bcast.h5file import DataError, first_line, open_hdf5
-from ensemble.builders import BuilderError, add_model_path
 from ensemble.combine import ensemble_prediction
 from ensemble.hall_of_fame import Member
-from ensemble.predict import as_input, build_ensemble, check_inputs, chosen_members, read_chosen
+from ensemble.inputs import EVAL_BATCH, as_input, check_inputs
 from ensemble.problem import problem_from_dict
 from ensemble.references import UserCodeError, is_reference
-from ensemble.store import EnsembleError, StoredEnsemble, run_file
-from ensemble.train import EVAL_BATCH
+from ensemble.store import EnsembleError, StoredEnsemble, chosen_members, read_chosen, run_file
 from evolve.errors import EvensError, debug_traceback
 from evolve.runfile.tempfiles import exclusive_temp
 from evolve.transport.mpi_transport import node_rank, recv_arrays, send_arrays, sum_over_ranks, world
-
-from .local import take_device
 
 ROOT = 0
 TAG_MEMBERS, TAG_WEIGHTS = 21, 22
@@ -191,6 +187,8 @@ def _plan_and_predict(comm, ending, run_dir, input_path, out, split, batch_size,
     job = stored = chosen = x_name = y_name = writer = None
     error = None
     if model_path is not None:  # every rank imports the members' builders from it
+        from ensemble.builders import BuilderError, add_model_path
+
         try:
             add_model_path(model_path)
         except BuilderError as exc:
@@ -215,6 +213,10 @@ def _plan_and_predict(comm, ending, run_dir, input_path, out, split, batch_size,
 
 
 def _predict(comm, ending, job, stored, chosen, x_name, y_name, writer, run_dir, input_path, out, device) -> tuple[int, str]:
+    from ensemble.predict import build_ensemble  # torch: here, once the input and the run are known to be good
+
+    from .local import take_device
+
     job = comm.bcast(job, root=ROOT)
     mine = share_members(comm, job, stored, chosen)
     problem = problem_from_dict(job.problem)
