@@ -137,3 +137,39 @@ def test_a_worker_is_offered_the_promotions_it_holds_or_that_no_worker_holds_and
     assert table.promotion(holder=3) == (6, 1)  # held by none: anyone's
     assert table.promotion() == (0, 1)  # any worker may take one held elsewhere, when asked so
     assert table.promotion(holder=1) is None and not table.due()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.floats(allow_nan=True), st.sampled_from([0.0, -0.0, 0.5, -math.inf])),
+                          st.one_of(st.floats(allow_nan=True), st.sampled_from([0.0, -0.0, 0.5, math.inf])),
+                          st.integers(0, 2**40)), min_size=2, max_size=6, unique_by=lambda t: t[2]))
+def test_a_key_packed_into_one_integer_ranks_as_the_tuple_it_stands_for(rows):
+    """The rung tables keep each result as one integer (promotion._key): the order of (fitness, minus the loss, minus
+    the id) with a failure's fitness and a missing loss counted as -inf and -0.0 as 0.0, and it gives back its parts."""
+    from evolve.engine.promotion import _ident, _key, _packed, _parts
+
+    def as_tuple(f, l, i):
+        return (f if math.isfinite(f) else -math.inf, -l if not math.isnan(l) else -math.inf, -i)
+
+    by_key = sorted(rows, key=lambda t: _key(*t))
+    assert [as_tuple(*t) for t in by_key] == sorted(as_tuple(*t) for t in rows)
+    for f, l, i in rows:
+        key = _key(f, l, i)
+        assert _ident(key) == _ident(-key) == i
+        parts = _parts(key)
+        assert parts == as_tuple(f, l, i) and _packed(parts[0], parts[1], -parts[2]) == key
+
+
+def test_the_master_remembers_the_holders_of_the_latest_paused_networks_only():
+    """Where most networks stay paused below a rung's top for good, the holders kept are bounded: the least recently
+    paused are forgotten first (as a worker's cache drops them), and a forgotten one's promotion goes to any worker."""
+    from evolve.engine.promotion import Halving
+
+    halving = Halving(3, 1 / 9)
+    halving.holders_max = 4
+    for network in range(10):
+        halving.hold(network, -1, worker=network % 3 + 1)
+    halving.hold(7, 0, worker=2)  # held again (another part): the latest now
+    assert list(halving.holders) == [6, 8, 9, 7]
+    assert halving.holder(9, -1) == 1 and halving.holder(2, -1) is None
+    assert halving.part_for(2, [-1], worker=1, workers={1, 2, 3}) is None  # no holder known: any worker takes it

@@ -38,7 +38,7 @@ from evolve.transport.protocol import SKIPPED, Result, Task, Transport
 from . import memory
 from .dispatch import Dispatcher, Journal, Sent
 from .evaluations import WHOLE, Evaluations, FoldPlan, Open, is_refit
-from .promotion import HELD_ELSEWHERE, Halving
+from .promotion import HELD_ELSEWHERE, HOLDERS_MAX, HOLDERS_PER_WORKER, Halving
 from .state import SearchState
 
 CRASHED_MESSAGE = "in flight when 2 jobs ended; not sent again"
@@ -162,6 +162,7 @@ class _Search:
         self.halving = None  # rungs and promotions (successive halving)
         if search.promotion:
             self.halving = Halving.restored(search, memory.part(remembered, "halving"), state.pending) if remembered else Halving.of(search, state)
+            self.halving.holders_max = max(HOLDERS_MAX, HOLDERS_PER_WORKER * len(transport.workers))
         self.folds = folds.folds if folds is not None else 1
         if state.tally is None:  # a new search, or a run file from before the account was kept
             state.tally = Tally.of(state.records, space, self.halving.rungs if self.halving is not None else 0, self.folds)

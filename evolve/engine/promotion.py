@@ -23,23 +23,62 @@ from __future__ import annotations
 
 import heapq
 import math
+import struct
 from array import array
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
+from evolve.engine.evaluations import WHOLE
 from evolve.search.records import Pending, Record, network_of
 from evolve.search.rungs import rung_count, rung_epochs
 
 __all__ = ["HELD_ELSEWHERE", "Halving", "RungTable", "rung_count", "rung_epochs"]
 
 HELD_ELSEWHERE = -2  # Halving.part_for: every part of a promotion left is held paused by another worker
+# the networks whose holders the master remembers, at least (the search loop raises it to HOLDERS_PER_WORKER a worker):
+# a bound on the master's memory where most networks stay paused below a rung's top for good
+HOLDERS_MAX, HOLDERS_PER_WORKER = 65_536, 64
 
 
-def _key(fitness: float, loss: float, ident: int) -> tuple:
+_SIGN = 1 << 63
+_BITS = (1 << 64) - 1
+
+
+def _ordered(x: float) -> int:
+    """A float as a 64-bit integer in the same order (-0.0 as 0.0)."""
+    bits = struct.unpack("<Q", struct.pack("<d", x + 0.0))[0]
+    return bits ^ _BITS if bits & _SIGN else bits | _SIGN
+
+
+def _unordered(n: int) -> float:
+    return struct.unpack("<d", struct.pack("<Q", n ^ _SIGN if n & _SIGN else n ^ _BITS))[0]
+
+
+_FAILED = _ordered(-math.inf)
+
+
+def _packed(fitness: float, minus_loss: float, ident: int) -> int:
+    """A result's rank as one integer, higher is better: ``fitness``, then ``minus_loss``, then the earlier ``ident``.
+    One int (some 60 bytes) instead of a tuple of three numbers (some 170): the tables hold one a result."""
+    return (_ordered(fitness) << 128) | (_ordered(minus_loss) << 64) | (_SIGN - 1 - ident)
+
+
+def _key(fitness: float, loss: float, ident: int) -> int:
     """Higher is better: fitness, then lower loss, then the earlier id (a failure's fitness is -inf, its loss inf)."""
-    return (fitness if math.isfinite(fitness) else -math.inf, -loss if not math.isnan(loss) else -math.inf, -ident)
+    return _packed(fitness if math.isfinite(fitness) else -math.inf, -loss if not math.isnan(loss) else -math.inf, ident)
+
+
+def _ident(key: int) -> int:
+    """The network of a key (or of a negated one)."""
+    return _SIGN - 1 - (abs(key) & _BITS)
+
+
+def _parts(key: int) -> tuple[float, float, int]:
+    """(fitness, minus the loss, minus the id): a key as RungTable.memory keeps it."""
+    return _unordered(key >> 128), _unordered((key >> 64) & _BITS), -_ident(key)
 
 
 @dataclass
@@ -49,13 +88,12 @@ class _Rung:
     ready: list = field(default_factory=list)  # max-heap (negated keys) of unpromoted results that were in the top
     held: dict = field(default_factory=dict)  # worker -> a heap like ``ready``, of the networks whose paused training it holds
     # (None -> of those no worker is known to hold: after a resume, any worker trains them again alike)
-    in_top: set = field(default_factory=set)
     promoted: set = field(default_factory=set)
     results: int = 0
 
-
-def _negated(key: tuple) -> tuple:
-    return tuple(-v for v in key)
+    def in_top(self, key: int) -> bool:
+        """Is ``key`` among the best ``n // eta`` (the top holds exactly those: keys are unique)?"""
+        return bool(self.top) and key >= self.top[0]
 
 
 class RungTable:
@@ -74,36 +112,33 @@ class RungTable:
             return  # the whole training: nothing to promote to
         r, key = self._rungs[rung], _key(fitness, loss, ident)
         r.results += 1
-        heapq.heappush(r.rest, _negated(key))
+        heapq.heappush(r.rest, -key)
         self._balance(r)
 
     def _balance(self, r: _Rung) -> None:
         size = r.results // self.eta
-        while r.rest and r.top and _negated(r.rest[0]) > r.top[0]:  # the best of the rest beats the worst of the top: swap
-            best, worst = _negated(heapq.heappop(r.rest)), heapq.heappop(r.top)
-            r.in_top.discard(-worst[2])
-            heapq.heappush(r.rest, _negated(worst))
+        while r.rest and r.top and -r.rest[0] > r.top[0]:  # the best of the rest beats the worst of the top: swap
+            best, worst = -heapq.heappop(r.rest), heapq.heappop(r.top)
+            heapq.heappush(r.rest, -worst)
             self._enter(r, best)
         while len(r.top) < size and r.rest:
-            self._enter(r, _negated(heapq.heappop(r.rest)))
+            self._enter(r, -heapq.heappop(r.rest))
 
-    def _enter(self, r: _Rung, key: tuple) -> None:
+    def _enter(self, r: _Rung, key: int) -> None:
         heapq.heappush(r.top, key)
-        ident = -key[2]
-        r.in_top.add(ident)
-        if ident not in r.promoted and math.isfinite(key[0]):
-            heapq.heappush(r.ready, _negated(key))
+        ident = _ident(key)
+        if ident not in r.promoted and key >> 128 != _FAILED:
+            heapq.heappush(r.ready, -key)
             for worker in self._holders(ident) or (None,):
-                heapq.heappush(r.held.setdefault(worker, []), _negated(key))
+                heapq.heappush(r.held.setdefault(worker, []), -key)
 
     @staticmethod
     def _next(r: _Rung, heap: list) -> int | None:
         """The best network of ``heap`` (the rung's ready heap, or a holder's) that may be promoted now, or None.
-        Entries that fell out of the top, or were promoted, are dropped here, lazily. (A negated key: its third item
-        is the id itself.)"""
-        while heap and (heap[0][2] not in r.in_top or heap[0][2] in r.promoted):
+        Entries that fell out of the top, or were promoted, are dropped here, lazily."""
+        while heap and (not r.in_top(-heap[0]) or _ident(heap[0]) in r.promoted):
             heapq.heappop(heap)
-        return heap[0][2] if heap else None
+        return _ident(heap[0]) if heap else None
 
     def due(self) -> bool:
         """Is a promotion due now (without making it)?"""
@@ -132,7 +167,7 @@ class RungTable:
         their keys (fitness, minus the loss, minus the id: 24 bytes each), and the networks promoted from it."""
         out = {}
         for i, r in enumerate(self._rungs):
-            keys = r.top + [_negated(key) for key in r.rest]
+            keys = [_parts(key) for key in r.top] + [_parts(-key) for key in r.rest]
             out[f"rung{i}.keys"] = np.asarray(keys, dtype=np.float64).reshape(len(keys), 3)
             out[f"rung{i}.promoted"] = np.asarray(sorted(r.promoted), dtype=np.int64)
         return out
@@ -144,13 +179,12 @@ class RungTable:
         training after a resume: every promotion ready is anyone's). One sort a rung: a sorted list is a heap."""
         table = cls(eta, rungs, holders)
         for i, r in enumerate(table._rungs):
-            keys = sorted(((a, b, int(c)) for a, b, c in memory[f"rung{i}.keys"].tolist()), reverse=True)
+            keys = sorted((_packed(a, b, -int(c)) for a, b, c in memory[f"rung{i}.keys"].tolist()), reverse=True)
             r.results, size = len(keys), len(keys) // eta
             r.promoted = set(memory[f"rung{i}.promoted"].tolist())
             r.top = keys[:size][::-1]
-            r.rest = [_negated(key) for key in keys[size:]]
-            r.in_top = {-key[2] for key in r.top}
-            r.ready = [_negated(key) for key in keys[:size] if -key[2] not in r.promoted and math.isfinite(key[0])]
+            r.rest = [-key for key in keys[size:]]
+            r.ready = [-key for key in keys[:size] if _ident(key) not in r.promoted and key >> 128 != _FAILED]
             r.held = {None: list(r.ready)} if r.ready else {}
         return table
 
@@ -169,10 +203,13 @@ class Halving:
         # True: the table promotes as results come (ASHA); False: the strategy promotes at its barrier (Generational)
         self.asynchronous = asynchronous
         self.rungs = rung_count(eta, min_budget)
-        self.table = RungTable(eta, self.rungs, lambda network: tuple(dict.fromkeys(self.holders.get(network, {}).values())))
+        self.table = RungTable(eta, self.rungs, lambda network: tuple(dict.fromkeys(self._held(network).values())))
         self.paused: dict[int, tuple[int, array]] = {}  # network -> (id, genome) of its latest stage, while that is paused
         self.promotions_recorded = 0
-        self.holders: dict[int, dict[int, int]] = {}  # network -> part (fold, or -1) -> the worker holding it paused
+        # network -> part (fold, or -1) -> the worker holding it paused, the latest paused last; at most holders_max
+        # networks (a worker's cache forgets its least recently paused first too: ensemble.paused.PausedCache)
+        self.holders: OrderedDict[int, int | dict[int, int]] = OrderedDict()
+        self.holders_max = HOLDERS_MAX
 
     @classmethod
     def of(cls, search, state) -> Halving:
@@ -240,17 +277,26 @@ class Halving:
 
     def hold(self, network: int, part: int, worker: int) -> None:
         """``worker`` paused a part of ``network``'s training (a fold, or -1 for the whole) and holds it."""
-        self.holders.setdefault(network, {})[part] = worker
+        held = self._held(network)
+        self.holders[network] = worker if part == WHOLE and len(held) <= (WHOLE in held) else {**held, part: worker}
+        self.holders.move_to_end(network)
+        while len(self.holders) > self.holders_max:  # forgotten: its promotion, if it comes, trains again on any worker
+            self.holders.popitem(last=False)
+
+    def _held(self, network: int) -> dict[int, int]:
+        """Part -> worker, of the parts of ``network`` held paused (a whole training's holder is kept as a bare int)."""
+        held = self.holders.get(network)
+        return {} if held is None else held if isinstance(held, dict) else {WHOLE: held}
 
     def holder(self, network: int, part: int) -> int | None:
         """The worker holding that part of ``network`` paused, if one is known."""
-        return self.holders.get(network, {}).get(part)
+        return self._held(network).get(part)
 
     def part_for(self, network: int, unsent, worker: int, workers) -> int | None:
         """Which of the parts not yet out (``unsent``: folds, or -1) of ``network``'s promotion ``worker`` takes: the one
         it holds paused; :data:`HELD_ELSEWHERE` where others of ``workers`` (those still in the job) hold every one left;
         else None (the next: no one holds it)."""
-        held = self.holders.get(network, {})
+        held = self._held(network)
         mine = next((part for part in unsent if held.get(part) == worker), None)
         if mine is not None:
             return mine
