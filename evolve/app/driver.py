@@ -154,6 +154,12 @@ def _run_prepared(comm, config_dict: dict, prepared: Prepared | None, started: f
     return code
 
 
+def _failure(exc: Exception) -> str:
+    """A rank's start-up failure in one line: ours as they say it, anything else (a device that fails) with its type."""
+    debug_traceback()
+    return str(exc) if isinstance(exc, (EvensError, DataError, TrainerError)) else f"{type(exc).__name__}: {exc}"
+
+
 def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | None, started: float, quiet: bool, stop: StopFlag) -> int:
     is_master = comm.rank == MASTER
     error, space, trainer_data, trainer = None, None, None, None
@@ -172,16 +178,20 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
             space = config.space.for_data(data.plan.sample_shape, data.plan.kind)
             if prepared.info is not None:
                 check_same_data(prepared.info, data, problem)
-        if not is_master and config.train.isolation == "process":
+    except Exception as exc:
+        error = _failure(exc)
+    # A run the master refuses (a preset that does not fit, other data than the run's) ends every rank here, before
+    # any starts its trainer (torch, and its device: seconds a rank)
+    refused = comm.bcast(located(error) if is_master and error else None, root=MASTER)
+    if refused:
+        return _fail(is_master, refused)
+    try:
+        if error is None and not is_master and config.train.isolation == "process":
             trainer = start_trainer_process(config, data, problem, max(local_index, 0), sharing)
-        elif not is_master or comm.size == 1:
+        elif error is None and (not is_master or comm.size == 1):
             trainer_data = setup_trainer(config, data, problem, max(local_index, 0), sharing)
-    except (EvensError, DataError, TrainerError) as exc:
-        debug_traceback()
-        error = str(exc)
     except Exception as exc:  # a device that fails to start, say
-        debug_traceback()
-        error = f"{type(exc).__name__}: {exc}"
+        error = _failure(exc)
     device = trainer.device if trainer is not None else described(trainer_data)
     binding = None if device is None else dict(device, rank=comm.rank, host=socket.gethostname(), cores=usable_cores())
     gathered = comm.gather((error and located(error), binding), root=MASTER)
