@@ -162,8 +162,9 @@ def undefined_as_none(scores: dict) -> dict:
 def front_records(run_dir: str, state: SearchState, info: RunInfo, ids: list[int]) -> dict[int, Record]:
     """The records of ``ids`` (a Pareto front's members), by id: those the state holds, the rest found in the run
     file's segments by a scan of their ids a slice at a time, and only those read whole."""
-    mine = {r.id: r for r in state.records if r.id in set(ids)}
-    wanted = np.asarray(sorted(set(ids) - set(mine)), dtype=np.int64)
+    named = set(ids)
+    mine = {r.id: r for r in state.records if r.id in named}
+    wanted = np.asarray(sorted(named - set(mine)), dtype=np.int64)
     if not wanted.size:
         return mine
     path = checkpoint_path(run_dir)

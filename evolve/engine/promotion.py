@@ -212,11 +212,16 @@ class Halving:
         self.holders_max = HOLDERS_MAX
 
     @classmethod
-    def of(cls, search, state) -> Halving:
-        """The halving of ``search``'s settings, carrying on from ``state``'s records and pending stages."""
+    def _of_settings(cls, search) -> Halving:
+        """A new halving of ``search``'s rungs; asynchronous unless its strategy has a barrier."""
         from evolve.search.registry import capabilities
 
-        halving = cls(search.eta, search.min_budget, asynchronous=not capabilities(search.mode).barrier)
+        return cls(search.eta, search.min_budget, asynchronous=not capabilities(search.mode).barrier)
+
+    @classmethod
+    def of(cls, search, state) -> Halving:
+        """The halving of ``search``'s settings, carrying on from ``state``'s records and pending stages."""
+        halving = cls._of_settings(search)
         for record in sorted(state.records, key=lambda r: r.id):
             halving.tell(record)
         halving._mark(state.pending)
@@ -259,9 +264,7 @@ class Halving:
     def restored(cls, search, memory: dict[str, np.ndarray], pending) -> Halving:
         """The halving :meth:`memory` describes, carrying on with the stages ``pending``; as :meth:`of` makes it from
         the history."""
-        from evolve.search.registry import capabilities
-
-        halving = cls(search.eta, search.min_budget, asynchronous=not capabilities(search.mode).barrier)
+        halving = cls._of_settings(search)
         halving.table = RungTable.restored(halving.eta, halving.rungs, memory, halving.table._holders)
         halving.paused = {network: (stage, array("d", genome))
                           for (network, stage), genome in zip(memory["paused"].tolist(), memory["paused_genomes"].tolist())}
