@@ -35,7 +35,7 @@ def test_run_report_and_resume(tmp_path, small_config):
     with open(os.path.join(out, "summary.json")) as f:
         assert json.load(f)["evaluations"] == 6
 
-    proc = launch(3, evens_cmd() + ["run", "--resume", out, "--set", "search.evaluations=9", "--set", "ensemble.size=5",
+    proc = launch(2, evens_cmd() + ["run", "--resume", out, "--set", "search.evaluations=9", "--set", "ensemble.size=5",
                                     "--set", "ensemble.method='top_k'"], timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     second = report(out)
@@ -51,7 +51,7 @@ def test_regression_run_end_to_end(tmp_path):
     cfg = tmp_path / "reg.toml"
     cfg.write_text(f'[data]\npath = "{data}"\n')
     out = str(tmp_path / "reg")
-    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out, "--set", "search.evaluations=6",
+    proc = launch(2, evens_cmd() + ["run", str(cfg), "--out", out, "--set", "search.evaluations=6",
                                     *tiny_search("['mlp']"), "--set", "space.epochs={low = 5, high = 10}"],
                   timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
@@ -83,7 +83,7 @@ def test_rnn_family_end_to_end_on_sequences(tmp_path):
     cfg = tmp_path / "seq.toml"
     cfg.write_text(f'[data]\npath = "{data}"\n[space]\nfamily = ["rnn"]\nepochs = {{ low = 3, high = 6 }}\nwidth = [8, 16]\n')
     out = str(tmp_path / "seq")
-    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out, "--set", "search.evaluations=5", "--set", "search.population=4",
+    proc = launch(2, evens_cmd() + ["run", str(cfg), "--out", out, "--set", "search.evaluations=5", "--set", "search.population=4",
                                     "--set", "ensemble.size=3", "--set", "train.threads=1"], timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     s = report(out)
@@ -299,7 +299,7 @@ def test_a_config_with_only_data_and_search_searches_the_preset_its_data_fits_an
     out = str(tmp_path / "run")
     short = ["--set", "space.preset='auto'", "--set", "space.epochs={low = 2, high = 3}"]  # the preset, but not its hundreds of
     # epochs on 120 rows (minutes of CPU)
-    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out, *short], timeout=240, cwd=ROOT)
+    proc = launch(2, evens_cmd() + ["run", str(cfg), "--out", out, *short], timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "search space: preset image, chosen for samples of shape (1, 8, 8): 1 channel(s) of 8x8 pixels" in proc.stderr
     assert "search space: preset image" in proc.stdout  # the summary says it too
@@ -307,7 +307,7 @@ def test_a_config_with_only_data_and_search_searches_the_preset_its_data_fits_an
     assert s["space"] == {"asked": "auto", "chosen": "image", "why": "samples of shape (1, 8, 8): 1 channel(s) of 8x8 pixels",
                           "overrides": ["epochs"]}
     assert {n["network"].split()[0] for n in s["top"]} <= {"cnn"}
-    proc = launch(3, evens_cmd() + ["run", "--resume", out, "--set", "search.evaluations=4"], timeout=240, cwd=ROOT)
+    proc = launch(2, evens_cmd() + ["run", "--resume", out, "--set", "search.evaluations=4"], timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert report(out)["space"]["chosen"] == "image" and report(out)["evaluations"] == 4
     proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", str(tmp_path / "other"), "--set", "space.preset='tabular'"],
@@ -323,6 +323,6 @@ def test_volumes_are_broadcast_and_searched_by_mlps_and_no_preset_claims_them(tm
     proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out], timeout=120, cwd=ROOT)
     assert proc.returncode == 2 and "no preset fits samples of shape (1, 3, 4, 4)" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not os.path.exists(out)
-    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out, "--set", "space.family=['mlp']"], timeout=240, cwd=ROOT)
+    proc = launch(2, evens_cmd() + ["run", str(cfg), "--out", out, "--set", "space.family=['mlp']"], timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert report(out)["evaluations"] == 3

@@ -28,7 +28,7 @@ def signals(tmp_path_factory):
 def test_the_custom_model_example_runs_from_its_toml_and_predicts(signals, tmp_path):
     out = str(tmp_path / "run")
     sets = [a for s in SMALL + [f"data.path={signals}"] for a in ("--set", s)]
-    proc = launch(3, evens_cmd() + ["run", os.path.join(EXAMPLE, "signals.toml"), "--out", out, *sets], timeout=300, cwd=str(tmp_path))
+    proc = launch(2, evens_cmd() + ["run", os.path.join(EXAMPLE, "signals.toml"), "--out", out, *sets], timeout=300, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     summary = report(out)
     assert summary["evaluations"] == 4
@@ -45,7 +45,7 @@ def test_the_custom_model_example_runs_from_its_toml_and_predicts(signals, tmp_p
 
 
 def test_the_custom_model_examples_python_script_runs_the_search(signals, tmp_path):
-    proc = launch(3, [sys.executable, os.path.join(EXAMPLE, "search.py"), *SMALL, f"data.path={signals!r}",
+    proc = launch(2, [sys.executable, os.path.join(EXAMPLE, "search.py"), *SMALL, f"data.path={signals!r}",
                       f"out={str(tmp_path / 'run')!r}"], timeout=300, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert f"search.py: the run is in {tmp_path / 'run'}" in proc.stdout

@@ -87,7 +87,7 @@ def test_a_run_with_a_loss_trains_or_ends_in_one_line(tmp_path, loss, weights, m
     cfg.write_text(f'[data]\npath = "{data}"\n\n[train]\nloss = "{loss}"\nclass_weights = "{weights}"\n'
                    + (f'\n[model]\npath = "{MODELS}"\n' if ":" in loss else ""))
     out = str(tmp_path / "run")
-    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out, *tiny_search("['mlp']"), "--set", "search.evaluations=3"], timeout=180, cwd=ROOT)
+    proc = launch(2, evens_cmd() + ["run", str(cfg), "--out", out, *tiny_search("['mlp']"), "--set", "search.evaluations=3"], timeout=180, cwd=ROOT)
     if message is None:
         assert proc.returncode == 0, proc.stderr
     else:

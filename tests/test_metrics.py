@@ -108,7 +108,7 @@ def test_the_search_optimises_a_users_metric_and_the_report_and_predict_show_it(
     from conftest import ROOT, evens_cmd, launch
 
     cfg, out = small_config(tmp_path, "user_metrics:top2_accuracy"), str(tmp_path / "run")
-    proc = launch(3, evens_cmd() + ["run", cfg, "--out", out], timeout=240, cwd=ROOT)
+    proc = launch(2, evens_cmd() + ["run", cfg, "--out", out], timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     s = report(out)
     assert s["search_metric"] == {"name": "user_metrics:top2_accuracy", "key": "top2_accuracy", "higher_is_better": True}

@@ -276,7 +276,7 @@ def test_nsga2_run_end_to_end(tmp_path):
     cfg = tmp_path / "small.toml"
     cfg.write_text(f'[data]\npath = "{data}"\n[search]\nevaluations = 10\ncheckpoint_seconds = 0.0\n')
     out = str(tmp_path / "run")
-    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out, *tiny_search(), "--set", "search.mode=nsga2",
+    proc = launch(2, evens_cmd() + ["run", str(cfg), "--out", out, *tiny_search(), "--set", "search.mode=nsga2",
                                     "--set", "search.second_objective=latency", "--set", "ensemble.size=3"], timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "pareto front (" in proc.stdout and "us/sample" in proc.stdout
@@ -285,7 +285,7 @@ def test_nsga2_run_end_to_end(tmp_path):
     assert front and all(m["latency_us"] > 0 and 0 <= m["fitness"] <= 1 for m in front)
     for m in front:
         assert not any(o["fitness"] >= m["fitness"] and o["latency_us"] <= m["latency_us"] and o is not m for o in front)
-    again = launch(3, evens_cmd() + ["run", "--resume", out, "--set", "search.second_objective=params", "--set", "search.evaluations=12"],
+    again = launch(2, evens_cmd() + ["run", "--resume", out, "--set", "search.second_objective=params", "--set", "search.evaluations=12"],
                    timeout=60, cwd=ROOT)
     assert again.returncode != 0 and "search.second_objective is 'params', but the run's is 'latency'" in again.stderr
     assert "Traceback" not in again.stderr

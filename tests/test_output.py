@@ -79,7 +79,7 @@ def finished_run_dir(tmp_path_factory):
     cfg = tmp / "small.toml"
     cfg.write_text(f'[data]\npath = "{data}"\n[search]\nevaluations = 6\ncheckpoint_seconds = 0.0\n')
     out = str(tmp / "run")
-    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out, "--quiet", *SMALL])
+    proc = launch(2, evens_cmd() + ["run", str(cfg), "--out", out, "--quiet", *SMALL])
     assert proc.returncode == 0, proc.stderr
     return out
 

@@ -31,7 +31,7 @@ def run(tmp_path_factory):
     cfg = tmp / "c.toml"
     cfg.write_text(f'[data]\npath = "{data}"\n[search]\nevaluations = 8\n[ensemble]\nsize = 5\nmethod = "top_k"\n')
     out = str(tmp / "run")
-    proc = launch(3, evens_cmd() + ["run", str(cfg), "--out", out, *tiny_search()], timeout=180, cwd=ROOT)
+    proc = launch(2, evens_cmd() + ["run", str(cfg), "--out", out, *tiny_search()], timeout=180, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     return {"dir": out, "data": data, "tmp": tmp, "summary": report(out)}
 

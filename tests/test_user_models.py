@@ -47,7 +47,7 @@ epochs = {{ low = 2, high = 3 }}
 def test_a_search_over_a_users_network_records_its_genes_and_its_ensemble_predicts(tmp_path):
     cfg, data = user_config(tmp_path)
     out = str(tmp_path / "run")
-    proc = launch(3, evens_cmd() + ["run", cfg, "--out", out], timeout=240, cwd=ROOT)
+    proc = launch(2, evens_cmd() + ["run", cfg, "--out", out], timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     summary = report(out)
     assert summary["evaluations"] == 4 and all(n["network"].startswith("blocks ") for n in summary["top"])
@@ -101,7 +101,7 @@ def test_a_bad_builder_ends_the_job_in_one_line_before_any_data_moves(tmp_path):
 def test_a_builder_that_fails_for_some_genes_gives_error_records_and_the_search_goes_on(tmp_path):
     cfg, _ = user_config(tmp_path, "user_signal_nets:raises_for_wide", evaluations=6)
     out = str(tmp_path / "run")
-    proc = launch(3, evens_cmd() + ["run", cfg, "--out", out, "--set", "space.channels=[4, 8, 16]", "--set", "search.evaluations=10"],
+    proc = launch(2, evens_cmd() + ["run", cfg, "--out", out, "--set", "space.channels=[4, 8, 16]", "--set", "search.evaluations=10"],
                   timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     rows = csv_rows(out, tmp_path / "all.csv")
@@ -136,7 +136,7 @@ def test_a_builder_defined_in_the_launching_script_is_refused_in_one_line(tmp_pa
 def test_a_users_3d_cnn_searches_volumes_and_predicts(tmp_path):
     cfg, data = user_config(tmp_path, "user_signal_nets:volumes", sample_shape=(1, 4, 6, 6))  # (N, C, D, H, W)
     out = str(tmp_path / "run")
-    proc = launch(3, evens_cmd() + ["run", cfg, "--out", out], timeout=240, cwd=ROOT)
+    proc = launch(2, evens_cmd() + ["run", cfg, "--out", out], timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     summary = report(out)
     assert summary["evaluations"] == 4 and summary["ensemble"]["test_accuracy"] > 0.5  # 3 separable classes
@@ -154,7 +154,7 @@ def test_a_users_network_is_cross_validated_like_a_built_in_one(tmp_path):
     cfg, _ = user_config(tmp_path, evaluations=3)
     data = write_blobs(tmp_path / "small.h5", sample_shape=(2, 16), n=(60, 40), splits=("train", "test"))
     out = str(tmp_path / "run")
-    proc = launch(3, evens_cmd() + ["run", cfg, "--out", out, "--set", f"data.path={data}"], timeout=240, cwd=ROOT)
+    proc = launch(2, evens_cmd() + ["run", cfg, "--out", out, "--set", f"data.path={data}"], timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "cross-validation: 5 folds of the 60 training rows" in proc.stderr
     summary = report(out)
