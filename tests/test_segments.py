@@ -3,7 +3,6 @@ import math
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import h5py
@@ -114,9 +113,11 @@ def test_a_load_holds_the_segments_its_state_file_lists_while_a_job_merges_and_r
     assert len(checkpoint.load(path)[0].records) == 9
 
 
-def crash(path, at):
-    return subprocess.run([sys.executable, os.path.join(MPI_PROGRAMS, "prog_crash_save.py"), path, str(at)],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT, env=dict(os.environ, PYTHONPATH=os.pathsep.join((ROOT, os.path.join(ROOT, "tests")))))
+def crash_server() -> subprocess.Popen:
+    """prog_crash_save.py --serve: one interpreter that imports the checkpoint code once and forks a child for each crash."""
+    return subprocess.Popen([sys.executable, os.path.join(MPI_PROGRAMS, "prog_crash_save.py"), "--serve"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=os.pathsep.join((ROOT, os.path.join(ROOT, "tests")))))
 
 
 @pytest.mark.slow
@@ -125,22 +126,29 @@ def test_a_kill_at_any_step_of_a_checkpoint_leaves_one_that_loads(tmp_path):
     every record up to the last checkpoint that completed, and never a record it did not commit."""
     whole = record_keys(full_state().records)
     k, crashed, finished = 1, 0, False
-    with ThreadPoolExecutor(2) as pool:  # two crashes at a time: each is a fresh interpreter
+    server = crash_server()
+    try:
         while not finished:
-            batch = []
-            for at in (k, k + 1):
-                path = str(tmp_path / f"k{at}" / "c.h5")
+            paths = [str(tmp_path / f"k{at}" / "c.h5") for at in (k, k + 1)]  # two crashes at a time
+            for path in paths:
                 os.makedirs(os.path.dirname(path))
-                batch.append((path, pool.submit(crash, path, at)))
+            server.stdin.write(";".join(f"{path} {at}" for at, path in zip((k, k + 1), paths)) + "\n")
+            server.stdin.flush()
+            codes = server.stdout.readline().split()
+            assert len(codes) == 2, "the crash server ended"
             k += 2
-            for path, future in batch:
-                proc = future.result()
-                if "done" in proc.stdout:
+            for path, code in zip(paths, map(int, codes)):
+                with open(path + ".out") as f:
+                    out = f.read()
+                if "done" in out:
                     finished = True  # past the last step
                     continue
-                assert proc.returncode == 9, proc.stderr
+                assert code == 9, out
                 crashed += 1
-                check_after_crash(path, proc.stdout, whole)
+                check_after_crash(path, out, whole)
+    finally:
+        server.stdin.close()
+        server.wait(timeout=60)
     assert crashed >= 3 * len(STEPS)  # every checkpoint had several steps to die in
 
 
