@@ -309,11 +309,18 @@ def dehb_space(space: SearchSpace, seed: int):
             kept[gene.name] = CS.Integer(gene.name, (int(d.low), int(d.high)), log=d.log)
         else:
             kept[gene.name] = CS.Float(gene.name, (d.low, d.high), log=d.log)
+    # a gene whose conditions no value of its parents meets (cell when the family cannot be rnn) is never active: left out
+    can_hold = {g.name: set(g.domain.options) if isinstance(g.domain, Choice) else None for g in space.genes}
+    for gene in space.condition_order:  # parents first
+        if any(can_hold[other] is not None and not can_hold[other] & set(allowed) for other, allowed in gene.conditions()):
+            kept.pop(gene.name, None)
+            can_hold[gene.name] = set()
     cs.add(list(kept.values()))
     for gene in space.genes:
         if gene.name not in kept:
             continue
-        parts = [CS.InCondition(kept[gene.name], kept[other], [repr(v) for v in allowed])
+        parts = [CS.InCondition(kept[gene.name], kept[other], [v if can_hold[other] is None else repr(v) for v in allowed
+                                                               if can_hold[other] is None or v in can_hold[other]])
                  for other, allowed in gene.conditions() if other in kept]
         if parts:
             cs.add(parts[0] if len(parts) == 1 else CS.AndConjunction(*parts))
