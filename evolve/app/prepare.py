@@ -16,6 +16,7 @@ from evolve.engine.loop import uses_median_rule
 from evolve.engine.state import SearchState
 from evolve.errors import ConfigError, RunDirError
 from evolve.runfile import checkpoint
+from evolve.runfile import genomes
 from evolve.runfile.checkpoint import RunInfo
 from evolve.runfile.tempfiles import remove_stale
 from evolve.search.presets import DataFacts
@@ -133,8 +134,11 @@ def _prepare_resume(config_path: str | None, overrides: list[str], resume: str, 
         if now != then:
             raise ConfigError(f"{resume}: {section}.{key} is {now!r}, but the run's is {then!r}; a resumed run keeps its {key}")
     check_trackers(config)
-    if not memory.resumable(state.memory, config.search, uses_median_rule(config.search)):
-        state, info = checkpoint.load(path)  # some part of this search carries on from the history (see evolve.engine.memory)
+    if not memory.resumable(state.memory, config.search, uses_median_rule(config.search)) or \
+            not genomes.usable(genomes.genomes_path(path), memory.part(state.memory, "halving"), len(config.space.names)):
+        # some part of this search carries on from the history (see evolve.engine.memory), or the paused networks' genomes
+        # file is not the one the checkpoint counts on (gone, or changed): the history writes it again
+        state, info = checkpoint.load(path)
     return Prepared(config, resume, lock, None, state, info, preset=info.preset)
 
 

@@ -16,12 +16,14 @@ from data_bcast.h5file import first_line
 from ensemble.problem import Problem
 from evolve import __version__
 from evolve.config.schema import Config, SearchConfig
+from evolve.engine import memory
 from evolve.engine.evaluations import FoldPlan
 from evolve.engine.loop import HungWorker, run_search
 from evolve.engine.state import SearchState
 from evolve.errors import RunDirError
 from evolve.runfile import checkpoint
 from evolve.runfile.checkpoint import CHECKPOINT_NAME, RunInfo
+from evolve.runfile.genomes import GenomeFile, genomes_path, open_for
 from evolve.search.records import networks
 from evolve.search.space import SearchSpace
 from evolve.transport.mpi_transport import MPIMasterTransport, abort
@@ -69,6 +71,7 @@ class Checkpointer:
         self.wall_before = info.wall_seconds
         self.choose = SelectionCache(info)
         self.journal: checkpoint.InFlightLog | None = None
+        self.genomes: GenomeFile | None = None
 
     def __call__(self, state: SearchState, let_go: bool = True) -> None:
         """Checkpoint ``state``; with ``let_go``, the records it committed leave memory (the search, built from them, no
@@ -76,6 +79,8 @@ class Checkpointer:
         self.info.wall_seconds = self.wall_before + (time.time() - self.started)
         state.selection = self.choose(state.hall_of_fame)  # the ensemble in every checkpoint is ready to use
         try:
+            if self.genomes is not None:  # the paused networks' genomes this checkpoint counts on, on disk first
+                self.genomes.sync()
             checkpoint.save(self.path, state, self.info)
             if let_go:
                 state.let_go()  # the run file holds the history now: the master keeps none of it (issue 34)
@@ -90,9 +95,20 @@ class Checkpointer:
         self.journal = checkpoint.InFlightLog(self.path)
         return self.journal
 
+    def open_genomes(self, state: SearchState, space: SearchSpace, search: SearchConfig) -> GenomeFile | None:
+        """With ``search.promotion``, the file of the paused networks' genomes (evolve.runfile.genomes): the one the
+        checkpoint's memory names, on a resume that carries on from that memory, else a new one."""
+        if not search.promotion:
+            return None
+        remembered = state.memory if state.dropped and not state.records else {}
+        self.genomes = open_for(genomes_path(self.path), memory.part(remembered, "halving"), len(space))
+        return self.genomes
+
     def close(self) -> None:
         if self.journal is not None:
             self.journal.close()
+        if self.genomes is not None:
+            self.genomes.close()
 
 
 class _DrainBySignal:
@@ -134,7 +150,7 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
         searched = replace(config, search=_DrainBySignal(config.search, stop))
         finished = run_search(state, transport, space, searched, checkpoint=track.checkpoints(save), on_result=track.results(progress),
                               should_stop=stop, journal=save.open_journal(), say=say, validation=(problem, info.val_y),
-                              folds=fold_plan(config, data, problem))
+                              folds=fold_plan(config, data, problem), genomes=save.open_genomes(state, space, config.search))
         progress.close()
         save(state)
         track.ensemble(state, always=True)  # the session's last

@@ -38,7 +38,7 @@ from evolve.transport.protocol import SKIPPED, Result, Task, Transport
 from . import memory
 from .dispatch import Dispatcher, Journal, Sent
 from .evaluations import WHOLE, Evaluations, FoldPlan, Open, is_refit
-from .promotion import HELD_ELSEWHERE, HOLDERS_MAX, HOLDERS_PER_WORKER, Halving
+from .promotion import HELD_ELSEWHERE, HOLDERS_MAX, HOLDERS_PER_WORKER, Genomes, Halving
 from .state import SearchState
 
 CRASHED_MESSAGE = "in flight when 2 jobs ended; not sent again"
@@ -84,6 +84,7 @@ def run_search(
     say: Callable[[str], None] = lambda line: None,
     validation: tuple[Problem, np.ndarray] | None = None,
     folds: FoldPlan | None = None,
+    genomes: Genomes | None = None,
 ) -> bool:
     """Evaluate until ``config.search.evaluations`` evaluations are recorded; True if finished, False if stopped.
 
@@ -103,9 +104,11 @@ def run_search(
 
     ``validation`` (the problem and the validation labels) is what ``search.selection = "ensemble"``
     values individuals on; that selection needs it. ``folds`` (``data.folds``): each network is evaluated
-    by that many fold trainings (:mod:`evolve.engine.evaluations`); None: by one training.
+    by that many fold trainings (:mod:`evolve.engine.evaluations`); None: by one training. ``genomes``: where
+    ``search.promotion`` keeps the paused networks' genomes (evolve.runfile.genomes: a file beside the run's state
+    file, which the caller syncs before each checkpoint); None: in memory.
     """
-    search = _Search(state, transport, space, config, checkpoint, on_result, say, clock, wall_clock, journal, validation, folds)
+    search = _Search(state, transport, space, config, checkpoint, on_result, say, clock, wall_clock, journal, validation, folds, genomes)
     with _history_frozen():
         return search.run(should_stop, poll_seconds)
 
@@ -143,7 +146,7 @@ class _Search:
     """One session of :func:`run_search`: its parts, and the steps of its loop."""
 
     def __init__(self, state: SearchState, transport: Transport, space: SearchSpace, config: Config, checkpoint, on_result, say,
-                 clock, wall_clock, journal, validation, folds):
+                 clock, wall_clock, journal, validation, folds, genomes=None):
         self.state, self.space, self.search = state, space, config.search
         self.checkpoint, self.on_result, self.say, self.clock, self.wall_clock = checkpoint, on_result, say, clock, wall_clock
         search = self.search
@@ -161,7 +164,8 @@ class _Search:
                               state.recorded) if uses_median_rule(search) else None)
         self.halving = None  # rungs and promotions (successive halving)
         if search.promotion:
-            self.halving = Halving.restored(search, memory.part(remembered, "halving"), state.pending) if remembered else Halving.of(search, state)
+            self.halving = Halving.restored(search, memory.part(remembered, "halving"), state.pending, genomes) if remembered \
+                else Halving.of(search, state, genomes)
             self.halving.holders_max = max(HOLDERS_MAX, HOLDERS_PER_WORKER * len(transport.workers))
         self.folds = folds.folds if folds is not None else 1
         if state.tally is None:  # a new search, or a run file from before the account was kept

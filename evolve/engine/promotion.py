@@ -32,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from evolve.engine.evaluations import WHOLE
+from evolve.errors import RunDirError
 from evolve.search.records import Pending, Record, network_of
 from evolve.search.rungs import rung_count, rung_epochs
 
@@ -193,18 +194,55 @@ class RungTable:
         return [{"rung": i, "results": r.results, "promoted": len(r.promoted)} for i, r in enumerate(self._rungs)]
 
 
+class Genomes:
+    """The paused networks' genomes, by network, in memory: what a search without a run directory keeps (its checkpoints
+    hold them too). With a run directory they are in a file instead (evolve.runfile.genomes.GenomeFile, the same methods)."""
+
+    in_memory = True
+
+    def __init__(self):
+        self._rows: dict[int, array] = {}
+
+    def put(self, network: int, genome) -> None:
+        self._rows[network] = array("d", genome)
+
+    def get(self, network: int) -> list[float] | None:
+        row = self._rows.get(network)
+        return None if row is None else row.tolist()
+
+    def drop(self, network: int) -> None:
+        """``network`` is paused no more (trained to the end, or failed): its genome is not needed again."""
+        self._rows.pop(network, None)
+
+    def items(self):
+        return self._rows.items()
+
+    def memory(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def sync(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class Halving:
     """Successive halving in the search loop: the rung table, each network's latest stage, and what a stage's
     task is held to. A resume rebuilds it from the records and the pending stages (:meth:`of`), or from what the last
     checkpoint kept of it (:meth:`memory`, :meth:`restored`) where it read no history."""
 
-    def __init__(self, eta: int, min_budget: float, asynchronous: bool = True):
+    def __init__(self, eta: int, min_budget: float, asynchronous: bool = True, genomes: Genomes | None = None):
         self.eta, self.min_budget = eta, min_budget
         # True: the table promotes as results come (ASHA); False: the strategy promotes at its barrier (Generational)
         self.asynchronous = asynchronous
         self.rungs = rung_count(eta, min_budget)
         self.table = RungTable(eta, self.rungs, lambda network: tuple(dict.fromkeys(self._held(network).values())))
-        self.paused: dict[int, tuple[int, array]] = {}  # network -> (id, genome) of its latest stage, while that is paused
+        # each paused network's genome (what its promotion trains): in a file beside the state file where the run has a
+        # directory (evolve.runfile.genomes), so that the master keeps none; and the id of its latest stage where that is
+        # not its first (a promotion paused again at a higher rung)
+        self.genomes = Genomes() if genomes is None else genomes
+        self.latest: dict[int, int] = {}
         self.promotions_recorded = 0
         # network -> part (fold, or -1) -> the worker holding it paused, the latest paused last; at most holders_max
         # networks (a worker's cache forgets its least recently paused first too: ensemble.paused.PausedCache)
@@ -212,16 +250,17 @@ class Halving:
         self.holders_max = HOLDERS_MAX
 
     @classmethod
-    def _of_settings(cls, search) -> Halving:
+    def _of_settings(cls, search, genomes: Genomes | None) -> Halving:
         """A new halving of ``search``'s rungs; asynchronous unless its strategy has a barrier."""
         from evolve.search.registry import capabilities
 
-        return cls(search.eta, search.min_budget, asynchronous=not capabilities(search.mode).barrier)
+        return cls(search.eta, search.min_budget, asynchronous=not capabilities(search.mode).barrier, genomes=genomes)
 
     @classmethod
-    def of(cls, search, state) -> Halving:
-        """The halving of ``search``'s settings, carrying on from ``state``'s records and pending stages."""
-        halving = cls._of_settings(search)
+    def of(cls, search, state, genomes: Genomes | None = None) -> Halving:
+        """The halving of ``search``'s settings, carrying on from ``state``'s records and pending stages (``genomes``: where
+        the paused networks' genomes go; default: memory)."""
+        halving = cls._of_settings(search, genomes)
         for record in sorted(state.records, key=lambda r: r.id):
             halving.tell(record)
         halving._mark(state.pending)
@@ -238,10 +277,15 @@ class Halving:
         if record.network >= 0:
             self.promotions_recorded += 1
             self.table.mark_promoted(record.rung - 1, network)
-        if record.status == "paused":  # what its promotion needs, and no more: the master keeps one for every network paused
-            self.paused[network] = (record.id, array("d", record.genome))
+        if record.status == "paused":  # what its promotion needs: the genome (a network's stages share it) and the stage
+            if record.network < 0:
+                self.genomes.put(network, record.genome)
+                self.latest.pop(network, None)
+            else:
+                self.latest[network] = record.id
         else:
-            self.paused.pop(network, None)
+            self.genomes.drop(network)
+            self.latest.pop(network, None)
             self.holders.pop(network, None)  # trained to the end, or failed: no paused training is held
         if not self.asynchronous:
             return
@@ -252,22 +296,31 @@ class Halving:
 
     def memory(self) -> dict[str, np.ndarray]:
         """What a resume needs to carry on without the history (evolve.engine.memory): the rung table's, the networks
-        paused (network, its latest stage's id, and that stage's genome) and the count of promotions recorded."""
-        paused = sorted(self.paused.items())
-        genes = len(paused[0][1][1]) if paused else 0
-        return {**self.table.memory(),
-                "paused": np.asarray([(network, stage) for network, (stage, _) in paused], dtype=np.int64).reshape(len(paused), 2),
-                "paused_genomes": np.asarray([genome for _, (_, genome) in paused], dtype=np.float64).reshape(len(paused), genes),
-                "promotions": np.asarray([self.promotions_recorded], dtype=np.int64)}
+        paused again after a promotion (network, its latest stage's id), the count of promotions recorded, and the
+        genome file's token (evolve.runfile.genomes); or, with the genomes in memory, every paused network with its
+        latest stage's id and its genome."""
+        if self.genomes.in_memory:
+            held = sorted(self.genomes.items())
+            paused = [(network, self.latest.get(network, network)) for network, _ in held]
+            genomes = np.asarray([genome for _, genome in held], dtype=np.float64).reshape(len(held), -1 if held else 0)
+            kept = {"paused_genomes": genomes}
+        else:
+            paused, kept = sorted(self.latest.items()), self.genomes.memory()
+        return {**self.table.memory(), "paused": np.asarray(paused, dtype=np.int64).reshape(len(paused), 2),
+                "promotions": np.asarray([self.promotions_recorded], dtype=np.int64), **kept}
 
     @classmethod
-    def restored(cls, search, memory: dict[str, np.ndarray], pending) -> Halving:
+    def restored(cls, search, memory: dict[str, np.ndarray], pending, genomes: Genomes | None = None) -> Halving:
         """The halving :meth:`memory` describes, carrying on with the stages ``pending``; as :meth:`of` makes it from
-        the history."""
-        halving = cls._of_settings(search)
+        the history. ``genomes``: the genome file that memory names (evolve.runfile.genomes.open_for), or the genomes'
+        new home where the memory holds them (default: memory)."""
+        halving = cls._of_settings(search, genomes)
         halving.table = RungTable.restored(halving.eta, halving.rungs, memory, halving.table._holders)
-        halving.paused = {network: (stage, array("d", genome))
-                          for (network, stage), genome in zip(memory["paused"].tolist(), memory["paused_genomes"].tolist())}
+        pairs = memory["paused"].tolist()
+        halving.latest = {network: stage for network, stage in pairs if stage != network}
+        if "paused_genomes" in memory:
+            for (network, _), genome in zip(pairs, memory["paused_genomes"].tolist()):
+                halving.genomes.put(network, genome)
         halving.promotions_recorded = int(memory["promotions"][0])
         halving._mark(pending)
         return halving
@@ -321,8 +374,12 @@ class Halving:
 
     def stage(self, state, network: int, rung: int) -> Pending:
         """``network``'s promotion to ``rung`` as a stage to send (id ``state.next_id``), carrying on its latest stage."""
-        before, genome = self.paused[network]
-        return Pending(id=state.next_id, genome=genome.tolist(), parents=(before, -1), operators="promotion", rung=rung, network=network)
+        genome = self.genomes.get(network)
+        if genome is None:
+            raise RunDirError(f"{getattr(self.genomes, 'path', 'the search')}: the genome of network {network}, paused at a rung, "
+                              "is missing (the file was changed outside evens); the run's checkpoint is intact: resume it")
+        before = self.latest.get(network, network)
+        return Pending(id=state.next_id, genome=genome, parents=(before, -1), operators="promotion", rung=rung, network=network)
 
     def watch(self, stage: Pending, epochs: int) -> dict:
         """What the stage's training is held to (ensemble.train.Watch): pause after its rung's epochs (below the top),

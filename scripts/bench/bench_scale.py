@@ -85,7 +85,11 @@ if not memory.resumable(state.memory, search, uses_median_rule(search)):
 space = info.space()
 strategy = make_strategy(search.mode, Context(space, search, state.rng, [], state.pending, state.strategy, memory=memory.part(state.memory, "strategy")))
 rule = MedianRule.restored(memory.part(state.memory, "median")) if uses_median_rule(search) else None
-halving = Halving.restored(search, memory.part(state.memory, "halving"), state.pending) if search.promotion else None
+if search.promotion:  # the paused networks' genomes: the file the checkpoint names, as evens run opens it
+    from evolve.runfile.genomes import genomes_path, open_for, usable
+    kept = memory.part(state.memory, "halving")
+    assert usable(genomes_path(sys.argv[1]), kept, len(space)), "the genome file is not the checkpoint's"
+    halving = Halving.restored(search, kept, state.pending, open_for(genomes_path(sys.argv[1]), kept, len(space)))
 print(time.perf_counter() - t, state.recorded, PEAK())
 """
 
