@@ -14,20 +14,92 @@
 
 The metric is "higher is better" accuracy for classification and RMSE ("lower is better") for
 regression; each axis says which.
+
+The figures are drawn from :class:`PlotData`, made from the history a slice at a time: a sample of at most
+:data:`SAMPLE` records (every one below that; past it, an even thinning in the order recorded), and, from every
+record, the counts by status, the best-so-far steps and the best :data:`TOP` networks. So ``--plot`` reads the
+whole history with bounded memory, and a figure never draws millions of points.
 """
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
 import os
+from dataclasses import dataclass, field
+from typing import Iterable
 
-from evolve.engine.state import SearchState
 from evolve.errors import EvensError
-from evolve.search.records import best_first
+from evolve.search.records import Record, best_first
 from evolve.search.space import Choice, SearchSpace
 
 COLOURS = {"ok": "#1f77b4", "stopped": "#9e9e9e", "timeout": "#ff7f0e", "diverged": "#d62728", "error": "#8c1a1a",
            "crashed": "#000000"}
 TOP = 200  # networks in the parallel coordinates, at most
+SAMPLE = 20_000  # records drawn in search.png, workers.png and pareto.png, at most
+
+
+class _Staircase:
+    """The points where a running best improves along an order that the points may arrive out of: (x, fitness)
+    such that no point before x has a fitness as high."""
+
+    def __init__(self):
+        self.xs: list[float] = []
+        self.fitnesses: list[float] = []
+
+    def add(self, x: float, fitness: float) -> None:
+        at = bisect.bisect_left(self.xs, x)
+        if at and self.fitnesses[at - 1] >= fitness:
+            return  # no better than one before it
+        end = at
+        while end < len(self.xs) and self.fitnesses[end] <= fitness:
+            end += 1  # those after it that it beats are improvements no more
+        self.xs[at:end], self.fitnesses[at:end] = [x], [fitness]
+
+
+@dataclass
+class PlotData:
+    """What the figures draw, from every record (:meth:`of`)."""
+
+    records: list[Record] = field(default_factory=list)  # a sample: every record up to SAMPLE, else an even thinning; by id
+    total: int = 0
+    counts: dict[str, int] = field(default_factory=dict)  # every record's status
+    by_id: _Staircase = field(default_factory=_Staircase)  # the best ok fitness so far, against the id
+    by_time: _Staircase = field(default_factory=_Staircase)  # ... against the time it finished
+    top: list[Record] = field(default_factory=list)  # the best TOP ok records, best first
+    start: float = math.inf  # the earliest start
+    utilization: float = 0.0
+
+    @classmethod
+    def of(cls, chunks: Iterable[list[Record]], utilization: float = 0.0) -> PlotData:
+        """From the records, in the order recorded, a list at a time (evolve.runfile.history.History.records)."""
+        data, kept, stride, best = cls(utilization=utilization), [], 1, []
+        for chunk in chunks:
+            for r in chunk:
+                if data.total % stride == 0:
+                    kept.append((data.total, r))
+                    if len(kept) > SAMPLE:
+                        stride *= 2
+                        kept = [(i, k) for i, k in kept if i % stride == 0]
+                data.total += 1
+                data.counts[r.status] = data.counts.get(r.status, 0) + 1
+                data.start = min(data.start, r.started)
+                if r.status == "ok" and math.isfinite(r.fitness):
+                    data.by_id.add(r.id + 1, r.fitness)
+                    data.by_time.add(r.finished, r.fitness)
+                    entry = (tuple(-v for v in best_first(r)), r.id, r)  # a min-heap of the best TOP: the worst on top
+                    if len(best) < TOP:
+                        heapq.heappush(best, entry)
+                    elif entry > best[0]:
+                        heapq.heapreplace(best, entry)
+        data.records = sorted((r for _, r in kept), key=lambda r: r.id)
+        data.top = [r for *_, r in sorted(best, reverse=True)]
+        return data
+
+    @property
+    def sampled(self) -> str:
+        """What a title says of a sample: nothing where every record is drawn."""
+        return f" (a sample of {len(self.records):,} of {self.total:,})" if len(self.records) < self.total else ""
 
 
 def _pyplot():
@@ -60,10 +132,10 @@ def top_band(values: list[float], higher: bool) -> tuple[float, float]:
     return lo - margin, hi + margin
 
 
-def plot_search(plt, state: SearchState, metric: str, rows: str = "validation"):
+def plot_search(plt, data: PlotData, metric: str, rows: str = "validation"):
     """Two panels zoomed onto the better networks (against evaluations, against time) and one of the whole range."""
-    records = sorted(state.records, key=lambda r: r.id)
-    start = min(r.started for r in records)
+    records = data.records
+    start = data.start
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.8), layout="constrained", gridspec_kw={"width_ratios": [3, 3, 1.6]})
     scored = [r for r in records if math.isfinite(r.fitness)]
     failed = [r for r in records if not math.isfinite(r.fitness)]
@@ -71,26 +143,23 @@ def plot_search(plt, state: SearchState, metric: str, rows: str = "validation"):
     ok_values = [_value(metric, r.fitness) for r in scored if r.status == "ok"]
     band = top_band(ok_values or [_value(metric, r.fitness) for r in scored] or [0.0], higher)
     by_evaluation = lambda r: r.id + 1  # noqa: E731
-    panels = ((axes[0], by_evaluation, "evaluation (in the order they were proposed)", band),
-              (axes[1], lambda r: (r.finished - start) / 60, "wall time since the first evaluation (minutes)", band),
-              (axes[2], by_evaluation, "evaluation", None))
-    for ax, x_of, xlabel, zoom in panels:
+    panels = ((axes[0], by_evaluation, "evaluation (in the order they were proposed)", band, data.by_id, 1.0),
+              (axes[1], lambda r: (r.finished - start) / 60, "wall time since the first evaluation (minutes)", band, data.by_time, None),
+              (axes[2], by_evaluation, "evaluation", None, data.by_id, 1.0))
+    failures = sorted({r.status for r in failed})
+    for ax, x_of, xlabel, zoom, steps, scale in panels:
         for status in sorted({r.status for r in scored}):
             group = [r for r in scored if r.status == status]
             ax.scatter([x_of(r) for r in group], [_value(metric, r.fitness) for r in group], s=14, alpha=0.7,
-                       color=COLOURS.get(status, "#555555"), label=f"{status} ({len(group)})", marker="o" if status == "ok" else "x")
+                       color=COLOURS.get(status, "#555555"), label=f"{status} ({data.counts.get(status, len(group)):,})",
+                       marker="o" if status == "ok" else "x")
         if failed:  # along the bad edge (the bottom for accuracy, the top for RMSE), in axes coordinates
             ax.scatter([x_of(r) for r in failed], [0.02 if higher else 0.98] * len(failed), transform=ax.get_xaxis_transform(),
                        marker="v" if higher else "^", color="#d62728", s=20,
-                       label=f"failed: {', '.join(sorted({r.status for r in failed}))} ({len(failed)})")
-        ok = sorted((r for r in scored if r.status == "ok"), key=x_of)
-        best, xs, ys = -math.inf, [], []
-        for r in ok:
-            best = max(best, r.fitness)
-            xs.append(x_of(r))
-            ys.append(_value(metric, best))
-        if xs:
-            ax.step(xs, ys, where="post", color="black", linewidth=1.5, label="best so far")
+                       label=f"failed: {', '.join(failures)} ({sum(data.counts.get(f, 0) for f in failures):,})")
+        if steps.xs:  # from every ok record, not the sample
+            xs = steps.xs if scale else [(x - start) / 60 for x in steps.xs]
+            ax.step(xs, [_value(metric, f) for f in steps.fitnesses], where="post", color="black", linewidth=1.5, label="best so far")
         if zoom is not None:
             ax.set_ylim(*zoom)
         else:
@@ -98,7 +167,7 @@ def plot_search(plt, state: SearchState, metric: str, rows: str = "validation"):
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(_label(metric, rows))
-    axes[0].set_title("Every evaluation, and the best so far (zoomed)", fontsize=10)
+    axes[0].set_title("Every evaluation, and the best so far (zoomed)" + data.sampled, fontsize=10)
     axes[1].set_title("The same against time", fontsize=10)
     axes[2].set_title("The whole range", fontsize=10)
     handles, labels = axes[2].get_legend_handles_labels()
@@ -126,9 +195,9 @@ def plot_ensemble(plt, ensemble: dict, best: dict | None, metric: str, rows: str
     return fig
 
 
-def plot_workers(plt, state: SearchState):
-    records = state.records
-    start = min(r.started for r in records)
+def plot_workers(plt, data: PlotData):
+    records = data.records
+    start = data.start
     workers = sorted({r.worker for r in records})
     row = {w: i for i, w in enumerate(workers)}
     fig, ax = plt.subplots(figsize=(12, 1.2 + 0.35 * len(workers)), layout="constrained")
@@ -144,17 +213,18 @@ def plot_workers(plt, state: SearchState):
     ax.invert_yaxis()
     ax.set_xlabel("wall time since the first evaluation (minutes); gaps are idle time")
     ax.set_ylabel("worker")
-    ax.set_title(f"Worker timeline: {len(records)} trainings on {len(workers)} workers, utilization {100 * state.utilization:.0f} %")
+    ax.set_title(f"Worker timeline: {data.total:,} trainings on {len(workers)} workers, utilization {100 * data.utilization:.0f} %"
+                 + data.sampled)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # beside the bars, never on them
     ax.grid(axis="x", alpha=0.3)
     return fig
 
 
-def plot_pareto(plt, state: SearchState, front: list[dict], key: str, metric: str, rows: str = "validation"):
-    ok = [r for r in state.records if r.status == "ok" and key in r.metrics]
+def plot_pareto(plt, data: PlotData, front: list[dict], key: str, metric: str, rows: str = "validation"):
+    ok = [r for r in data.records if r.status == "ok" and key in r.metrics]
     fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
     ax.scatter([r.metrics[key] for r in ok], [_value(metric, r.fitness) for r in ok], s=14, alpha=0.5, color="#9e9e9e",
-               label=f"all networks ({len(ok)})")
+               label=f"all networks ({len(ok):,}{' drawn' if data.sampled else ''})")
     pts = sorted((m[key], _value(metric, m["fitness"])) for m in front)
     ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color="#d62728", label=f"Pareto front ({len(front)})")
     ax.set_xscale("log")
@@ -167,11 +237,11 @@ def plot_pareto(plt, state: SearchState, front: list[dict], key: str, metric: st
     return fig
 
 
-def plot_hyperparameters(plt, state: SearchState, space: SearchSpace, metric: str, rows: str = "validation"):
+def plot_hyperparameters(plt, data: PlotData, space: SearchSpace, metric: str, rows: str = "validation"):
     """Parallel coordinates of the best :data:`TOP` networks: an axis per gene that varies, every category
     of a choice ticked; colour by the metric over :func:`top_band` (worse ones at its end), the best drawn
     last, thickest and most opaque, so that a crowd of lines leaves the best ones readable."""
-    ok = sorted((r for r in state.records if r.status == "ok"), key=best_first)[:TOP]
+    ok = data.top
     decoded = [space.decode(r.genome) for r in ok]
     genes = [g for g in space.genes if _varies(g) and any(g.name in d for d in decoded)]  # inactive everywhere: left out
     fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(genes)), 5), layout="constrained")
@@ -237,10 +307,10 @@ def _ticks(gene) -> list[tuple[float, str]]:
     return [(_position(gene, v), f"{v:.3g}") for v in (domain.low, middle, domain.high)]
 
 
-def write_plots(state: SearchState, summary: dict, space: SearchSpace, folder: str, objective: str | None) -> list[str]:
+def write_plots(data: PlotData, summary: dict, space: SearchSpace, folder: str, objective: str | None) -> list[str]:
     """Write the figures into ``folder`` (created if missing); returns the paths written."""
     plt = _pyplot()
-    if not state.records:
+    if not data.total:
         raise EvensError(f"{summary['run_dir']}: no evaluations yet, nothing to plot")
     try:
         os.makedirs(folder, exist_ok=True)
@@ -255,12 +325,12 @@ def write_plots(state: SearchState, summary: dict, space: SearchSpace, folder: s
         plt.close(fig)
         written.append(os.path.join(folder, name))
 
-    save(plot_search(plt, state, metric, rows), "search.png")
+    save(plot_search(plt, data, metric, rows), "search.png")
     if summary["ensemble"]:
         save(plot_ensemble(plt, summary["ensemble"], summary["best"], metric, rows), "ensemble.png")
-    save(plot_workers(plt, state), "workers.png")
+    save(plot_workers(plt, data), "workers.png")
     if summary.get("pareto") and objective:
-        save(plot_pareto(plt, state, summary["pareto"], objective, metric, rows), "pareto.png")
-    if any(r.status == "ok" for r in state.records):
-        save(plot_hyperparameters(plt, state, space, metric, rows), "hyperparameters.png")
+        save(plot_pareto(plt, data, summary["pareto"], objective, metric, rows), "pareto.png")
+    if data.top:
+        save(plot_hyperparameters(plt, data, space, metric, rows), "hyperparameters.png")
     return written

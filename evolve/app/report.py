@@ -400,6 +400,14 @@ def streamed_top_and_failures(path: str, state: SearchState, info: RunInfo, k: i
     return top, failures
 
 
+def plot_data(path: str, state: SearchState, info: RunInfo):
+    """What ``--plot``'s figures draw (evolve.app.plots.PlotData), from the run file's segments a slice at a time."""
+    from .plots import PlotData
+
+    with History(segments_folder(path), listing(path)) as history:
+        return PlotData.of(history.records(len(info.gene_names)), state.utilization)
+
+
 def failures_by_kind(state: SearchState) -> dict[str, dict]:
     """For each status other than ok: how many, and the message of the first (a sample of what went wrong)."""
     kinds: dict[str, dict] = {}
@@ -446,11 +454,11 @@ def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | N
     search = info.config.search
     if csv_path and csv_path != "-":
         _refuse_to_replace(csv_path, force)
-    streamed = state.tally is not None and not plot_dir
-    if streamed:  # the summary from the run's account, the tables and the CSV a slice of the history at a time: bounded memory
+    streamed = state.tally is not None
+    if streamed:  # the summary from the run's account, the tables, the CSV and the figures a slice of the history at a time
         summary = summarize(state, info, run_dir, state.tally)
         summary["top"], summary["failures"] = read_beside_a_job(path, lambda: streamed_top_and_failures(path, state, info, top))
-    else:  # the figures take every record
+    else:  # a run file from before the account was kept: every record
         state, info = read_run(path)
         summary = summarize(state, info, run_dir)
         summary["top"] = top_networks(state, info.space(), top)
@@ -465,13 +473,14 @@ def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | N
             return None
         notes.append(f"wrote {csv_path}: {rows} evaluations")
     if plot_dir:
-        from .plots import write_plots
+        from .plots import PlotData, write_plots
 
         for name in ("search.png", "ensemble.png", "workers.png", "pareto.png", "hyperparameters.png"):
             _refuse_to_replace(os.path.join(plot_dir, name), force)
         search = info.config.search
         objective = OBJECTIVES[search.second_objective] if capabilities(search.mode).objectives == 2 else None
-        written = write_plots(state, summary, space, plot_dir, objective)
+        data = read_beside_a_job(path, lambda: plot_data(path, state, info)) if streamed else PlotData.of([state.records], state.utilization)
+        written = write_plots(data, summary, space, plot_dir, objective)
         notes.append(f"wrote {len(written)} figures: {', '.join(written)}")
     if as_json:
         return json.dumps(summary, indent=2, sort_keys=True)
