@@ -114,3 +114,19 @@ def test_evens_run_keeps_the_genomes_in_the_file_and_a_resume_without_it_reads_t
     now = memory.part(final.memory, "halving")
     assert usable(os.path.join(out, "checkpoint.genomes"), now, len(final.records[0].genome)) and \
         bytes(now[TOKEN]) != bytes(kept[TOKEN])  # written again, under a new token
+
+
+def test_a_link_or_a_folder_in_the_files_place_is_one_line_and_nothing_it_points_to_is_touched(tmp_path):
+    from evolve.errors import RunDirError
+
+    target = tmp_path / "precious"
+    target.write_bytes(b"the user's")
+    path = tmp_path / "c.genomes"
+    path.symlink_to(target)
+    with pytest.raises(RunDirError, match=r"c.genomes: cannot open the paused networks' genomes \(Too many levels"):
+        GenomeFile(str(path), 3)
+    assert target.read_bytes() == b"the user's"
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(RunDirError, match=r"c.genomes: cannot open the paused networks' genomes \(Is a directory\)"):
+        GenomeFile(str(path), 3)

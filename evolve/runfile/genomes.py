@@ -23,13 +23,16 @@ Without a run directory (a search in one process, the benchmarks' loopback), evo
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import stat
 import struct
 
 import numpy as np
 
 from evolve.engine.promotion import Genomes
+from evolve.errors import RunDirError
 
 GENOMES_SUFFIX = ".genomes"
 _MAGIC = b"EVGENOME"
@@ -55,11 +58,19 @@ class GenomeFile(Genomes):
         super().__init__()
         self.path, self.genes = path, genes
         self._row = struct.Struct(f"<q{genes}d")
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        self._fd = os.open(path, flags if token else flags | os.O_TRUNC, 0o644)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        try:
+            self._fd = os.open(path, flags, 0o644)
+        except OSError as exc:  # a link in its place (never followed), a folder, no permission
+            raise RunDirError(f"{path}: cannot open the paused networks' genomes ({exc.strerror})") from None
+        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+            os.close(self._fd)
+            raise RunDirError(f"{path}: not a regular file")
         if token is None:
             self.token = secrets.token_bytes(16)
-            os.pwrite(self._fd, _HEADER.pack(_MAGIC, _VERSION, genes, self.token), 0)
+            with _writing(path):
+                os.ftruncate(self._fd, 0)
+                os.pwrite(self._fd, _HEADER.pack(_MAGIC, _VERSION, genes, self.token), 0)
         else:
             self.token = token
         self.rows = _rows_in(os.fstat(self._fd).st_size, genes)
@@ -69,7 +80,8 @@ class GenomeFile(Genomes):
         return _HEADER.size + network * self._row.size
 
     def put(self, network: int, genome) -> None:
-        os.pwrite(self._fd, self._row.pack(network + 1, *genome), self._at(network))
+        with _writing(self.path):
+            os.pwrite(self._fd, self._row.pack(network + 1, *genome), self._at(network))
         self.rows = max(self.rows, network + 1)
         self._dirty = True
 
@@ -93,13 +105,24 @@ class GenomeFile(Genomes):
     def sync(self) -> None:
         """Every row written so far on disk (before a checkpoint that counts on them commits)."""
         if self._dirty:
-            os.fsync(self._fd)
+            with _writing(self.path):
+                os.fsync(self._fd)
             self._dirty = False
 
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+@contextlib.contextmanager
+def _writing(path: str):
+    """A write that fails (a full disk, a quota, a file system gone read-only) as one line naming the file."""
+    try:
+        yield
+    except OSError as exc:
+        raise RunDirError(f"{path}: cannot write the paused networks' genomes ({exc.strerror or exc}); the run keeps its last "
+                          "checkpoint") from None
 
 
 def _rows_in(size: int, genes: int) -> int:
