@@ -409,6 +409,12 @@ def report(runs: dict[str, dict[str, list[dict]]], metrics: dict[str, str], plot
     print()
     print(quality_stats.paired_table(diffs, metrics))
     print()
+    # issue 33's runs have no plain "evens": each evens variant against every other contender
+    variants = sorted({c for d in datasets for c in runs[d] if c.startswith("evens-")}) if not any("evens" in runs[d] for d in datasets) else []
+    by_variant = {v: {d: quality_stats.paired_differences(runs[d], higher[d], ours=v) for d in datasets} for v in variants}
+    for variant, variant_diffs in by_variant.items():
+        print(quality_stats.paired_table(variant_diffs, metrics, ours=variant))
+        print()
     print(quality_stats.selection_table(runs, metrics, higher))
     print()
     print("\n".join(quality_stats.target_lines(targets, summaries, diffs)))
@@ -421,6 +427,8 @@ def report(runs: dict[str, dict[str, list[dict]]], metrics: dict[str, str], plot
         "metrics": metrics,
         "table": {d: {c: {k: list(v) for k, v in s.items()} for c, s in summaries[d].items()} for d in datasets},
         "paired": {d: {c: {k: p.to_dict() for k, p in by.items()} for c, by in diffs[d].items()} for d in datasets},
+        "paired_by_variant": {v: {d: {c: {k: p.to_dict() for k, p in by.items()} for c, by in vd[d].items()} for d in datasets}
+                              for v, vd in by_variant.items()},
         "targets": targets,
         "runs": runs,
     }
@@ -442,7 +450,8 @@ def tables_from(paths: list[str], plot: str | None) -> int:
         if seeds:
             runs[d] = {c: [by_seed[s] for s in seeds] for c, by_seed in by_contender.items()}
             metrics[d] = next(iter(runs[d].values()))[0]["metric"]
-    harness.emit(quality_stats.finite(report(runs, metrics, plot)))
+    against_cpu = bool(runs) and all("anytime_cpu" in r for d in runs for c in runs[d] for r in runs[d][c])  # a --budget-cpu run's rows
+    harness.emit(quality_stats.finite(report(runs, metrics, plot, against_cpu=against_cpu)))
     return 0
 
 
