@@ -16,7 +16,8 @@ Two kinds of run, each measured the same way:
   halving instead), a checkpoint every 4,608 evaluations into a kept run directory, the records each
   checkpoint committed let go as ``evens run`` does). ``master``:
   its resident memory after each checkpoint (``/proc/self/statm``), and its growth per evaluation from the
-  first checkpoint past a tenth of the search to the last;
+  first checkpoint past a tenth of the search to the last; and the master's CPU in a checkpoint early (the median
+  of the 2nd to 4th) and at the end (of the last 3): a checkpoint writes the master's memory whole, so this grows;
 * synthetic (``--synthetic``): scripts/bench/synthetic_run.py grows such a run's history to the size, through
   the product's checkpoint and segment code (a live search of 10^7 evaluations takes hours here).
 
@@ -26,8 +27,8 @@ Then, each in a fresh process, as a user would after it:
 * ``resume``: what ``evens run --resume`` does before its first task goes out: ``checkpoint.load`` of the
   state file alone (the history too where the memory cannot serve; it can here) and the search's strategy,
   median rule and successive halving built from it; seconds and the process's peak memory;
-* ``history load``: ``checkpoint.load`` of every record (what ``report --plots`` and a Pareto front still
-  read), for sizes up to 10^6;
+* ``history load``: ``checkpoint.load`` of every record (what a resume of the optuna strategy reads; ``report
+  --plot`` and a Pareto front did until 2026-11-29), for sizes up to 10^6;
 * ``report`` and ``status``: ``evens report --json`` (the account, and the tables streamed from a few columns)
   and ``evens status`` (the state file alone), seconds;
 * ``csv``: ``evens report --csv FILE`` (every record, a slice of the history at a time), seconds and peak
@@ -47,6 +48,7 @@ import tempfile
 import time
 
 import harness
+import numpy as np
 import synthetic_run
 from bench_master import PREFETCH, Loopback, search
 
@@ -133,10 +135,13 @@ def live(evaluations: int, folder: str, variant: str = "blind") -> dict:
     samples: list[tuple[int, int]] = []
     os.makedirs(folder)
     loopback = Loopback(3, 2)
-    search(loopback, evaluations, lambda: loopback.cpu, PREFETCH, variant, folder=folder, after_save=lambda n: samples.append((n, rss())))
+    figures = search(loopback, evaluations, lambda: loopback.cpu, PREFETCH, variant, folder=folder,
+                     after_save=lambda n: samples.append((n, rss())))
     first = next((s for s in samples if s[0] >= evaluations // 10), samples[0])
     last = samples[-1]
-    return {"master_rss_mb": last[1] / 2**20, "master_bytes_per_eval": (last[1] - first[1]) / max(1, last[0] - first[0]), **after(folder)}
+    saves = [ms for _, ms in figures["checkpoint_ms"]]  # the master's CPU in each checkpoint: does it grow with the history?
+    return {"master_rss_mb": last[1] / 2**20, "master_bytes_per_eval": (last[1] - first[1]) / max(1, last[0] - first[0]),
+            "checkpoint_ms_first": float(np.median(saves[1:4] or saves)), "checkpoint_ms_last": float(np.median(saves[-3:])), **after(folder)}
 
 
 def synthetic(evaluations: int, folder: str) -> dict:
@@ -197,6 +202,9 @@ def main() -> None:
     small, large = everything[0], everything[-1]
     growth = {f"{k}_growth": large[k] / small[k] for k in ("resume_s", "resume_peak_mb", "status_s", "select_s", "select_peak_mb") if small[k]}
     growth["evaluations_ratio"] = large["evaluations"] / small["evaluations"]
+    for kind_row in (r for r in everything if "checkpoint_ms_last" in r):  # a live search's checkpoints, early and late
+        print(f"live {kind_row['evaluations']:,}: a checkpoint costs the master {kind_row['checkpoint_ms_first']:.0f} ms early "
+              f"(checkpoints 2-4) and {kind_row['checkpoint_ms_last']:.0f} ms at the end (the last 3)")
     print("growth from the smallest to the largest: " + ", ".join(f"{k} {v:.2f}" for k, v in growth.items()))
     harness.emit({"runs": rows, **growth})
 
