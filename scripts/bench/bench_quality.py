@@ -46,7 +46,9 @@ evaluation's index), on one CPU thread. Contenders (``--contenders``):
   (Awad et al. 2021, the ``dehb`` package: differential evolution in Hyperband's brackets; it pins numpy < 2 but
   runs with numpy 2, so install it as ``.venv/bin/pip install --no-deps dehb && .venv/bin/pip install ConfigSpace
   loguru dask distributed pandas pyarrow``;
-  epochs its fidelity, each evaluation trained from the start; needs ``--budget-cpu``).
+  epochs its fidelity, each evaluation trained from the start; needs ``--budget-cpu``); ``evens-promotion-first-rung``
+  (EXPERIMENT: promotion with the GA's population ranked by each network's first-stage result instead of rung first:
+  :func:`first_rung_parents`).
 
 ``--budget-cpu S`` gives every search S CPU seconds of training instead of ``--evaluations`` networks: each
 stops starting networks once its trainings have spent them (evens as a stop request ends a run). The rows
@@ -68,6 +70,7 @@ every ``--every`` networks from the networks trained so far. The output ends wit
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -104,7 +107,7 @@ from evolve.transport.worker import trainer_for
 
 CONTENDERS = ("evens", "evens-classic", "random", "optuna-tpe", "evens-model", "evens-blind", "evens-ensemble", "evens-fitness", "evens-no-augment",
               "evens-no-es", "evens-no-prefetch", "evens-promotion", "evens-no-promotion", "evens-promotion-median", "random-asha", "optuna-tpe-hyperband", "top-k-1epoch",
-              "dehb")
+              "dehb", "evens-promotion-first-rung")
 BUDGETED = ("top-k-1epoch", "dehb")  # contenders that need --budget-cpu (they have no number of networks to stop at)
 PEERS = ("evens", "evens-classic", "random", "optuna-tpe")  # the default; the others are diagnostics
 # examples/digits.toml's [space] table before presets (issue 22): the classic space, kept here so that
@@ -204,6 +207,23 @@ def prepared(settings: Settings, path: str) -> tuple[DeviceData, dict[str, Confi
     return data, cfgs, spaces
 
 
+@contextlib.contextmanager
+def first_rung_parents():
+    """EXPERIMENT (issue 33, ``evens-promotion-first-rung``): the GA with promotion keeps each network in its population
+    by its first stage's result, ranked by fitness alone, so that every network is judged on the same budget; the rungs
+    decide only how long a network trains (a promotion's later stages never replace its first). The product ranks
+    by rung first; this patches the steady-state strategy while one search runs."""
+    from evolve.search import strategy
+
+    carry_on, individual = strategy.SteadyState._carry_on, strategy._individual
+    strategy.SteadyState._carry_on = lambda self, record: True  # a later stage: its network is in the population already
+    strategy._individual = lambda record, rungs=False: individual(record, False)
+    try:
+        yield
+    finally:
+        strategy.SteadyState._carry_on, strategy._individual = carry_on, individual
+
+
 def run_contender(settings: Settings, path: str, contender: str, seed: int) -> dict:
     """One search of ``contender`` on the dataset at ``path``, scored (what a worker process returns)."""
     torch.set_num_threads(1)
@@ -218,13 +238,14 @@ def run_contender(settings: Settings, path: str, contender: str, seed: int) -> d
         setting = "breeding" if contender in ("evens-model", "evens-blind") else "selection"
         search = replace(cfg.search, **{setting: contender.removeprefix("evens-")})
         out = run_evens(replace(cfg, search=search), space, data, seed, settings.workers)
-    elif contender in ("evens-promotion", "evens-no-promotion", "evens-promotion-median", "random-asha"):
+    elif contender in ("evens-promotion", "evens-no-promotion", "evens-promotion-median", "random-asha", "evens-promotion-first-rung"):
         search = replace(cfg.search, promotion=contender != "evens-no-promotion")
         if contender == "evens-promotion-median":  # the median rule inside each stage too
             search = replace(search, early_stopping=True, stage_early_stopping=True)
         if contender == "random-asha":  # random search with ASHA: Optuna's random sampler through evens' loop
             search = replace(search, mode="optuna", sampler="random", breeding="blind", selection="fitness")
-        out = run_evens(replace(cfg, search=search), space, data, seed, settings.workers, budget=settings.budget_cpu)
+        with first_rung_parents() if contender == "evens-promotion-first-rung" else contextlib.nullcontext():
+            out = run_evens(replace(cfg, search=search), space, data, seed, settings.workers, budget=settings.budget_cpu)
     elif contender.startswith("evens"):
         out = run_evens(cfg, space, data, seed, settings.workers, early_stopping=contender != "evens-no-es",
                         prefetch=0 if contender == "evens-no-prefetch" else None, budget=settings.budget_cpu)
