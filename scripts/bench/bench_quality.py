@@ -48,7 +48,8 @@ evaluation's index), on one CPU thread. Contenders (``--contenders``):
   loguru dask distributed pandas pyarrow``;
   epochs its fidelity, each evaluation trained from the start; needs ``--budget-cpu``); ``evens-promotion-first-rung``
   (EXPERIMENT: promotion with the GA's population ranked by each network's first-stage result instead of rung first:
-  :func:`first_rung_parents`).
+  :func:`first_rung_parents`); ``evens-promotion-random-third`` (EXPERIMENT: promotion with a third of the proposals
+  random genomes: :func:`random_third`).
 
 ``--budget-cpu S`` gives every search S CPU seconds of training instead of ``--evaluations`` networks: each
 stops starting networks once its trainings have spent them (evens as a stop request ends a run). The rows
@@ -107,7 +108,7 @@ from evolve.transport.worker import trainer_for
 
 CONTENDERS = ("evens", "evens-classic", "random", "optuna-tpe", "evens-model", "evens-blind", "evens-ensemble", "evens-fitness", "evens-no-augment",
               "evens-no-es", "evens-no-prefetch", "evens-promotion", "evens-no-promotion", "evens-promotion-median", "random-asha", "optuna-tpe-hyperband", "top-k-1epoch",
-              "dehb", "evens-promotion-first-rung")
+              "dehb", "evens-promotion-first-rung", "evens-promotion-random-third")
 BUDGETED = ("top-k-1epoch", "dehb")  # contenders that need --budget-cpu (they have no number of networks to stop at)
 PEERS = ("evens", "evens-classic", "random", "optuna-tpe")  # the default; the others are diagnostics
 # examples/digits.toml's [space] table before presets (issue 22): the classic space, kept here so that
@@ -224,6 +225,21 @@ def first_rung_parents():
         strategy.SteadyState._carry_on, strategy._individual = carry_on, individual
 
 
+@contextlib.contextmanager
+def random_third():
+    """EXPERIMENT (issue 33, ``evens-promotion-random-third``): with promotion, a third of the GA's proposals are random
+    genomes, as BOHB mixes random configurations into its model's (against a population that converges on one family
+    when it breeds four times as many networks). Patches the steady-state strategy while one search runs."""
+    from evolve.search import strategy
+
+    ask = strategy.SteadyState.ask
+    strategy.SteadyState.ask = lambda self: self.random() if self.rungs and self.rng.random() < 1 / 3 else ask(self)
+    try:
+        yield
+    finally:
+        strategy.SteadyState.ask = ask
+
+
 def run_contender(settings: Settings, path: str, contender: str, seed: int) -> dict:
     """One search of ``contender`` on the dataset at ``path``, scored (what a worker process returns)."""
     torch.set_num_threads(1)
@@ -238,13 +254,15 @@ def run_contender(settings: Settings, path: str, contender: str, seed: int) -> d
         setting = "breeding" if contender in ("evens-model", "evens-blind") else "selection"
         search = replace(cfg.search, **{setting: contender.removeprefix("evens-")})
         out = run_evens(replace(cfg, search=search), space, data, seed, settings.workers)
-    elif contender in ("evens-promotion", "evens-no-promotion", "evens-promotion-median", "random-asha", "evens-promotion-first-rung"):
+    elif contender in ("evens-promotion", "evens-no-promotion", "evens-promotion-median", "random-asha", "evens-promotion-first-rung",
+                       "evens-promotion-random-third"):
         search = replace(cfg.search, promotion=contender != "evens-no-promotion")
         if contender == "evens-promotion-median":  # the median rule inside each stage too
             search = replace(search, early_stopping=True, stage_early_stopping=True)
         if contender == "random-asha":  # random search with ASHA: Optuna's random sampler through evens' loop
             search = replace(search, mode="optuna", sampler="random", breeding="blind", selection="fitness")
-        with first_rung_parents() if contender == "evens-promotion-first-rung" else contextlib.nullcontext():
+        patch = {"evens-promotion-first-rung": first_rung_parents, "evens-promotion-random-third": random_third}.get(contender, contextlib.nullcontext)
+        with patch():
             out = run_evens(replace(cfg, search=search), space, data, seed, settings.workers, budget=settings.budget_cpu)
     elif contender.startswith("evens"):
         out = run_evens(cfg, space, data, seed, settings.workers, early_stopping=contender != "evens-no-es",
