@@ -143,11 +143,14 @@ def plot_search(plt, data: PlotData, metric: str, rows: str = "validation"):
     ok_values = [_value(metric, r.fitness) for r in scored if r.status == "ok"]
     band = top_band(ok_values or [_value(metric, r.fitness) for r in scored] or [0.0], higher)
     by_evaluation = lambda r: r.id + 1  # noqa: E731
-    panels = ((axes[0], by_evaluation, "evaluation (in the order they were proposed)", band, data.by_id, 1.0),
-              (axes[1], lambda r: (r.finished - start) / 60, "wall time since the first evaluation (minutes)", band, data.by_time, None),
-              (axes[2], by_evaluation, "evaluation", None, data.by_id, 1.0))
+    minutes = lambda t: (t - start) / 60  # noqa: E731
+    same = lambda x: x  # noqa: E731
+    # each panel: its axes, a record's x, its label, its zoom, and the best-so-far steps with their x as the panel's
+    panels = ((axes[0], by_evaluation, "evaluation (in the order they were proposed)", band, data.by_id, same),
+              (axes[1], lambda r: minutes(r.finished), "wall time since the first evaluation (minutes)", band, data.by_time, minutes),
+              (axes[2], by_evaluation, "evaluation", None, data.by_id, same))
     failures = sorted({r.status for r in failed})
-    for ax, x_of, xlabel, zoom, steps, scale in panels:
+    for ax, x_of, xlabel, zoom, steps, step_x in panels:
         for status in sorted({r.status for r in scored}):
             group = [r for r in scored if r.status == status]
             ax.scatter([x_of(r) for r in group], [_value(metric, r.fitness) for r in group], s=14, alpha=0.7,
@@ -158,8 +161,7 @@ def plot_search(plt, data: PlotData, metric: str, rows: str = "validation"):
                        marker="v" if higher else "^", color="#d62728", s=20,
                        label=f"failed: {', '.join(failures)} ({sum(data.counts.get(f, 0) for f in failures):,})")
         if steps.xs:  # from every ok record, not the sample
-            xs = steps.xs if scale else [(x - start) / 60 for x in steps.xs]
-            ax.step(xs, [_value(metric, f) for f in steps.fitnesses], where="post", color="black", linewidth=1.5, label="best so far")
+            ax.step([step_x(x) for x in steps.xs], [_value(metric, f) for f in steps.fitnesses], where="post", color="black", linewidth=1.5, label="best so far")
         if zoom is not None:
             ax.set_ylim(*zoom)
         else:

@@ -15,8 +15,7 @@ from evolve.engine import memory
 from evolve.engine.loop import uses_median_rule
 from evolve.engine.state import SearchState
 from evolve.errors import ConfigError, RunDirError
-from evolve.runfile import checkpoint
-from evolve.runfile import genomes
+from evolve.runfile import checkpoint, genomes
 from evolve.runfile.checkpoint import RunInfo
 from evolve.runfile.tempfiles import remove_stale
 from evolve.search.presets import DataFacts

@@ -100,8 +100,7 @@ class Checkpointer:
         checkpoint's memory names, on a resume that carries on from that memory, else a new one."""
         if not search.promotion:
             return None
-        remembered = state.memory if state.dropped and not state.records else {}
-        self.genomes = open_for(genomes_path(self.path), memory.part(remembered, "halving"), len(space))
+        self.genomes = open_for(genomes_path(self.path), memory.part(memory.carried(state) or {}, "halving"), len(space))
         return self.genomes
 
     def close(self) -> None:

@@ -152,9 +152,9 @@ class _Search:
         search = self.search
         caps = capabilities(search.mode)
         # a resume that read no history (checkpoint.load(history=False)) carries on from the parts' memory instead
-        no_history = state.dropped > 0 and not state.records
-        remembered = state.memory if no_history else {}
-        if no_history and not memory.resumable(remembered, search, uses_median_rule(search)):
+        carried = memory.carried(state)
+        remembered = carried or {}
+        if carried is not None and not memory.resumable(remembered, search, uses_median_rule(search)):
             raise ValueError("this search state holds no history and no memory its settings can carry on from; load its run "
                              "file with its history (checkpoint.load)")
         self.strategy = make_strategy(search.mode, Context(space, search, state.rng, state.records, state.pending, state.strategy,

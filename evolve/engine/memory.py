@@ -51,6 +51,12 @@ def gather(search, strategy, bars, halving) -> dict[str, np.ndarray]:
     return memory
 
 
+def carried(state) -> dict[str, np.ndarray] | None:
+    """The memory a session carries on from: the checkpoint's, where ``state`` was loaded without its history
+    (checkpoint.load(history=False)); None where its records are there to rebuild the parts from."""
+    return state.memory if state.dropped > 0 and not state.records else None
+
+
 def part(memory: dict[str, np.ndarray], name: str) -> dict[str, np.ndarray]:
     """The arrays of one part (``strategy``, ``median``), by their own names."""
     prefix = name + "."

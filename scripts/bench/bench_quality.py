@@ -82,6 +82,7 @@ import os
 import sys
 import tempfile
 from dataclasses import dataclass, replace
+from unittest import mock
 
 import harness
 import quality_data
@@ -208,7 +209,6 @@ def prepared(settings: Settings, path: str) -> tuple[DeviceData, dict[str, Confi
     return data, cfgs, spaces
 
 
-@contextlib.contextmanager
 def first_rung_parents():
     """EXPERIMENT (issue 33, ``evens-promotion-first-rung``): the GA with promotion keeps each network in its population
     by its first stage's result, ranked by fitness alone, so that every network is judged on the same budget; the rungs
@@ -216,16 +216,12 @@ def first_rung_parents():
     by rung first; this patches the steady-state strategy while one search runs."""
     from evolve.search import strategy
 
-    carry_on, individual = strategy.SteadyState._carry_on, strategy._individual
-    strategy.SteadyState._carry_on = lambda self, record: True  # a later stage: its network is in the population already
-    strategy._individual = lambda record, rungs=False: individual(record, False)
-    try:
-        yield
-    finally:
-        strategy.SteadyState._carry_on, strategy._individual = carry_on, individual
+    individual = strategy._individual
+    return _patched(
+        (strategy.SteadyState, "_carry_on", lambda self, record: True),  # a later stage: its network is in the population already
+        (strategy, "_individual", lambda record, rungs=False: individual(record, False)))
 
 
-@contextlib.contextmanager
 def random_third():
     """EXPERIMENT (issue 33, ``evens-promotion-random-third``): with promotion, a third of the GA's proposals are random
     genomes, as BOHB mixes random configurations into its model's (against a population that converges on one family
@@ -233,11 +229,16 @@ def random_third():
     from evolve.search import strategy
 
     ask = strategy.SteadyState.ask
-    strategy.SteadyState.ask = lambda self: self.random() if self.rungs and self.rng.random() < 1 / 3 else ask(self)
-    try:
+    return _patched((strategy.SteadyState, "ask", lambda self: self.random() if self.rungs and self.rng.random() < 1 / 3 else ask(self)))
+
+
+@contextlib.contextmanager
+def _patched(*replacements):
+    """Each (owner, name, value) set while the context is open (unittest.mock's patch.object), then restored."""
+    with contextlib.ExitStack() as stack:
+        for owner, name, value in replacements:
+            stack.enter_context(mock.patch.object(owner, name, value))
         yield
-    finally:
-        strategy.SteadyState.ask = ask
 
 
 def run_contender(settings: Settings, path: str, contender: str, seed: int) -> dict:
