@@ -39,3 +39,26 @@ def test_a_key_hashes_the_same_in_every_process_so_a_run_file_can_keep_the_set()
     outs = {subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=ROOT, check=True,
                            env={"PYTHONPATH": ROOT, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "random")}
     assert len(outs) == 1 and len(set(next(iter(outs)).split())) == 2
+
+
+def test_merges_keep_the_hashes_sorted_each_once_as_numpy_unique_would():
+    """The merge inserts the waiting hashes into the sorted array (not np.union1d, slow where np.unique hashes)."""
+    import numpy as np
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from evolve.search.keyset import sorted_unique
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.lists(st.integers(-2**63, 2**63 - 1) | st.integers(-5, 5), max_size=40), max_size=6))
+    def check(batches):
+        held, reference = KeySet(hasher=int), set()
+        for batch in batches:
+            held.add_hashes(np.asarray(batch, dtype=np.int64))
+            held._merge()  # each batch merged on its own, holding some of what is merged already
+            reference.update(batch)
+            assert held.hashes().tolist() == sorted(reference)
+            assert sorted_unique(np.asarray(batch, dtype=np.int64)).tolist() == np.unique(np.asarray(batch, dtype=np.int64)).tolist()
+        assert all(h in held for h in reference) and (len(held) == len(reference))
+
+    check()

@@ -17,6 +17,13 @@ import numpy as np
 MERGE_AT = 4096  # hashes waiting in the set before a merge, or an eighth of those merged if more
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` of integers, by a sort: NumPy 2.3 and later make ``np.unique`` hash, which took 1.4 s for 10^6 random
+    int64 where a sort and a comparison take 0.04 s (NumPy 2.4.6)."""
+    ordered = np.sort(np.asarray(values), kind="stable")
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size else ordered
+
+
 class KeySet:
     """A set of keys, by hash: ``add``, ``update``, ``in`` and ``len`` (no iteration: the keys are not kept)."""
 
@@ -26,7 +33,7 @@ class KeySet:
         self._sorted = np.empty(0, dtype=np.int64)
         if hashes is not None:
             given = np.asarray(hashes, dtype=np.int64)
-            self._sorted = given if given.size < 2 or bool(np.all(given[1:] > given[:-1])) else np.unique(given)  # (as hashes() gave: kept)
+            self._sorted = given if given.size < 2 or bool(np.all(given[1:] > given[:-1])) else sorted_unique(given)  # (as hashes() gave: kept)
         self._new: set[int] = set()
         self._refilter()
         self.update(keys)
@@ -82,8 +89,12 @@ class KeySet:
 
     def _merge(self) -> None:
         if self._new:
-            waiting = np.fromiter(self._new, dtype=np.int64, count=len(self._new))
-            self._sorted = np.union1d(self._sorted, waiting)  # sorted, each hash once
+            waiting = np.sort(np.fromiter(self._new, dtype=np.int64, count=len(self._new)))  # each once (a set's)
+            merged = self._sorted
+            at = merged.searchsorted(waiting)
+            fresh = waiting != merged[np.minimum(at, merged.size - 1)] if merged.size else np.ones(waiting.size, dtype=bool)
+            waiting = waiting[fresh]
+            self._sorted = np.insert(merged, at[fresh], waiting)  # one copy, O(n); not np.union1d, whose np.unique hashes (sorted_unique)
             self._new.clear()
             if self._sorted.size * 4 > len(self._filter):
                 self._refilter()

@@ -3,7 +3,7 @@
 Run from the repository root (after ./scripts/setup.sh)::
 
     .venv/bin/python scripts/bench/bench_checkpoint.py            # 7 repeats
-    .venv/bin/python scripts/bench/bench_checkpoint.py --quick    # 3 repeats
+    .venv/bin/python scripts/bench/bench_checkpoint.py --quick    # 3 repeats, the memory at 10^6 networks only
 
 ``checkpoint.save`` as the master calls it, 4,608 new evaluations each time (a checkpoint's worth in
 bench_master.py), with 32 members entering the hall of fame, and with the hall unchanged (ms per save;
@@ -13,7 +13,11 @@ what a checkpoint without the append-only segment log would do. Its cost grows w
 ratio is reported at the last save. Then, not a contest: what writing a hall-of-fame member costs
 (``ensemble.store.add_members``, h5py's high-level calls), for three small arrays (the zero-work
 trainings of bench_master.py) and a small CNN (4 conv layers with batch norm: 20 tensors, predictions
-on 500 samples). Prints a table and one JSON line.
+on 500 samples). Then the master's memory at a checkpoint of a search that has proposed 10^6 and 10^7
+networks (``--networks``): 4,608 proposals made since the last checkpoint merged into the set of the
+networks proposed (evolve.search.keyset: a sorted array of 64-bit hashes), against the merge it
+replaced (``np.union1d``, whose ``np.unique`` hashes since NumPy 2.3), and the merged array written
+into a state file and synced, as the checkpoint writes the master's memory. Prints a table and one JSON line.
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ from evolve.engine.state import SearchState
 from evolve.runfile import checkpoint, columns
 from evolve.runfile.checkpoint import RunInfo
 from evolve.runfile.segments import write_columns
+from evolve.search.keyset import KeySet, sorted_unique
 from evolve.search.records import Record
 from evolve.search.space import GENE_NAMES
 
@@ -123,9 +128,38 @@ def member_ms(folder: str, members: list[Member], repeats: int) -> float:
     return 1e3 * statistics.median(once() for _ in range(repeats)) / len(members)
 
 
+def memory_ms(folder: str, networks: int, repeats: int) -> dict:
+    """ms a checkpoint's memory costs with ``networks`` proposed: the KeySet's merge of a checkpoint's new hashes, the
+    same merge by np.union1d, and writing the merged hashes into an HDF5 file with an fsync (what checkpoint.save does)."""
+    rng = np.random.default_rng(networks)
+    base = sorted_unique(rng.integers(-2**63, 2**63 - 1, networks, dtype=np.int64))
+    merge, union, write = [], [], []
+    for _ in range(repeats):
+        new = rng.integers(-2**63, 2**63 - 1, ROWS, dtype=np.int64)
+        held = KeySet(hasher=int, hashes=base)
+        held.add_hashes(new)
+        began = time.process_time()
+        merged = held.hashes()
+        merge.append(time.process_time() - began)
+        began = time.process_time()
+        assert np.array_equal(np.union1d(base, new), merged)
+        union.append(time.process_time() - began)
+        path = os.path.join(folder, f"mem{time.monotonic_ns()}.h5")
+        began = time.perf_counter()
+        with h5py.File(path, "w") as f:
+            f.create_group("master").create_dataset("strategy.seen", data=merged)
+            f.flush()
+            os.fsync(f.id.get_vfd_handle())
+        write.append(time.perf_counter() - began)
+        os.remove(path)
+    return {"networks": networks, "merge_ms": 1e3 * statistics.median(merge), "union1d_ms": 1e3 * statistics.median(union),
+            "write_ms": 1e3 * statistics.median(write), "mb": merged.nbytes / 1e6}
+
+
 def main() -> None:
-    parser = harness.parser(__doc__, quick="3 repeats")
+    parser = harness.parser(__doc__, quick="3 repeats, the memory at 10^6 networks only")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--networks", default="1000000,10000000", help="networks proposed, for the memory's part (comma separated)")
     args = parser.parse_args()
     repeats = 3 if args.quick else args.repeats
     rng = np.random.default_rng(0)
@@ -133,6 +167,8 @@ def main() -> None:
         save = saves(folder, repeats, random.Random(1))
         small = member_ms(folder, [small_member(i) for i in range(32)], repeats)
         cnn = member_ms(folder, [cnn_member(i, rng) for i in range(32)], repeats)
+        networks = ["1000000"] if args.quick else args.networks.split(",")
+        memories = [memory_ms(folder, int(n), repeats) for n in networks if n]
     print(harness.machine_line("bench_checkpoint", f"h5py {h5py.version.version}, HDF5 {h5py.version.hdf5_version}; medians of {repeats}"))
     print(f"checkpoint.save with {ROWS} new evaluations: {save['hall_changed_ms']:.1f} ms when 32 members enter the hall, "
           f"{save['hall_unchanged_ms']:.1f} ms when it is unchanged")
@@ -140,9 +176,13 @@ def main() -> None:
     print(f"at {save['rows']:,} evaluations: rewriting the whole history {save['rewrite_ms']:.1f} ms, checkpoint.save "
           f"{save['last_ms']:.1f} ms: rewrite/append {ratio:.2f}")
     print(f"a hall-of-fame member: {small:.2f} ms (three small arrays), {cnn:.2f} ms (a small CNN, 20 tensors)")
+    for m in memories:
+        print(f"the memory at {m['networks']:,} networks proposed ({m['mb']:.0f} MB of hashes): merge {m['merge_ms']:.1f} ms "
+              f"(np.union1d {m['union1d_ms']:.0f} ms: {m['union1d_ms'] / m['merge_ms']:.0f}x), written and synced {m['write_ms']:.0f} ms")
     harness.emit({"save_hall_changed_ms": round(save["hall_changed_ms"], 1), "save_hall_unchanged_ms": round(save["hall_unchanged_ms"], 1),
                   "rows": save["rows"], "rewrite_vs_append": round(ratio, 2), "members_small_ms": round(small, 3),
-                  "members_cnn_ms": round(cnn, 3)})
+                  "members_cnn_ms": round(cnn, 3),
+                  **{f"memory_{m['networks']}_{k}": round(m[k], 1) for m in memories for k in ("merge_ms", "union1d_ms", "write_ms")}})
 
 
 if __name__ == "__main__":
