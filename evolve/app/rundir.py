@@ -26,8 +26,8 @@ REQUEUES_NAME = ".evens-requeues"  # scripts/slurm/evens-job.sh's count of reque
 OWN_FILES = {CLAIM_NAME, LOCK_NAME, REQUEUES_NAME}  # what a start that died before its first checkpoint leaves ...
 DEVICES_NAME = "devices.json"  # each worker's rank, host, device and GPU UUID, for the latest session
 # ... and, beside the claim, what one killed while writing its first checkpoint may leave: the workers' devices,
-# the in-flight log, the paused networks' genomes, the segments' folder and the state file's temporary (tempfiles.exclusive_temp)
-STARTED_FILES = {DEVICES_NAME, *(os.path.splitext(CHECKPOINT_NAME)[0] + end for end in (".inflight", ".genomes", ".evaluations"))}
+# the in-flight log, the side files (the paused networks' genomes, the networks proposed), the segments' folder and the state file's temporary (tempfiles.exclusive_temp)
+STARTED_FILES = {DEVICES_NAME, *(os.path.splitext(CHECKPOINT_NAME)[0] + end for end in (".inflight", ".genomes", ".proposed", ".evaluations"))}
 
 
 def _leftovers(names: set[str]) -> set[str]:

@@ -21,9 +21,10 @@ from evolve.engine.evaluations import FoldPlan
 from evolve.engine.loop import HungWorker, run_search
 from evolve.engine.state import SearchState
 from evolve.errors import RunDirError
-from evolve.runfile import checkpoint
+from evolve.runfile import checkpoint, proposed
 from evolve.runfile.checkpoint import CHECKPOINT_NAME, RunInfo
 from evolve.runfile.genomes import GenomeFile, genomes_path, open_for
+from evolve.runfile.proposed import ProposedLog
 from evolve.search.records import networks
 from evolve.search.space import SearchSpace
 from evolve.transport.mpi_transport import MPIMasterTransport, abort
@@ -72,6 +73,7 @@ class Checkpointer:
         self.choose = SelectionCache(info)
         self.journal: checkpoint.InFlightLog | None = None
         self.genomes: GenomeFile | None = None
+        self.proposed: ProposedLog | None = None
 
     def __call__(self, state: SearchState, let_go: bool = True) -> None:
         """Checkpoint ``state``; with ``let_go``, the records it committed leave memory (the search, built from them, no
@@ -79,8 +81,9 @@ class Checkpointer:
         self.info.wall_seconds = self.wall_before + (time.time() - self.started)
         state.selection = self.choose(state.hall_of_fame)  # the ensemble in every checkpoint is ready to use
         try:
-            if self.genomes is not None:  # the paused networks' genomes this checkpoint counts on, on disk first
-                self.genomes.sync()
+            for side in (self.genomes, self.proposed):  # what this checkpoint counts on in the side files, on disk first
+                if side is not None:
+                    side.sync()
             checkpoint.save(self.path, state, self.info)
             if let_go:
                 state.let_go()  # the run file holds the history now: the master keeps none of it (issue 34)
@@ -103,11 +106,16 @@ class Checkpointer:
         self.genomes = open_for(genomes_path(self.path), memory.part(memory.carried(state) or {}, "halving"), len(space))
         return self.genomes
 
+    def open_proposed(self, state: SearchState) -> ProposedLog:
+        """The file the checkpoints append the networks proposed to (evolve.runfile.proposed): the one the checkpoint's
+        memory names, on a resume that carries on from that memory, else a new one."""
+        self.proposed = proposed.open_for(proposed.proposed_path(self.path), memory.part(memory.carried(state) or {}, "strategy"))
+        return self.proposed
+
     def close(self) -> None:
-        if self.journal is not None:
-            self.journal.close()
-        if self.genomes is not None:
-            self.genomes.close()
+        for opened in (self.journal, self.genomes, self.proposed):
+            if opened is not None:
+                opened.close()
 
 
 class _DrainBySignal:
@@ -149,7 +157,8 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
         searched = replace(config, search=_DrainBySignal(config.search, stop))
         finished = run_search(state, transport, space, searched, checkpoint=track.checkpoints(save), on_result=track.results(progress),
                               should_stop=stop, journal=save.open_journal(), say=say, validation=(problem, info.val_y),
-                              folds=fold_plan(config, data, problem), genomes=save.open_genomes(state, space, config.search))
+                              folds=fold_plan(config, data, problem), genomes=save.open_genomes(state, space, config.search),
+                              proposed=save.open_proposed(state))
         progress.close()
         save(state)
         track.ensemble(state, always=True)  # the session's last

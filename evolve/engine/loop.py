@@ -85,6 +85,7 @@ def run_search(
     validation: tuple[Problem, np.ndarray] | None = None,
     folds: FoldPlan | None = None,
     genomes: Genomes | None = None,
+    proposed=None,
 ) -> bool:
     """Evaluate until ``config.search.evaluations`` evaluations are recorded; True if finished, False if stopped.
 
@@ -106,9 +107,12 @@ def run_search(
     values individuals on; that selection needs it. ``folds`` (``data.folds``): each network is evaluated
     by that many fold trainings (:mod:`evolve.engine.evaluations`); None: by one training. ``genomes``: where
     ``search.promotion`` keeps the paused networks' genomes (evolve.runfile.genomes: a file beside the run's state
-    file, which the caller syncs before each checkpoint); None: in memory.
+    file, which the caller syncs before each checkpoint); None: in memory. ``proposed``: where the checkpoints keep the
+    networks proposed (evolve.runfile.proposed: a file beside the state file that each checkpoint's memory appends to,
+    and the caller syncs); None: in the memory, whole.
     """
-    search = _Search(state, transport, space, config, checkpoint, on_result, say, clock, wall_clock, journal, validation, folds, genomes)
+    search = _Search(state, transport, space, config, checkpoint, on_result, say, clock, wall_clock, journal, validation, folds, genomes,
+                     proposed)
     with _history_frozen():
         return search.run(should_stop, poll_seconds)
 
@@ -146,7 +150,7 @@ class _Search:
     """One session of :func:`run_search`: its parts, and the steps of its loop."""
 
     def __init__(self, state: SearchState, transport: Transport, space: SearchSpace, config: Config, checkpoint, on_result, say,
-                 clock, wall_clock, journal, validation, folds, genomes=None):
+                 clock, wall_clock, journal, validation, folds, genomes=None, proposed=None):
         self.state, self.space, self.search = state, space, config.search
         self.checkpoint, self.on_result, self.say, self.clock, self.wall_clock = checkpoint, on_result, say, clock, wall_clock
         search = self.search
@@ -160,6 +164,8 @@ class _Search:
         self.strategy = make_strategy(search.mode, Context(space, search, state.rng, state.records, state.pending, state.strategy,
                                                            search.second_objective, _ensemble_value(state, config, validation),
                                                            memory.part(remembered, "strategy")))
+        if proposed is not None and hasattr(self.strategy, "keep_proposed_in"):
+            self.strategy.keep_proposed_in(proposed)
         self.bars = (BarCache(MedianRule.restored(memory.part(remembered, "median")) if remembered else MedianRule(state.records),
                               state.recorded) if uses_median_rule(search) else None)
         self.halving = None  # rungs and promotions (successive halving)

@@ -53,6 +53,7 @@ from evolve.search.tally import Tally
 from evolve.search.space import SearchSpace
 
 from . import columns as table
+from . import proposed
 from .folding import read_folding, write_folding
 from .inflight import InFlightLog, inflight_path, merge_into  # noqa: F401 (InFlightLog, inflight_path: the run's API)
 from .segments import Segment, append, merged, read_columns, read_segment, remove_unlisted, snapshot, write_columns
@@ -294,7 +295,7 @@ def _write_state(f: h5py.File, state: SearchState, info: RunInfo, segments: list
         write_columns(best, table.encode([state.tally.best], Record, len(info.gene_names)))
         store.seal(best)
     master = f.create_group("master")  # evolve.engine.memory: what a resume needs besides this file's attributes, as arrays
-    for name, array in state.memory.items():
+    for name, array in proposed.stored(state.memory).items():
         checksummed(master, name, np.asarray(array))
     store.seal(master)
     pending = f.create_group("pending")
@@ -339,6 +340,8 @@ def load(path: str, weights: bool = True, say: Callable[[str], None] | None = No
         try:
             _check_format(f, path)
             state, info = _read(f, weights, dropped, history, memory)
+            if memory and not history:  # the hashes of the networks proposed, where the memory keeps them in their own file
+                state.memory = proposed.filled(proposed.proposed_path(path), state.memory)
             merge_into(path, state, len(info.gene_names))
             _check_consistent(state, info)
         except (KeyError, ValueError, TypeError, IndexError, AttributeError, OSError, RuntimeError) as exc:  # (h5py: RuntimeError for some damaged headers)

@@ -4,7 +4,7 @@ A promotion trains a paused network on, so the master must give it the network's
 ago the network paused; and with ``search.promotion`` most networks pause below a rung's top for good. Keeping
 every paused network's genome in memory costs about 110 bytes a result (a million results: 110 MB, growing), and
 writing them into every checkpoint's memory group costs as much on disk each time. So with a run directory they
-live in ``checkpoint.genomes`` beside the state file:
+live in ``checkpoint.genomes`` beside the state file (a side file, evolve.runfile.sidefile):
 
 * a 32-byte header: ``EVGENOME``, a format version and the number of genes (uint32 each), and a random 16-byte
   token that the checkpoints' memory names, so a resume knows the file is this run's;
@@ -23,21 +23,16 @@ Without a run directory (a search in one process, the benchmarks' loopback), evo
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
-import stat
 import struct
 
 import numpy as np
 
 from evolve.engine.promotion import Genomes
-from evolve.errors import RunDirError
+
+from .sidefile import HEADER, SideFile
 
 GENOMES_SUFFIX = ".genomes"
-_MAGIC = b"EVGENOME"
-_VERSION = 1
-_HEADER = struct.Struct("<8sII16s")  # magic, version, genes, token
 TOKEN = "genome_token"  # the memory's name for the token (with the halving's prefix: evolve.engine.promotion)
 ROWS = "genome_rows"  # ... and for the rows the file must hold at least (the highest id written, plus one)
 
@@ -47,46 +42,30 @@ def genomes_path(path: str) -> str:
     return os.path.splitext(path)[0] + GENOMES_SUFFIX
 
 
-class GenomeFile(Genomes):
+class GenomeFile(SideFile, Genomes):
     """The paused networks' genomes in ``checkpoint.genomes`` (see the module's note); only ids in memory."""
 
+    MAGIC, VERSION, WHAT = b"EVGENOME", 1, "the paused networks' genomes"
     in_memory = False
 
     def __init__(self, path: str, genes: int, token: bytes | None = None):
         """A new file at ``path`` for genomes of ``genes`` genes (replacing any there), or with ``token`` the existing
         one that token names (:func:`usable` said so)."""
-        super().__init__()
-        self.path, self.genes = path, genes
+        Genomes.__init__(self)
+        SideFile.__init__(self, path, genes, token)
+        self.genes = genes
         self._row = struct.Struct(f"<q{genes}d")
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-        try:
-            self._fd = os.open(path, flags, 0o644)
-        except OSError as exc:  # a link in its place (never followed), a folder, no permission
-            raise RunDirError(f"{path}: cannot open the paused networks' genomes ({exc.strerror})") from None
-        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
-            os.close(self._fd)
-            raise RunDirError(f"{path}: not a regular file")
-        if token is None:
-            self.token = secrets.token_bytes(16)
-            with _writing(path):
-                os.ftruncate(self._fd, 0)
-                os.pwrite(self._fd, _HEADER.pack(_MAGIC, _VERSION, genes, self.token), 0)
-        else:
-            self.token = token
-        self.rows = _rows_in(os.fstat(self._fd).st_size, genes)
-        self._dirty = token is None
+        self.rows = _rows_in(self.size, genes)
 
     def _at(self, network: int) -> int:
-        return _HEADER.size + network * self._row.size
+        return HEADER.size + network * self._row.size
 
     def put(self, network: int, genome) -> None:
-        with _writing(self.path):
-            os.pwrite(self._fd, self._row.pack(network + 1, *genome), self._at(network))
+        self.pwrite(self._row.pack(network + 1, *genome), self._at(network))
         self.rows = max(self.rows, network + 1)
-        self._dirty = True
 
     def get(self, network: int) -> list[float] | None:
-        data = os.pread(self._fd, self._row.size, self._at(network))
+        data = self.pread(self._row.size, self._at(network))
         if len(data) < self._row.size:
             return None
         ident, *genome = self._row.unpack(data)
@@ -102,31 +81,9 @@ class GenomeFile(Genomes):
         """What the checkpoint's memory says of the file: its token and the rows it must hold."""
         return {TOKEN: np.frombuffer(self.token, dtype=np.uint8).copy(), ROWS: np.asarray([self.rows], dtype=np.int64)}
 
-    def sync(self) -> None:
-        """Every row written so far on disk (before a checkpoint that counts on them commits)."""
-        if self._dirty:
-            with _writing(self.path):
-                os.fsync(self._fd)
-            self._dirty = False
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
-@contextlib.contextmanager
-def _writing(path: str):
-    """A write that fails (a full disk, a quota, a file system gone read-only) as one line naming the file."""
-    try:
-        yield
-    except OSError as exc:
-        raise RunDirError(f"{path}: cannot write the paused networks' genomes ({exc.strerror or exc}); the run keeps its last "
-                          "checkpoint") from None
-
 
 def _rows_in(size: int, genes: int) -> int:
-    return max(0, (size - _HEADER.size) // (8 + 8 * genes))
+    return max(0, (size - HEADER.size) // (8 + 8 * genes))
 
 
 def usable(path: str, memory: dict[str, np.ndarray], genes: int) -> bool:
@@ -134,14 +91,8 @@ def usable(path: str, memory: dict[str, np.ndarray], genes: int) -> bool:
     memory counts on none (its genomes are in it, or the search has no promotion)."""
     if TOKEN not in memory:
         return True
-    try:
-        with open(path, "rb") as f:
-            magic, version, held, token = _HEADER.unpack(f.read(_HEADER.size))
-            size = os.fstat(f.fileno()).st_size
-    except (OSError, struct.error):
-        return False
-    return (magic, version, held) == (_MAGIC, _VERSION, genes) and token == bytes(memory[TOKEN]) and \
-        _rows_in(size, genes) >= int(memory[ROWS][0])
+    size = GenomeFile.matches(path, bytes(memory[TOKEN]), genes)
+    return size is not None and _rows_in(size, genes) >= int(memory[ROWS][0])
 
 
 def open_for(path: str, memory: dict[str, np.ndarray], genes: int) -> GenomeFile:

@@ -7,6 +7,10 @@ then, into a sorted numpy array with a byte filter beside it (4 to 8 bytes a key
 filter probe and, for one key in four or so not held, a binary search. Two different networks whose
 keys hash alike (about one pair in 10^6 at 10^7 networks) count as one: the second is taken for a duplicate
 and bred again, which costs a draw, never a wrong result.
+
+A run's checkpoints keep the set. Without a run directory each holds every hash (:meth:`KeySet.memory`); with one, the
+set is journaled (:meth:`KeySet.journal`) to an append-only file beside the state file (evolve.runfile.proposed), and
+a checkpoint appends only the hashes added since the last one, so its cost does not grow with the history.
 """
 from __future__ import annotations
 
@@ -35,8 +39,30 @@ class KeySet:
             given = np.asarray(hashes, dtype=np.int64)
             self._sorted = given if given.size < 2 or bool(np.all(given[1:] > given[:-1])) else sorted_unique(given)  # (as hashes() gave: kept)
         self._new: set[int] = set()
+        self._log = None  # see journal()
+        self._unsaved: list[int] | None = None  # hashes added since the log was last written (None: no log)
+        self._unsaved_held: list[np.ndarray] = []  # ... and what the set held when the log was new
         self._refilter()
         self.update(keys)
+
+    def journal(self, log) -> None:
+        """From now on, :meth:`memory` appends the hashes added since its last call to ``log`` (``append(hashes)``,
+        ``memory()``, ``count``: evolve.runfile.proposed.ProposedLog) instead of giving every hash. A log that holds
+        nothing yet gets every hash held now at the next :meth:`memory`; one that holds some holds these already (a
+        resume carries on from them, and the networks still out were proposed before the checkpoint that wrote them)."""
+        self._log, self._unsaved = log, []
+        self._unsaved_held = [self.hashes()] if log.count == 0 else []
+
+    def memory(self, name: str) -> dict[str, np.ndarray]:
+        """The set as a checkpoint keeps it, under ``name``: every hash held (sorted), or with a log, the log's token
+        and count (``<name>_token``, ``<name>_count``) once the hashes added since the last call are in it."""
+        if self._log is None:
+            return {name: self.hashes()}
+        if self._unsaved or self._unsaved_held:
+            self._log.append(np.concatenate([*self._unsaved_held, np.asarray(self._unsaved, dtype=np.int64)]))
+            self._unsaved.clear()
+            self._unsaved_held = []
+        return {f"{name}_{part}": array for part, array in self._log.memory().items()}
 
     def _refilter(self) -> None:
         """A byte per slot, at least 4 slots a merged hash, 1 where some merged hash's low bits point: most lookups of
@@ -53,11 +79,17 @@ class KeySet:
 
     def add_hashes(self, hashes: np.ndarray) -> None:
         """Hashes another set gave (:meth:`hashes`)."""
-        self._new.update(np.asarray(hashes, dtype=np.int64).tolist())
+        given = np.asarray(hashes, dtype=np.int64)
+        self._new.update(given.tolist())
+        if self._unsaved is not None:
+            self._unsaved_held.append(given.copy())
         self._merge_if_due()
 
     def add(self, key: Hashable) -> None:
-        self._new.add(self.hasher(key))
+        h = self.hasher(key)
+        self._new.add(h)
+        if self._unsaved is not None:
+            self._unsaved.append(h)
         self._merge_if_due()
 
     def _merge_if_due(self) -> None:

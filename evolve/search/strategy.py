@@ -201,13 +201,19 @@ class _Breeder:
         """The part of a strategy's ``memory()`` (evolve.engine.memory) that every breeder has: the networks proposed
         and those that crashed, by hash, and the surrogate's (``surrogate.*``: the rows of its last fit and the latest
         results). A strategy that carries on from it defines ``memory()`` and restores it in ``create``."""
-        kept = {"seen": self.seen.hashes(), "crashed": self.crashed.hashes()}
+        kept = {**self.seen.memory("seen"), "crashed": self.crashed.hashes()}  # seen: the hashes, or their file's token and count
         if self.surrogate is not None:
             kept.update({f"surrogate.{name}": array for name, array in self.surrogate.memory().items()})
         return kept
 
+    def keep_proposed_in(self, log) -> None:
+        """From now on the checkpoints' memory appends the networks proposed to ``log`` (evolve.runfile.proposed) instead
+        of holding them all (KeySet.journal)."""
+        self.seen.journal(log)
+
     def restore(self, memory: dict[str, np.ndarray]) -> None:
-        """Carry on from :meth:`bred_memory` (with the networks still out already in ``seen``)."""
+        """Carry on from :meth:`bred_memory` (with the networks still out already in ``seen``; ``memory["seen"]`` read
+        from its file where the checkpoint kept them there: evolve.runfile.proposed.filled)."""
         out = self.seen.hashes()
         self.seen = KeySet(hasher=self.space.key_hash, hashes=memory["seen"])
         self.seen.add_hashes(out)

@@ -128,6 +128,7 @@ def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int =
     from evolve.runfile import checkpoint
     from evolve.runfile.checkpoint import InFlightLog, RunInfo
     from evolve.runfile.genomes import GenomeFile, genomes_path
+    from evolve.runfile.proposed import ProposedLog, proposed_path
     from evolve.search.space import GENE_NAMES
 
     space = parse_bench_space()
@@ -155,13 +156,15 @@ def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int =
         journal = InFlightLog(path)
         # with promotion, the paused networks' genomes in the run's file, as evens run keeps them (evolve.runfile.genomes)
         genomes = GenomeFile(genomes_path(path), len(space)) if VARIANTS[variant].get("promotion") else None
+        proposed = ProposedLog(proposed_path(path))  # the networks proposed, appended at each checkpoint (evolve.runfile.proposed)
         progress = Progress(evaluations, 0, workers=workers, stream=io.StringIO())  # a batch job's status lines
 
         def save(s) -> None:  # as evens run saves: the ensemble chosen again if the hall changed, the records let go, the log emptied
             began = mine()
             s.selection = choose(s.hall_of_fame)
-            if genomes is not None:
-                genomes.sync()
+            for side in (genomes, proposed):
+                if side is not None:
+                    side.sync()
             checkpoint.save(path, s, info)
             s.let_go()
             journal.reset()
@@ -176,12 +179,13 @@ def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int =
 
         start = mine()
         run_search(state, transport, space, config, checkpoint=save, on_result=on_result, journal=journal,
-                   clock=lambda: float(state.recorded), genomes=genomes)
+                   clock=lambda: float(state.recorded), genomes=genomes, proposed=proposed)
         total = mine() - start
         transport.stop()
         journal.close()
-        if genomes is not None:
-            genomes.close()
+        for side in (genomes, proposed):
+            if side is not None:
+                side.close()
     figures["evens_us"] = 1e6 * total / state.recorded
     figures["windows"] = {str(a): 1e6 * (marks[b] - marks[a]) / (b - a) for a, b in windows}
     if WINDOW_STARTS[0] in marks:  # the start: the hall of fame fills (every network's payload is wanted)
