@@ -19,7 +19,7 @@ from evolve.engine import memory
 from evolve.engine.loop import run_search
 from evolve.engine.state import SearchState
 from evolve.runfile import checkpoint, proposed
-from evolve.runfile.proposed import COUNT, TOKEN, ProposedLog, proposed_path
+from evolve.runfile.proposed import COUNT, CRC, TOKEN, ProposedLog, proposed_path
 from evolve.search.keyset import KeySet
 from evolve.transport.protocol import InProcessTransport
 
@@ -37,8 +37,10 @@ def test_the_file_appends_and_a_reopened_one_drops_what_no_checkpoint_counted(tm
     again = proposed.open_for(path, said)
     assert os.path.getsize(path) == 32 + 3 * 8 and again.count == 3  # the hash no checkpoint counted is gone
     again.append(np.asarray([-3, 9], dtype=np.int64))  # a repeat is harmless: read back once
+    grown = {f"seen_{k}": v for k, v in again.memory().items()}
     again.close()
-    assert proposed.read_for(path, {**said, COUNT: np.asarray([5])}).tolist() == [-3, 5, 9, 2**62]
+    assert proposed.read_for(path, grown).tolist() == [-3, 5, 9, 2**62]
+    assert proposed.read_for(path, {**grown, CRC: said[CRC]}) is None  # not the hashes the checkpoint counted
     assert proposed.usable(path, {})  # a memory that counts on no file
     assert not proposed.usable(path, {**said, TOKEN: np.zeros(16, np.uint8)})  # another run's file
     assert not proposed.usable(path, {**said, COUNT: np.asarray([6])})  # shorter than the checkpoint says
@@ -51,7 +53,7 @@ def test_a_journaled_set_gives_its_log_only_what_was_added_since_the_last_checkp
     held = KeySet(range(100), hasher=lambda k: k * 7919)
     log = ProposedLog(str(tmp_path / "c.proposed"))
     held.journal(log)  # a new file: everything held goes in at the first checkpoint
-    assert held.memory("seen").keys() == {"seen_token", "seen_count"} and log.count == 100
+    assert held.memory("seen").keys() == {"seen_token", "seen_count", "seen_crc32"} and log.count == 100
     held.update(range(100, 130))
     held.add(5)  # one it holds
     assert held.memory("seen")["seen_count"].tolist() == [131] and held.memory("seen")["seen_count"].tolist() == [131]
@@ -104,8 +106,12 @@ def test_a_resume_whose_file_is_gone_or_short_reads_the_history(tmp_path):
     session(path, search_config(20, 6, 3, 0, checkpoint_seconds=5, early_stopping=False))
     assert memory.part(checkpoint.load(path, history=False)[0].memory, "strategy")["seen_count"][0] >= 20
     with open(proposed_path(path), "r+b") as f:
-        f.truncate(32 + 8 * 5)
+        f.seek(32 + 8 * 3)
+        f.write(b"\xff")  # a damaged hash
     assert checkpoint.load(path, history=False)[0].memory == {}  # the memory cannot carry on: a resume reads the history
+    with open(proposed_path(path), "r+b") as f:
+        f.truncate(32 + 8 * 5)
+    assert checkpoint.load(path, history=False)[0].memory == {}
     os.remove(proposed_path(path))
     assert checkpoint.load(path, history=False)[0].memory == {}
 

@@ -11,13 +11,15 @@ Held in the checkpoint's memory, every checkpoint would write all of them again:
   network proposed before.
 
 Each checkpoint appends what was added since the last one and syncs the file before it commits, and its memory says
-how many hashes the file must hold (``strategy.seen_count``). A resume reads that many (:func:`read_for`) and drops
-any after them (appended for a checkpoint that never committed); one whose file is missing, another run's or short
-reads the history instead, which writes a new file. Nothing in the file is executed.
+how many hashes the file must hold (``strategy.seen_count``) and their CRC-32 (``strategy.seen_crc32``, kept as they
+are appended). A resume reads that many (:func:`read_for`), checks them, and drops any after them (appended for a
+checkpoint that never committed); one whose file is missing, another run's, short or damaged reads the history
+instead, which writes a new file. Nothing in the file is executed.
 """
 from __future__ import annotations
 
 import os
+import zlib
 
 import numpy as np
 
@@ -28,7 +30,7 @@ from .sidefile import HEADER, SideFile
 PROPOSED_SUFFIX = ".proposed"
 NAME = "seen"  # the set's name in the strategy's memory (evolve.search.strategy) ...
 PREFIX = "strategy."  # ... and the strategy's part of the checkpoint's memory (evolve.engine.memory)
-TOKEN, COUNT = f"{NAME}_token", f"{NAME}_count"  # what the memory says of the file
+TOKEN, COUNT, CRC = f"{NAME}_token", f"{NAME}_count", f"{NAME}_crc32"  # what the memory says of the file
 _HASH = np.dtype("<i8")
 
 
@@ -42,11 +44,11 @@ class ProposedLog(SideFile):
 
     MAGIC, VERSION, WHAT = b"EVPROPOS", 1, "the hashes of the networks proposed"
 
-    def __init__(self, path: str, token: bytes | None = None, count: int = 0):
+    def __init__(self, path: str, token: bytes | None = None, count: int = 0, crc: int = 0):
         """A new file at ``path`` (replacing any there), or with ``token`` the existing one that a checkpoint counting
-        ``count`` hashes names (:func:`usable` said so): what follows them is dropped."""
+        ``count`` hashes of CRC-32 ``crc`` names (:func:`usable` said so): what follows them is dropped."""
         super().__init__(path, _HASH.itemsize, token)
-        self.count = count if token is not None else 0
+        self.count, self.crc = (count, crc) if token is not None else (0, 0)
         if token is not None and self.size > self._end:
             with self.writing():
                 os.ftruncate(self._fd, self._end)
@@ -56,13 +58,15 @@ class ProposedLog(SideFile):
         return HEADER.size + self.count * _HASH.itemsize
 
     def append(self, hashes: np.ndarray) -> None:
-        data = np.ascontiguousarray(hashes, dtype=_HASH)
-        self.pwrite(data.tobytes(), self._end)
-        self.count += int(data.size)
+        data = np.ascontiguousarray(hashes, dtype=_HASH).tobytes()
+        self.pwrite(data, self._end)
+        self.count += len(data) // _HASH.itemsize
+        self.crc = zlib.crc32(data, self.crc)  # of every hash so far, kept as they are appended
 
     def memory(self) -> dict[str, np.ndarray]:
-        """What the checkpoint's memory says of the file (under the set's name): its token and the hashes it holds."""
-        return {"token": np.frombuffer(self.token, dtype=np.uint8).copy(), "count": np.asarray([self.count], dtype=np.int64)}
+        """What the checkpoint's memory says of the file (under the set's name): its token, the hashes it holds and their CRC-32."""
+        return {"token": np.frombuffer(self.token, dtype=np.uint8).copy(), "count": np.asarray([self.count], dtype=np.int64),
+                "crc32": np.asarray([self.crc], dtype=np.int64)}
 
 
 def usable(path: str, memory: dict[str, np.ndarray]) -> bool:
@@ -74,15 +78,19 @@ def usable(path: str, memory: dict[str, np.ndarray]) -> bool:
     return size is not None and size >= HEADER.size + int(memory[COUNT][0]) * _HASH.itemsize
 
 
-def read_for(path: str, memory: dict[str, np.ndarray]) -> np.ndarray:
-    """The hashes the checkpoint's strategy ``memory`` counts on (:func:`usable` has checked the file), sorted, each once."""
+def read_for(path: str, memory: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The hashes the checkpoint's strategy ``memory`` counts on (:func:`usable` has checked the file), sorted, each once;
+    None if they are not those the checkpoint counted (fewer, or another CRC-32: the file was damaged)."""
     count = int(memory[COUNT][0])
-    with open(path, "rb") as f:
-        f.seek(HEADER.size)
-        hashes = np.fromfile(f, dtype=_HASH, count=count)
-    if hashes.size != count:
-        raise OSError(f"{path}: {hashes.size} of {count} hashes")
-    return sorted_unique(hashes.astype(np.int64))
+    try:
+        with open(path, "rb") as f:
+            f.seek(HEADER.size)
+            data = f.read(count * _HASH.itemsize)
+    except OSError:
+        return None
+    if len(data) != count * _HASH.itemsize or zlib.crc32(data) != int(memory[CRC][0]):
+        return None
+    return sorted_unique(np.frombuffer(data, dtype=_HASH).astype(np.int64))
 
 
 def filled(path: str, memory: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -91,9 +99,8 @@ def filled(path: str, memory: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     part = {key[len(PREFIX):]: value for key, value in memory.items() if key.startswith(PREFIX)}
     if TOKEN not in part:
         return memory
-    if not usable(path, part):
-        return {}
-    return {**memory, PREFIX + NAME: read_for(path, part)}
+    hashes = read_for(path, part) if usable(path, part) else None
+    return {} if hashes is None else {**memory, PREFIX + NAME: hashes}
 
 
 def stored(memory: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -104,4 +111,6 @@ def stored(memory: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def open_for(path: str, memory: dict[str, np.ndarray]) -> ProposedLog:
     """The file of a session: the checkpoint's own (its strategy ``memory`` names it, :func:`usable` has checked it), else
     a new one."""
-    return ProposedLog(path, bytes(memory[TOKEN]), int(memory[COUNT][0])) if TOKEN in memory else ProposedLog(path)
+    if TOKEN not in memory:
+        return ProposedLog(path)
+    return ProposedLog(path, bytes(memory[TOKEN]), int(memory[COUNT][0]), int(memory[CRC][0]))
