@@ -39,7 +39,7 @@ def seed_run(folder: str) -> None:
 def grow(folder: str, evaluations: int, seed: int = 0, say=print) -> None:
     """The run in ``folder`` with its history grown to ``evaluations`` records."""
     from evolve.engine import memory
-    from evolve.runfile import checkpoint
+    from evolve.runfile import checkpoint, proposed
     from evolve.search.early_stop import MedianRule
     from evolve.search.keyset import KeySet
     from evolve.search.tally import planned_epochs
@@ -50,6 +50,8 @@ def grow(folder: str, evaluations: int, seed: int = 0, say=print) -> None:
     templates = [r for r in templates.records if r.status != "crashed"]
     space, rng = info.space(), random.Random(seed)
     seen = KeySet(hasher=space.key_hash, hashes=state.memory["strategy.seen"])
+    log = proposed.open_for(proposed.proposed_path(path), memory.part(state.memory, "strategy"))  # as evens run appends them
+    seen.journal(log)
     rule = MedianRule.restored(memory.part(state.memory, "median"))
     clock = max(r.finished for r in templates)
     began = time.perf_counter()
@@ -68,10 +70,13 @@ def grow(folder: str, evaluations: int, seed: int = 0, say=print) -> None:
             state.tally.tell(r, planned_epochs(space, r))
         rule.settle()  # as the master's bars do, every n/64 results
         state.records = chunk
-        state.memory.update({"strategy.seen": seen.hashes(), **{f"median.{k}": v for k, v in rule.memory().items()}})
+        state.memory.update({**{f"strategy.{k}": v for k, v in seen.memory("seen").items()},
+                             **{f"median.{k}": v for k, v in rule.memory().items()}})
+        log.sync()
         checkpoint.save(path, state, info)
         state.let_go()
         say(f"  {state.recorded:,} evaluations written ({time.perf_counter() - began:.0f} s)")
+    log.close()
 
 
 def main() -> None:
