@@ -4,22 +4,20 @@ file is gone or is not the checkpoint's."""
 import os
 import shutil
 import subprocess
-from dataclasses import replace
 
 import numpy as np
 import pytest
-from checkpoint_fixture import SPACE, info
+from checkpoint_fixture import SPACE
 from cli_fixture import SMALL, report
 from conftest import ROOT, evens_cmd
 from fakes import search_config
+from test_proposed import session
 from test_resume_memory import KEYS, carry_on, staged
 
 from evolve.engine import memory
-from evolve.engine.loop import run_search
 from evolve.engine.state import SearchState
 from evolve.runfile import checkpoint
 from evolve.runfile.genomes import ROWS, TOKEN, GenomeFile, genomes_path, open_for, usable
-from evolve.transport.protocol import InProcessTransport
 
 
 def test_a_row_comes_back_as_written_and_a_reopened_file_is_checked_against_the_checkpoints_word(tmp_path):
@@ -50,35 +48,17 @@ def test_a_row_comes_back_as_written_and_a_reopened_file_is_checked_against_the_
     assert fresh.token != bytes(said[TOKEN]) and fresh.get(2) is None
 
 
-def session_with_file(path, config, state=None):
-    """As evens run: the genomes in the run's file, synced before each checkpoint, the records let go after it."""
-    state = state or SearchState.fresh(0, candidates=3)
-    run = replace(info(), config=replace(config, space=info().config.space))
-    remembered = state.memory if state.dropped and not state.records else {}
-    store = open_for(genomes_path(path), memory.part(remembered, "halving"), len(SPACE))
-
-    def save(s):
-        store.sync()
-        checkpoint.save(path, s, run)
-        s.let_go()
-
-    run_search(state, InProcessTransport(staged, 2), SPACE, config, checkpoint=save, clock=lambda: float(state.recorded), genomes=store)
-    save(state)
-    store.close()
-    return state
-
-
 @pytest.mark.parametrize("settings", [dict(), dict(eta=2, min_budget=0.25), dict(breeding="model", brood=4)])
 def test_a_resume_with_the_genomes_in_the_file_carries_on_as_one_that_read_every_record(tmp_path, settings):
     path = str(tmp_path / "run" / "checkpoint.h5")
     os.makedirs(os.path.dirname(path))
-    session_with_file(path, search_config(40, 6, 3, 0, checkpoint_seconds=5, promotion=True, early_stopping=False, **settings))
+    session(path, search_config(40, 6, 3, 0, checkpoint_seconds=5, promotion=True, early_stopping=False, **settings), work=staged)
     state, _ = checkpoint.load(path, history=False)
     kept = memory.part(state.memory, "halving")
     assert "paused_genomes" not in kept and TOKEN in kept and usable(genomes_path(path), kept, len(SPACE))
     more = search_config(90, 6, 3, 0, promotion=True, early_stopping=False, **settings)
     whole = carry_on(path, more, True, staged)  # the history, the genomes in memory
-    assert session_with_file(path, more, state).recorded == whole.recorded
+    assert session(path, more, state, staged).recorded == whole.recorded
     everything = checkpoint.load(path)[0].records
     assert KEYS(everything) == KEYS(whole.records)  # the same networks, proposed and judged alike
     assert any(r.network >= 0 and r.id > 45 for r in everything)  # promotions after the resume: genomes from the file

@@ -18,7 +18,7 @@ from test_resume_memory import KEYS, carry_on, flaky
 from evolve.engine import memory
 from evolve.engine.loop import run_search
 from evolve.engine.state import SearchState
-from evolve.runfile import checkpoint, proposed
+from evolve.runfile import checkpoint, genomes, proposed
 from evolve.runfile.proposed import COUNT, CRC, TOKEN, ProposedLog, proposed_path
 from evolve.search.keyset import KeySet
 from evolve.transport.protocol import InProcessTransport
@@ -64,19 +64,26 @@ def test_a_journaled_set_gives_its_log_only_what_was_added_since_the_last_checkp
 
 
 def session(path, config, state=None, work=flaky):
-    """As evens run: the networks proposed appended to the run's file, synced before each checkpoint, the records let go after it."""
+    """As evens run: the side files beside the state file (the networks proposed; with promotion, the paused networks'
+    genomes), synced before each checkpoint, the records let go after it."""
     state = state or SearchState.fresh(0, candidates=3)
     run = replace(info(), config=replace(config, space=info().config.space))
-    log = proposed.open_for(proposed_path(path), memory.part(memory.carried(state) or {}, "strategy"))
+    remembered = memory.carried(state) or {}
+    log = proposed.open_for(proposed_path(path), memory.part(remembered, "strategy"))
+    store = genomes.open_for(genomes.genomes_path(path), memory.part(remembered, "halving"), len(SPACE)) if config.search.promotion else None
+    sides = [side for side in (log, store) if side is not None]
 
     def save(s):
-        log.sync()
+        for side in sides:
+            side.sync()
         checkpoint.save(path, s, run)
         s.let_go()
 
-    run_search(state, InProcessTransport(work, 2), SPACE, config, checkpoint=save, clock=lambda: float(state.recorded), proposed=log)
+    run_search(state, InProcessTransport(work, 2), SPACE, config, checkpoint=save, clock=lambda: float(state.recorded), proposed=log,
+               genomes=store)
     save(state)
-    log.close()
+    for side in sides:
+        side.close()
     return state
 
 
