@@ -15,5 +15,5 @@ fi
 export OMP_NUM_THREADS=1
 # Two pytest processes: many end-to-end tests wait on signals, kills and time limits, so the 2-core
 # machine's suite takes 0.88 of its serial time (502 s against 573 s, 2026-11-27). EVENS_TEST_PROCESSES=0: serial.
-# (loadgroup: the real-Slurm tests share one local cluster, so they run in one process)
+# (loadgroup: the real-Slurm tests share one local cluster, so they run in one process; test_export's searches are made once)
 exec .venv/bin/python -m pytest -q --durations=15 -n "${EVENS_TEST_PROCESSES:-2}" --dist loadgroup "$@"

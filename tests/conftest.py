@@ -34,6 +34,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPI_PROGRAMS = os.path.join(ROOT, "tests", "mpi")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """scripts/test.sh's ``--dist loadgroup`` sends the tests of one ``xdist_group`` to one process (the real-Slurm
+    tests share one local cluster; test_export's searches are made once) by a suffix that pytest-xdist adds to each
+    test's id. pytest 9.2 keeps the id in ``Node._id``, where xdist 3.8 still writes ``_nodeid``, so its suffix was
+    lost and groups were split across processes; it is added here where it is missing."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")})
+        if names and "@" not in item.nodeid and hasattr(item, "_id"):
+            from _pytest.nodeid import coerce_node_id
+
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(names)}")
+
+
 def blobs(n: int, sample_shape: tuple[int, ...], classes: int = 3, seed: int = 0, dtype=np.float32):
     """Separable classes: each class has its own mean pattern plus noise."""
     rng = np.random.default_rng(seed)

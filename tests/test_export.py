@@ -32,6 +32,8 @@ from ensemble.train import DeviceData, train_and_evaluate
 from evolve.app.cli import main
 
 HAS_ONNX = all(importlib.util.find_spec(name) for name in ("onnx", "onnxscript", "onnxruntime"))
+# one test process for the module, so that the exports of its module fixture (three searches, each exported) are made once
+pytestmark = pytest.mark.xdist_group("export")
 FORMATS = ["pt2", pytest.param("onnx", marks=pytest.mark.skipif(not HAS_ONNX, reason="needs evens[export]: onnx, onnxscript, onnxruntime"))]
 RUNS = {  # a classifier of images taken as uint8, one of signals with a recurrent member, a regression with standardised inputs
     "images": ((1, 8, 8), [NetworkSpec("cnn", 2, 8)], np.uint8, False),
