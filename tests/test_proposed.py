@@ -151,3 +151,22 @@ def test_a_link_in_the_files_place_is_one_line_and_what_it_points_to_is_untouche
     with pytest.raises(RunDirError, match=r"c.proposed: cannot open the hashes of the networks proposed \(Too many levels"):
         ProposedLog(str(path))
     assert target.read_bytes() == b"the user's"
+
+
+def test_networks_out_when_the_search_resumed_go_into_the_file_though_sent_after_its_checkpoint(tmp_path):
+    """The in-flight log gives a resume the networks sent after the last checkpoint: they are out, so proposed, though
+    the file the checkpoint names does not hold them; its next checkpoint appends them (else a later resume would
+    propose them again, as a design that killed its worker twice was)."""
+    from evolve.search.records import Pending
+
+    path = str(tmp_path / "run" / "checkpoint.h5")
+    os.makedirs(os.path.dirname(path))
+    session(path, search_config(20, 6, 3, 0, checkpoint_seconds=5, early_stopping=False))
+    state, _ = checkpoint.load(path, history=False)
+    late = [0.123] * len(SPACE)  # sent after the checkpoint (as merge_into makes it from the in-flight log)
+    state.pending.append(Pending(id=state.next_id, genome=late, parents=(-1, -1), operators="random", attempts=1))
+    state.next_id += 1
+    assert SPACE.key_hash(SPACE.key(late)) not in memory.part(state.memory, "strategy")["seen"].tolist()
+    session(path, search_config(30, 6, 3, 0, checkpoint_seconds=5, early_stopping=False), state)
+    kept = memory.part(checkpoint.load(path, history=False)[0].memory, "strategy")
+    assert SPACE.key_hash(SPACE.key(late)) in kept["seen"].tolist()

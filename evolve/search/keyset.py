@@ -45,13 +45,15 @@ class KeySet:
         self._refilter()
         self.update(keys)
 
-    def journal(self, log) -> None:
+    def journal(self, log, also: np.ndarray | None = None) -> None:
         """From now on, :meth:`memory` appends the hashes added since its last call to ``log`` (``append(hashes)``,
         ``memory()``, ``count``: evolve.runfile.proposed.ProposedLog) instead of giving every hash. A log that holds
-        nothing yet gets every hash held now at the next :meth:`memory`; one that holds some holds these already (a
-        resume carries on from them, and the networks still out were proposed before the checkpoint that wrote them)."""
+        nothing yet gets every hash held now at the next :meth:`memory`; one that holds some (a resume carries on from
+        them) gets ``also``: what the set holds beyond them (the networks still out that were sent after the checkpoint
+        that wrote them, which the in-flight log gave back; a repeat is harmless)."""
         self._log, self._unsaved = log, []
-        self._unsaved_held = [self.hashes()] if log.count == 0 else []
+        held = self.hashes() if log.count == 0 else also
+        self._unsaved_held = [np.asarray(held, dtype=np.int64)] if held is not None and len(held) else []
 
     def memory(self, name: str) -> dict[str, np.ndarray]:
         """The set as a checkpoint keeps it, under ``name``: every hash held (sorted), or with a log, the log's token

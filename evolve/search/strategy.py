@@ -114,6 +114,7 @@ class _Breeder:
         self.surrogate = surrogate
         self.value = value  # None: selection by fitness
         self._decoded: dict[int, list] = {}  # see _parents_values
+        self._out: np.ndarray | None = None  # the networks still out when the search resumed (see restore)
 
     def select_by_value(self, population: list[Individual]) -> None:
         """Ensemble selection: the next parents are tournament winners on their value to the ensemble now."""
@@ -208,13 +209,14 @@ class _Breeder:
 
     def keep_proposed_in(self, log) -> None:
         """From now on the checkpoints' memory appends the networks proposed to ``log`` (evolve.runfile.proposed) instead
-        of holding them all (KeySet.journal)."""
-        self.seen.journal(log)
+        of holding them all (KeySet.journal); the networks still out when the search resumed go in too (some were sent
+        after the checkpoint whose file the set was read from)."""
+        self.seen.journal(log, also=self._out)
 
     def restore(self, memory: dict[str, np.ndarray]) -> None:
         """Carry on from :meth:`bred_memory` (with the networks still out already in ``seen``; ``memory["seen"]`` read
         from its file where the checkpoint kept them there: evolve.runfile.proposed.filled)."""
-        out = self.seen.hashes()
+        out = self._out = self.seen.hashes()
         self.seen = KeySet(hasher=self.space.key_hash, hashes=memory["seen"])
         self.seen.add_hashes(out)
         self.crashed = KeySet(hasher=self.space.key_hash, hashes=memory["crashed"])
