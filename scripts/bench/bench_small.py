@@ -8,11 +8,16 @@ Run from the repository root (after ./scripts/setup.sh; the datasets come out of
     $B --jobs 2 --seeds 5 --rows rows.jsonl             # every dataset, 48 networks: hours; each row kept as it
                                                         # finishes, and the same command again runs only the rest
     $B --tables-from rows.jsonl                         # the tables of what is there
+    $B --folder DIR --rows rows.jsonl ...               # runs in DIR: a run a killed session left is resumed
 
 Issue 32's benchmark. Every evens contender is ``evens run`` as a new user runs it, on one process (its
 master trains), with a config holding only ``[data] path`` and ``[search] evaluations`` (48), the seed
 set by ``--set search.seed`` and ``data.split_seed`` (which folds, or which val rows), one torch thread;
-its figures are the run's own ``summary.json`` and the CPU seconds of its process. Contenders
+its figures are the run's own ``summary.json`` and the CPU seconds of its process. With ``--folder`` the runs live
+in that folder, and a run that a killed session left behind (a long series takes hours on two cores) goes on with
+``evens run --resume`` in the next one; its CPU seconds are every session's, each sampled every 20 s into
+``<run>.cpu`` while it runs (so a killed session's count is short by at most 20 s and the training then running).
+Contenders
 (``--contenders``):
 
 * ``evens``: today's defaults (``data.folds = "auto"``: 5 folds on these sets, steps scaled to the data);
@@ -37,6 +42,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import harness
@@ -64,10 +70,16 @@ def run_evens(job: dict) -> dict:
     sets = [f"search.evaluations={job['evaluations']}", f"search.seed={job['seed']}", f"data.split_seed={job['seed']}",
             "train.threads=1", *job["overrides"]]
     command = [sys.executable, "-m", "evolve", "run", cfg, "--out", out, "--quiet", *[a for s in sets for a in ("--set", s)]]
+    if os.path.exists(os.path.join(out, "checkpoint.h5")):  # left by a session that was killed: it goes on
+        command = [sys.executable, "-m", "evolve", "run", "--resume", out, "--quiet"]
+    sessions = _sessions(out)
     began = time.perf_counter()
     proc = subprocess.Popen(command, cwd=harness.ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, OMP_NUM_THREADS="1"))
+    done = threading.Event()
+    threading.Thread(target=_sample_cpu, args=(proc.pid, f"{proc.pid}@{time.time():.0f}", out, done), daemon=True).start()
     _, status, usage = os.wait4(proc.pid, 0)
+    done.set()
     err = proc.stderr.read()
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"bench_small: {' '.join(command)} failed: {err.strip().splitlines()[-1] if err.strip() else status}")
@@ -75,7 +87,49 @@ def run_evens(job: dict) -> dict:
         summary = json.load(f)
     e, b = summary["ensemble"], summary["best"]
     return {"ensemble_test": e["test_accuracy"], "best_test": b["test_accuracy"], "ensemble_nll": e["test_calibration"]["nll"],
-            "chosen_on": summary["chosen_on"]["rows"], "cpu": usage.ru_utime + usage.ru_stime, "wall": time.perf_counter() - began}
+            "chosen_on": summary["chosen_on"]["rows"], "cpu": sum(sessions.values()) + usage.ru_utime + usage.ru_stime,
+            "wall": time.perf_counter() - began, **({"sessions": len(sessions) + 1} if sessions else {})}
+
+
+def _sessions(out: str) -> dict[str, float]:
+    """The CPU seconds of the earlier sessions of the run at ``out`` (killed before it ended), by process id."""
+    try:
+        with open(out + ".cpu") as f:
+            return {pid: float(seconds) for pid, seconds in json.load(f)["sessions"].items()}
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid``: its own, its reaped children's, and its live descendants' (from /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def fields(p) -> list[str]:
+        with open(f"/proc/{p}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+
+    total = sum(int(x) for x in fields(pid)[11:15]) / tick
+    for child in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            if int(fields(child)[1]) == pid:
+                total += _process_cpu(int(child))
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def _sample_cpu(pid: int, session: str, out: str, done: threading.Event) -> None:
+    """Every 20 s until ``done``: the CPU of the run's process so far into ``<out>.cpu`` (as ``session``) beside the
+    earlier sessions'."""
+    while not done.wait(20):
+        try:
+            seconds = _process_cpu(pid)
+        except OSError:
+            return
+        sessions = {**_sessions(out), session: seconds}
+        with open(out + ".cpu.tmp", "w") as f:
+            json.dump({"sessions": sessions}, f)
+        os.replace(out + ".cpu.tmp", out + ".cpu")
 
 
 def run_recipe(job: dict) -> dict:
@@ -99,6 +153,10 @@ def prepare(datasets: list[str], folder: str) -> dict[str, str]:
     """Each dataset as an evens file and a config with only [data] and [search] beside it."""
     paths = {}
     for name in datasets:
+        h5 = os.path.join(folder, f"{name}.h5")
+        if os.path.exists(h5) and os.path.exists(os.path.join(folder, f"{name}.toml")):  # a --folder used before: its runs read it
+            paths[name] = h5
+            continue
         paths[name] = small_data.prepare(name, folder, say=lambda line: None)
         with open(os.path.join(folder, f"{name}.toml"), "w") as f:
             f.write(f'[data]\npath = "{name}.h5"\n\n[search]\nevaluations = 48\n')
@@ -116,6 +174,8 @@ def main(argv=None) -> int:
     p.add_argument("--rows", help="a JSON line per finished run, appended; runs already there are not run again")
     p.add_argument("--recipe-rows", help="recipe runs made elsewhere (small_recipes.py --out, on a GPU say): taken as they are")
     p.add_argument("--tables-from", help="only print the tables of a rows file")
+    p.add_argument("--folder", help="where the runs go (default: a new temporary folder); a run left there by a killed "
+                                    "session is resumed")
     args = p.parse_args(argv)
     if args.quick:
         args.datasets, args.seeds, args.evaluations, args.recipe_epochs = "GunPoint,iris", 2, 8, 100
@@ -129,7 +189,8 @@ def main(argv=None) -> int:
     if args.recipe_rows:
         done += harness.read_rows(args.recipe_rows)
     have = {(r["dataset"], r["contender"], r["seed"], r["evaluations"] if r["contender"] != "recipe" else args.evaluations) for r in done}
-    folder = tempfile.mkdtemp(prefix="bench-small-")  # (jobs go dataset by dataset, in --datasets' order: a run cut short has whole datasets)
+    folder = args.folder or tempfile.mkdtemp(prefix="bench-small-")  # (jobs go dataset by dataset, in --datasets' order)
+    os.makedirs(folder, exist_ok=True)
     paths = prepare(datasets, folder)
     jobs = [{"dataset": d, "contender": c, "seed": s, "evaluations": args.evaluations, "folder": folder, "path": paths[d],
              "recipe_epochs": args.recipe_epochs, "overrides": overrides(c, d) if c != "recipe" else []}
