@@ -450,7 +450,7 @@ def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | N
     """``evens report``: the summary, the top networks and the failures; optionally a CSV and figures. With ``csv_path``
     ``-``, the CSV goes to standard output as it is made, and nothing is returned."""
     path = checkpoint_path(run_dir)
-    state, info = read_run(path, history=False)
+    state, info = read_run(path, history=False, memory=False)  # nothing here reads the master's memory
     search = info.config.search
     if csv_path and csv_path != "-":
         _refuse_to_replace(csv_path, force)

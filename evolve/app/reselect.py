@@ -63,7 +63,8 @@ def _warn(line: str) -> None:
 def _reselect(run_dir: str, path: str, settings: dict) -> dict:
     """The choice needs the hall of fame alone, and the summary the run's account (and a Pareto front's members): the
     whole history is read only from a run file that has no account."""
-    state, info = checkpoint.load(path, say=_warn, history=False)  # a damaged member is left out, by name, and the rest chosen from
+    # a damaged member is left out, by name, and the rest chosen from; the memory is written back as it is
+    state, info = checkpoint.load(path, say=_warn, history=False, proposed_hashes=False)
     if state.tally is None:
         state, info = checkpoint.load(path, say=_warn)
     changes = [f"ensemble.{k}={v!r}" for k, v in settings.items()]

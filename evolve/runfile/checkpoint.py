@@ -320,7 +320,7 @@ def _sync_directory(directory: str) -> None:
 
 
 def load(path: str, weights: bool = True, say: Callable[[str], None] | None = None, history: bool = True,
-         memory: bool = True) -> tuple[SearchState, RunInfo]:
+         memory: bool = True, proposed_hashes: bool = True) -> tuple[SearchState, RunInfo]:
     """Read a checkpoint written by :func:`save`. Raises :class:`RunDirError` if it is not one.
 
     ``weights=False`` leaves the hall of fame's weights on disk (reports and selection need
@@ -329,7 +329,9 @@ def load(path: str, weights: bool = True, say: Callable[[str], None] | None = No
 
     ``history=False`` reads the state file alone, not the segments: the state has no records, ``dropped`` counts
     them, and ``memory`` is what the master's parts need to carry on (evolve.engine.memory), so a resume's
-    time does not grow with the history. ``memory=False`` leaves that memory on disk too (``evens status``).
+    time does not grow with the history. ``memory=False`` leaves that memory on disk too (``evens status``);
+    ``proposed_hashes=False`` leaves the networks proposed in ``checkpoint.proposed`` (the memory as the state file holds
+    it, for ``evens select`` to write back), where a resume reads them into the memory.
     """
     try:
         f = h5py.File(path, "r")
@@ -340,7 +342,7 @@ def load(path: str, weights: bool = True, say: Callable[[str], None] | None = No
         try:
             _check_format(f, path)
             state, info = _read(f, weights, dropped, history, memory)
-            if memory and not history:  # the hashes of the networks proposed, where the memory keeps them in their own file
+            if memory and proposed_hashes and not history:  # the networks proposed, where the memory keeps them in their own file
                 state.memory = proposed.filled(proposed.proposed_path(path), state.memory)
             merge_into(path, state, len(info.gene_names))
             _check_consistent(state, info)

@@ -23,6 +23,7 @@ import zlib
 
 import numpy as np
 
+from evolve.engine.memory import part as memory_part
 from evolve.search.keyset import sorted_unique
 
 from .sidefile import HEADER, SideFile
@@ -96,7 +97,7 @@ def read_for(path: str, memory: dict[str, np.ndarray]) -> np.ndarray | None:
 def filled(path: str, memory: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A checkpoint's ``memory`` (every part's, as evolve.engine.memory names them) with the hashes its file holds, as
     ``strategy.seen``; or {} where that file is not usable (a resume then reads the history, which writes a new one)."""
-    part = {key[len(PREFIX):]: value for key, value in memory.items() if key.startswith(PREFIX)}
+    part = memory_part(memory, PREFIX.rstrip("."))
     if TOKEN not in part:
         return memory
     hashes = read_for(path, part) if usable(path, part) else None

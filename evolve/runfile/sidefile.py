@@ -31,7 +31,7 @@ class SideFile:
     def __init__(self, path: str, figure: int, token: bytes | None = None):
         """A new file at ``path`` (replacing any there), or with ``token`` the existing one that token names (the caller
         checked it: :meth:`matches`)."""
-        self.path, self.figure = path, figure
+        self.path = path
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
         try:
             self._fd = os.open(path, flags, 0o644)

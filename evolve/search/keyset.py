@@ -41,7 +41,7 @@ class KeySet:
         self._new: set[int] = set()
         self._log = None  # see journal()
         self._unsaved: list[int] | None = None  # hashes added since the log was last written (None: no log)
-        self._unsaved_held: list[np.ndarray] = []  # ... and what the set held when the log was new
+        self._unsaved_held: list[np.ndarray] = []  # ... and arrays of them: what journal() found held, add_hashes' batches
         self._refilter()
         self.update(keys)
 
