@@ -109,7 +109,7 @@ class LocalSlurm:
             "SlurmdParameters=config_overrides",  # the node claims more CPUs than the machine has
             "ReturnToService=2",
             "JobRequeue=1",
-            "KillWait=15",  # SIGTERM to SIGKILL at a cancel, a preemption or the time limit: room for evens' drain
+            "KillWait=30",  # SIGTERM to SIGKILL at a cancel, a preemption or the time limit (Slurm's default): room for evens' drain and save on a loaded machine
             "OverTimeLimit=0",
             "MinJobAge=600",  # ended jobs stay visible to scontrol for the tests
             "InactiveLimit=0",

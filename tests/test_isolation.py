@@ -131,7 +131,7 @@ path = "{MODELS}"
 evaluations = 18
 population = 6
 seed = 1
-eval_timeout_seconds = 8.0  # (a loaded machine takes seconds to grow past 1 GB: the memory limit must come first)
+eval_timeout_seconds = 15.0  # (a loaded machine takes seconds to grow past 1 GB: the memory limit must come first)
 [train]
 threads = 1
 isolation = "process"
@@ -160,7 +160,7 @@ epochs = {{low = 1, high = 2}}
     space = info.space()
     assert len(state.records) == 18 and state.pending == [] and info.sessions == 1
     causes = {"sigkill": ("crashed", "killed by SIGKILL"), "segfault": ("crashed", "killed by SIGSEGV"),
-              "exit": ("crashed", "exit status 3"), "sleep": ("timeout", "past its time limit of 8 s"), "none": ("ok", ""),
+              "exit": ("crashed", "exit status 3"), "sleep": ("timeout", "past its time limit of 15 s"), "none": ("ok", ""),
               "grow": ("crashed", "memory: ")}
     seen = set()
     for r in state.records:

@@ -137,7 +137,7 @@ def test_scancel_saves_exits_75_and_is_not_requeued(slurm, job):
 
 
 def test_a_time_limit_without_warning_is_survived(slurm, job):
-    """No --signal: at the limit Slurm sends SIGTERM to every rank and the batch shell, and SIGKILL KillWait (15 s)
+    """No --signal: at the limit Slurm sends SIGTERM to every rank and the batch shell, and SIGKILL KillWait (30 s)
     later. The search drains for term_drain_seconds, saves and exits 75; the script, without accounting to ask, sees
     the job ending at its limit and requeues it. The requeued job resumes, given a budget it finishes (the user may
     change search.evaluations on resume), under a longer limit."""
