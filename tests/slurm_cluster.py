@@ -21,7 +21,7 @@ import subprocess
 import time
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
-CPUS = 8  # what the node claims (config_overrides): room for a master and workers on a 2-core machine
+CPUS = 16  # what the node claims (config_overrides): room for three jobs of three ranks at once on a 2-core machine
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 
 

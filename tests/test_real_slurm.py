@@ -3,7 +3,8 @@ started once for this module), with srun launching the ranks through its pmi2 pl
 
 Each test submits scripts/slurm/evens-cpu.sbatch with sbatch and watches the job through scontrol and its run
 directory. A requeued job is started at once (``scontrol update StartTime=now``) instead of after Slurm's two-minute
-hold. Where Slurm cannot run (not root, not installed) every test here skips, saying why; scripts/test.sh installs it
+hold. The two tests that wait on Slurm's clocks (an early warning, a time limit) run their course in threads from
+the module's start, beside the others (``clocked``). Where Slurm cannot run (not root, not installed) every test here skips, saying why; scripts/test.sh installs it
 where it runs as root with apt. ``-m "not slurm"`` leaves them out while working.
 """
 import os
@@ -11,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from types import SimpleNamespace
 
@@ -38,8 +40,7 @@ def slurm(tmp_path_factory):
     cluster.stop()
 
 
-@pytest.fixture
-def job(slurm, tmp_path):
+def make_job(slurm, tmp_path):
     """Submit the CPU job script for a small search on 3 ranks; ``submit(*evens_args, sbatch=[...], script=..., **env)``."""
     data = write_blobs(tmp_path / "data.h5", sample_shape=(1, 6, 6), n=(90, 30, 30))
     config = tmp_path / "small.toml"
@@ -49,6 +50,7 @@ def job(slurm, tmp_path):
     evens.chmod(0o755)
     run_dir = str(tmp_path / "run")
     output = str(tmp_path / "job.out")
+    submitted = []
     env = {"EVENS": str(evens), "EVENS_SRUN_MPI": "pmi2", "EVENS_TASKS_PER_NODE": "3", "EVENS_RESTART_DELAY": "0",
            "EVENS_SLURM_DIR": os.path.dirname(SBATCH), "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1",
            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
@@ -56,7 +58,9 @@ def job(slurm, tmp_path):
     def submit(*evens_args, sbatch=(), script=SBATCH, **more_env):
         args = ["--nodes=1", "--ntasks-per-node=3", "--cpus-per-task=1", f"--output={output}", "--open-mode=append", *sbatch,
                 script, str(config), run_dir, *tiny_search(), *evens_args]
-        return slurm.sbatch(args, env={**env, **more_env}, cwd=str(tmp_path))
+        job_id = slurm.sbatch(args, env={**env, **more_env}, cwd=str(tmp_path))
+        submitted.append(job_id)
+        return job_id
 
     def out():
         return open(output).read() if os.path.exists(output) else ""
@@ -78,7 +82,50 @@ def job(slurm, tmp_path):
         return sorted(r.id for r in state.records)
 
     return SimpleNamespace(submit=submit, out=out, recorded=recorded, wait_for_records=wait_for_records, report=lambda: report(run_dir),
-                           ids=ids, run_dir=run_dir, tmp=tmp_path)
+                           ids=ids, run_dir=run_dir, tmp=tmp_path, ids_submitted=submitted)
+
+
+@pytest.fixture
+def job(slurm, tmp_path):
+    return make_job(slurm, tmp_path)
+
+
+class Scenario(threading.Thread):
+    """A test's whole course (``course(slurm, job)``) run in a thread from the module's start, so that the tests that
+    wait on Slurm's clocks (a time limit, an early warning: about 100 s each) wait at once, beside the others; the
+    test then joins it, and its assertions' failure is the test's."""
+
+    def __init__(self, course, slurm, job):
+        super().__init__(daemon=True)
+        self.course, self.slurm, self.job, self.error = course, slurm, job, None
+
+    def run(self) -> None:
+        try:
+            self.course(self.slurm, self.job)
+        except BaseException as exc:  # (raised again in the test that joins it)
+            self.error = exc
+
+    def outcome(self, seconds: float) -> None:
+        self.join(seconds)
+        assert not self.is_alive(), ("still going after", seconds, self.job.out())
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.fixture(scope="module", autouse=True)
+def clocked(request, slurm, tmp_path_factory):
+    """The courses of the selected tests that wait on Slurm's clocks, started now; name -> Scenario."""
+    selected = {getattr(item, "originalname", "") for item in request.session.items if item.module is request.module}
+    started = {}
+    for name, course in CLOCKED.items():
+        if name in selected:
+            started[name] = Scenario(course, slurm, make_job(slurm, tmp_path_factory.mktemp(name[:24])))
+            started[name].start()
+    yield started
+    for scenario in started.values():
+        if scenario.is_alive() and scenario.job.ids_submitted:
+            slurm.run(["scancel", *map(str, scenario.job.ids_submitted)], check=False)
+            scenario.join(60)
 
 
 def test_a_search_runs_to_completion_under_sbatch_with_srun_launching_the_ranks(slurm, job):
@@ -101,7 +148,11 @@ def test_processes_that_mpi_sees_each_alone_end_the_job_at_once_without_a_requeu
     assert not os.path.exists(job.run_dir)
 
 
-def test_the_early_warning_drains_requeues_and_resumes_to_completion(slurm, job):
+def test_the_early_warning_drains_requeues_and_resumes_to_completion(clocked):
+    clocked["test_the_early_warning_drains_requeues_and_resumes_to_completion"].outcome(600)
+
+
+def early_warning(slurm, job):
     """--signal=B:USR1@100 on a three-minute limit: the warning reaches the batch shell some 80 s in (time enough for the
     first results on a 2-core machine at load 10, whose start-up took over 30 s), the search drains and saves, the
     script requeues the job, and the requeued job resumes; every evaluation once."""
@@ -136,7 +187,11 @@ def test_scancel_saves_exits_75_and_is_not_requeued(slurm, job):
     assert 2 <= job.recorded() == len(job.ids())
 
 
-def test_a_time_limit_without_warning_is_survived(slurm, job):
+def test_a_time_limit_without_warning_is_survived(clocked):
+    clocked["test_a_time_limit_without_warning_is_survived"].outcome(600)
+
+
+def time_limit(slurm, job):
     """No --signal: at the limit Slurm sends SIGTERM to every rank and the batch shell, and SIGKILL KillWait (30 s)
     later. The search drains for term_drain_seconds, saves and exits 75; the script, without accounting to ask, sees
     the job ending at its limit and requeues it. The requeued job resumes, given a budget it finishes (the user may
@@ -170,3 +225,8 @@ def test_a_step_that_dies_is_restarted_inside_the_allocation(slurm, job):
     assert done["JobState"] == "COMPLETED" and done["Restarts"] == "0", job.out()
     assert "resuming (restart 1 of 3)" in job.out(), job.out()
     assert job.ids() == list(range(60))
+
+
+# The tests whose course waits on Slurm's clocks: started by ``clocked`` when the module starts
+CLOCKED = {"test_the_early_warning_drains_requeues_and_resumes_to_completion": early_warning,
+           "test_a_time_limit_without_warning_is_survived": time_limit}
