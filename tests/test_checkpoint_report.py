@@ -10,7 +10,8 @@ import pytest
 from fakes import PROBLEM, TEST_Y, VAL_Y, landscape, search_config
 
 from ensemble.combine import combine, ensemble_prediction
-from evolve.app.report import format_summary, summarize
+from evolve.app.report import summarize
+from evolve.app.report_text import format_summary
 from evolve.app.reselect import select_for_run
 from evolve.app.rundir import check_new_run_dir, claim_default_run_dir, claim_run_dir
 from evolve.app.runlock import RunLock

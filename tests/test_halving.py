@@ -165,7 +165,8 @@ def test_promotion_needs_a_strategy_that_supports_it(monkeypatch):
 
 
 def test_the_report_counts_networks_and_says_what_each_rung_did():
-    from evolve.app.report import format_halving, halving_facts
+    from evolve.app.report import halving_facts
+    from evolve.app.report_text import format_halving
     from evolve.search.records import networks
     from evolve.search.tally import Tally
 

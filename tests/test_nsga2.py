@@ -10,7 +10,8 @@ import pytest
 from conftest import ROOT, evens_cmd, launch, tiny_search, write_blobs
 from fakes import PROBLEM, TEST_Y, VAL_Y, SimulatedTransport, VirtualClock, landscape, search_config
 
-from evolve.app.report import format_summary, summarize
+from evolve.app.report import summarize
+from evolve.app.report_text import format_summary
 from evolve.app.reselect import select_for_run
 from evolve.config.schema import ConfigError, SearchConfig, config_from_dict, load_config
 from evolve.engine.loop import run_search
@@ -19,8 +20,8 @@ from evolve.runfile import checkpoint
 from evolve.runfile.checkpoint import RunInfo
 from evolve.search.pareto import ParetoFront
 from evolve.search.records import Pending, Record
-from evolve.search.space_config import parse_space
 from evolve.search.registry import Context, make_strategy
+from evolve.search.space_config import parse_space
 from evolve.transport.protocol import InProcessTransport
 
 SPACE = parse_space({}).for_sample_shape((1, 8, 8))

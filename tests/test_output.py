@@ -12,7 +12,8 @@ from conftest import ROOT, evens_cmd, launch
 from test_checkpoint_report import finished_run
 
 from evolve.app.progress import Progress
-from evolve.app.report import format_summary, format_top, summarize
+from evolve.app.report import summarize
+from evolve.app.report_text import format_summary, format_top
 from evolve.app.simulate_command import simulate_command
 from evolve.app.status import format_status
 

@@ -324,7 +324,7 @@ def _main(argv: list[str] | None) -> int:
 
             print(status_command(args.run_dir, as_json=args.json))
         elif args.command == "select":
-            from .report import format_summary
+            from .report_text import format_summary
             from .reselect import reselect
 
             if args.model_path:

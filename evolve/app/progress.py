@@ -25,7 +25,7 @@ from evolve.engine.state import SearchState
 from evolve.search.records import Record
 
 from .log import LOG
-from .report import score_text  # one precision with the summary and `evens report` ("-" before the first ensemble)
+from .report_text import score_text  # one precision with the summary and `evens report` ("-" before the first ensemble)
 
 
 def _duration(seconds: float) -> str:

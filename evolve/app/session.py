@@ -35,7 +35,8 @@ from .cli import StopFlag
 from .log import LOG
 from .prepare import AUTO_FOLDS_UNDER, Prepared, choice_labels, data_facts
 from .progress import Progress
-from .report import describe_space, format_summary, summarize
+from .report import summarize
+from .report_text import describe_space, format_summary
 from .reselect import SelectionCache
 from .rundir import DEVICES_NAME, SUMMARY_NAME, write_json
 from .tracking import open_tracker

@@ -26,7 +26,8 @@ from datetime import datetime
 
 from evolve.errors import RunDirError
 
-from .report import counted, format_halving, score_text, summarize
+from .report import summarize
+from .report_text import counted, format_halving, score_text
 from .rundir import checkpoint_path, read_run
 from .runlock import LOCK_NAME, holder_alive
 
