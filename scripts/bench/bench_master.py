@@ -6,6 +6,7 @@ Run from the repository root (after ./scripts/setup.sh)::
     .venv/bin/python scripts/bench/bench_master.py --quick    # np=4 only (medians of 3 launches), and the simulated
                                                               # figures at 27,648 workers: under a minute; ends with one JSON line
     .venv/bin/python scripts/bench/bench_master.py --in-process --repeats 5   # the master alone, no MPI (see below)
+    .venv/bin/python scripts/bench/bench_master.py --strategies                # each search.mode (and Optuna sampler), in process
 
 Each launch (`mpiexec -n NP`) runs two contenders over the same ranks, one after the other:
 
@@ -47,6 +48,11 @@ the median of three is the figure the full run reports too.
 the messages packed and unpacked as the wire does, the workers' side counted apart. The master's own
 cost, with none of the noise of four ranks sharing two cores (and none of their costs either).
 
+``--strategies`` runs every registered strategy (``search.mode``: evolve.search.registry) over the same loopback, one
+run each, and with ``optuna`` each of Optuna's samplers (``search.sampler``): the master's CPU per evaluation of
+each. Optuna's samplers cost more as the trials grow (TPE's a sampling over every trial so far, the Gaussian
+process a fit to them), so each runs at its own count (:data:`STRATEGY_EVALUATIONS`), named in the table.
+
 Then, with the measured cost, the simulated scale figures at 27,648 workers
 (``bench_sim.py``, beside this script): ``sim_util_27648_60s``, ``sim_min_task_s_95`` and
 ``async_vs_generational_27648``. Prints a table and one JSON line with ``master_us_per_eval`` (np=4),
@@ -83,6 +89,8 @@ PREFETCH = SearchConfig().prefetch  # tasks queued behind each worker's training
 # The evens contender runs once with each: blind breeding, model breeding (a surrogate ranks the children), and
 # blind breeding with successive halving (promotion). The settings each one changes:
 VARIANTS = {"blind": {}, "model": {"breeding": "model"}, "promotion": {"promotion": True}}
+# --strategies: evaluations per strategy (search.mode, or optuna's sampler); a sampler's cost per trial grows with the trials
+STRATEGY_EVALUATIONS = {"async": 4608, "generational": 4608, "nsga2": 4608, "random": 1000, "tpe": 1000, "cmaes": 1000, "gp": 100}
 
 
 def zero_work(task_id: int) -> dict:
@@ -99,10 +107,11 @@ def instant_training(curve_epochs: int):
         net, tr = task.network, task.training
         score = min(max(0.5 + 0.1 * net["depth"] / 3 + 0.1 * net["width"] / 128 - 0.05 * abs(math.log10(tr["learning_rate"]) + 2.5), 0.0), 1.0)
         curve = [score * (e + 1) / curve_epochs for e in range(curve_epochs)]
+        params = float(net["depth"] * net["width"] ** 2)  # nsga2's second objective (a cost that grows with what the score prefers)
         if task.watch.get("pause_after"):  # a stage to a rung (search.promotion): its scores, no payload
             score *= 0.9
-            return Evaluation(status="paused", fitness=score, metrics={"val_accuracy": score}, epochs_done=1)
-        ev = Evaluation(status="ok", fitness=score, metrics={"val_accuracy": score, "test_accuracy": score}, seconds=0.0,
+            return Evaluation(status="paused", fitness=score, metrics={"val_accuracy": score, "params": params}, epochs_done=1)
+        ev = Evaluation(status="ok", fitness=score, metrics={"val_accuracy": score, "test_accuracy": score, "params": params}, seconds=0.0,
                         epochs_done=curve_epochs, curve=curve)
         if clears(score, ev.loss, task.id, task.entry_bar):
             ev.val_pred = np.full((4, 2), 0.5, np.float32)
@@ -341,6 +350,32 @@ def in_process(evaluations: int, curve_epochs: int, repeats: int, prefetch: int 
     harness.emit(row)
 
 
+def strategies() -> None:
+    """``--strategies``: every registered strategy's master CPU per evaluation over the loopback (each Optuna sampler apart)."""
+    from evolve.search.optuna_strategy import SAMPLERS
+    from evolve.search.registry import capabilities, names
+
+    runs = []
+    for mode in names():
+        # (the median rule is a strategy's only where results' order matters: evolve.search.registry.Capabilities)
+        settings = {"mode": mode, "early_stopping": capabilities(mode).order_matters}
+        for sampler in SAMPLERS if mode == "optuna" else ("",):
+            name = sampler or mode
+            VARIANTS[name] = {**settings, **({"sampler": sampler} if sampler else {})}
+            loopback = Loopback(3, 2)
+            try:
+                found = search(loopback, STRATEGY_EVALUATIONS.get(name, 1000), lambda: loopback.cpu, PREFETCH, name)
+            except ImportError as exc:  # an optional extra not installed (pip install evens[optuna])
+                print(f"{mode:>12} {sampler:>7}  not measured: {exc}")
+                continue
+            runs.append({"mode": mode, "sampler": sampler, "evaluations": found["evaluations"], "us_per_eval": found["evens_us"]})
+    print(harness.machine_line("bench_master --strategies", "loopback transport (3 workers, their CPU taken out), one run each"))
+    print(f"{'search.mode':>12} {'sampler':>7} {'evaluations':>11} {'master us/eval':>15}")
+    for r in runs:
+        print(f"{r['mode']:>12} {r['sampler'] or '-':>7} {r['evaluations']:>11} {r['us_per_eval']:>15.1f}")
+    harness.emit({"strategies": runs})
+
+
 def main() -> None:
     parser = harness.parser(__doc__, quick=f"np=4 only, {QUICK_LAUNCHES} launches: under a minute in all")
     parser.add_argument("--evaluations", type=int, default=EVALUATIONS)
@@ -354,8 +389,13 @@ def main() -> None:
                         help=f"tasks queued on each worker behind its training (search.prefetch; default {PREFETCH}, the config's)")
     parser.add_argument("--in-process", action="store_true",
                         help="the evens master alone over a loopback transport (no MPI): --repeats runs, medians")
+    parser.add_argument("--strategies", action="store_true",
+                        help="each strategy (search.mode, and each Optuna sampler) over the loopback: its master CPU per evaluation")
     parser.add_argument("--role", default="lead", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.strategies:
+        strategies()
+        return
     if args.in_process:
         in_process(args.evaluations, args.curve_epochs, args.repeats, args.prefetch)
         return
