@@ -4,8 +4,9 @@ started once for this module), with srun launching the ranks through its pmi2 pl
 Each test submits scripts/slurm/evens-cpu.sbatch with sbatch and watches the job through scontrol and its run
 directory. A requeued job is started at once (``scontrol update StartTime=now``) instead of after Slurm's two-minute
 hold. The two tests that wait on Slurm's clocks (an early warning, a time limit) run their course in threads from
-the module's start, beside the others (``clocked``). Where Slurm cannot run (not root, not installed) every test here skips, saying why; scripts/test.sh installs it
-where it runs as root with apt. ``-m "not slurm"`` leaves them out while working.
+the module's start, beside the others (``clocked``). Where Slurm cannot run (not root, not installed) every test
+here skips, saying why; scripts/test.sh installs it where it runs as root with apt. ``-m "not slurm"`` leaves them
+out while working.
 """
 import os
 import re

@@ -123,11 +123,13 @@ def instant_training(curve_epochs: int):
 
 
 def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int = PREFETCH, variant: str = "blind",
-           folder: str | None = None, after_save=None) -> dict:
+           folder: str | None = None, after_save=None, settings: dict | None = None) -> dict:
     """The evens contender on rank 0 (or in one process): figures of the master's CPU over the whole search.
     ``workers_cpu()`` is CPU this process spent as the workers (the loopback's), taken out of the figures.
     ``folder``: the run directory to keep (default: a temporary one, removed); ``after_save(evaluations)``: called
-    after each checkpoint (bench_scale.py samples the master's memory there)."""
+    after each checkpoint (bench_scale.py samples the master's memory there). ``settings``: the [search] settings
+    the variant changes (default: :data:`VARIANTS`' ``variant``)."""
+    settings = VARIANTS[variant] if settings is None else settings
     from ensemble.problem import Classification
     from evolve.app.progress import Progress
     from evolve.app.reselect import SelectionCache
@@ -156,7 +158,7 @@ def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int =
         # run_search's clock counts evaluations, so a checkpoint falls every CHECKPOINT_EVERY of them
         config = config_from_dict({"search": {"evaluations": evaluations, "population": 10, "seed": 0, "checkpoint_seconds": CHECKPOINT_EVERY,
                                               "early_stopping": True, "early_stopping_warmup": 1, "prefetch": prefetch,
-                                              **VARIANTS[variant]},
+                                              **settings},
                                    "ensemble": {"size": 5, "candidates": 32, "method": "greedy"}, "space": {}})
         info = RunInfo(config, list(GENE_NAMES), data, val_y, test_y)
         state = SearchState.fresh(0, candidates=32)
@@ -164,7 +166,7 @@ def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int =
         choose = SelectionCache(info)
         journal = InFlightLog(path)
         # with promotion, the paused networks' genomes in the run's file, as evens run keeps them (evolve.runfile.genomes)
-        genomes = GenomeFile(genomes_path(path), len(space)) if VARIANTS[variant].get("promotion") else None
+        genomes = GenomeFile(genomes_path(path), len(space)) if settings.get("promotion") else None
         proposed = ProposedLog(proposed_path(path))  # the networks proposed, appended at each checkpoint (evolve.runfile.proposed)
         progress = Progress(evaluations, 0, workers=workers, stream=io.StringIO())  # a batch job's status lines
 
@@ -361,10 +363,10 @@ def strategies() -> None:
         settings = {"mode": mode, "early_stopping": capabilities(mode).order_matters}
         for sampler in SAMPLERS if mode == "optuna" else ("",):
             name = sampler or mode
-            VARIANTS[name] = {**settings, **({"sampler": sampler} if sampler else {})}
             loopback = Loopback(3, 2)
             try:
-                found = search(loopback, STRATEGY_EVALUATIONS.get(name, 1000), lambda: loopback.cpu, PREFETCH, name)
+                found = search(loopback, STRATEGY_EVALUATIONS.get(name, 1000), lambda: loopback.cpu, PREFETCH, name,
+                               settings={**settings, **({"sampler": sampler} if sampler else {})})
             except ImportError as exc:  # an optional extra not installed (pip install evens[optuna])
                 print(f"{mode:>12} {sampler:>7}  not measured: {exc}")
                 continue
