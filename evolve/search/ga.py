@@ -116,13 +116,24 @@ class Operators:
 
     def tournaments(self, population: list[Individual], k: int) -> list[Individual]:
         """``selTournament(population, k, tournament)``: each of the ``k`` the fittest of ``tournament`` aspirants drawn
-        with replacement (``rng.choice``), the first drawn among equals (fitnesses compared as DEAP does, by ``wvalues``)."""
-        choice, size, chosen = self.rng.choice, self.tournament, []
+        with replacement, the first drawn among equals (fitnesses compared as DEAP does, by ``wvalues``). An aspirant is
+        drawn as ``rng.choice`` draws it (``random.Random._randbelow``: ``getrandbits`` of the population's bit length
+        until one falls below its size), written out: the same draws, without two calls an aspirant."""
+        getrandbits, size, n = self.rng.getrandbits, self.tournament, len(population)
+        if not n:
+            raise IndexError("Cannot choose from an empty sequence")
+        bits, chosen = n.bit_length(), []
         for _ in range(k):
-            best = choice(population)
+            r = getrandbits(bits)
+            while r >= n:
+                r = getrandbits(bits)
+            best = population[r]
             best_w = best.fitness.wvalues
             for _ in range(size - 1):
-                aspirant = choice(population)
+                r = getrandbits(bits)
+                while r >= n:
+                    r = getrandbits(bits)
+                aspirant = population[r]
                 if aspirant.fitness.wvalues > best_w:
                     best, best_w = aspirant, aspirant.fitness.wvalues
             chosen.append(best)

@@ -6,9 +6,10 @@ derived from these fields (see :mod:`evolve.runfile.columns` and :mod:`evolve.ap
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from ensemble.hall_of_fame import standing
-from ensemble.results import Outcome, column, kinds
+from ensemble.results import OUTCOME_FIELDS, Outcome, column, kinds
 
 
 @dataclass(slots=True, kw_only=True)
@@ -43,9 +44,9 @@ class Record(Outcome):
     @classmethod
     def of(cls, individual: Pending, outcome: Outcome, worker: int = -1, started: float = 0.0, finished: float = 0.0) -> Record:
         """The record of ``individual``'s evaluation, which ended as ``outcome`` (an Evaluation, say)."""
-        who = {name: getattr(individual, name) for name in SHARED}
-        who["genome"], who["parents"] = list(who["genome"]), tuple(who["parents"])
-        return cls(worker=worker, started=started, finished=finished, **who, **outcome.outcome())
+        values = dict(zip(_OF_FIELDS, _SHARED_OF(individual) + _OUTCOME_OF(outcome)))  # (once an evaluation, on the master)
+        values["genome"], values["parents"] = list(values["genome"]), tuple(values["parents"])
+        return cls(worker=worker, started=started, finished=finished, **values)
 
 
 def networks(records: list[Record]) -> int:
@@ -59,6 +60,8 @@ def network_of(r: Record | Pending) -> int:
 
 
 SHARED = tuple(name for name in kinds(Pending) if name in kinds(Record))  # what a record keeps of its individual
+_SHARED_OF, _OUTCOME_OF = attrgetter(*SHARED), attrgetter(*OUTCOME_FIELDS)  # Record.of's fields, each a tuple of values
+_OF_FIELDS = SHARED + OUTCOME_FIELDS
 
 
 def best_first(record: Record) -> tuple[float, float, int]:

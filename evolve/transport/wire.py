@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import struct
+from functools import lru_cache
+from operator import itemgetter
 
 from ensemble.results import Evaluation, Outcome, kinds
 
@@ -24,8 +26,19 @@ _CODES = {"integer": "q", "real": "d", "label": "I", "text": "I", "reals": "I", 
 _HEAD = struct.Struct("<BqI" + "".join(_CODES[kind] for _, kind in _FIELDS))  # mark, task id, offer bytes, the fields
 # the fixed header's slots after the offer's length: which hold counts of floats, which byte lengths of text
 _SLOTS = [slot for _, kind in _FIELDS for slot in (("floats", "text") if kind == "named" else (kind,))]
-_FLOAT_SLOTS = [i for i, slot in enumerate(_SLOTS) if slot in ("reals", "floats")]
-_TEXT_SLOTS = [i for i, slot in enumerate(_SLOTS) if slot in ("label", "text")]
+
+
+def _slots(kinds: tuple[str, ...]):
+    """The header values in the slots of these kinds, as a tuple (however many there are)."""
+    at = [i for i, slot in enumerate(_SLOTS) if slot in kinds]
+    return itemgetter(*at) if len(at) > 1 else lambda head: tuple(head[i] for i in at)
+
+
+_FLOAT_SLOTS, _TEXT_SLOTS = _slots(("reals", "floats")), _slots(("label", "text"))
+# each field's kind as unpack_result branches on it (one test a field, by identity)
+_NUMBER, _TEXT, _REALS, _NAMED = "number", "text", "reals", "named"
+_UNPACK = tuple((name, {"integer": _NUMBER, "real": _NUMBER, "label": _TEXT, "text": _TEXT, "reals": _REALS}.get(kind, _NAMED))
+                for name, kind in _FIELDS)
 _LONG = struct.Struct("<BxxxxxxxQ")  # a result too long for the master's buffer follows on its own tag: its length
 
 
@@ -33,8 +46,9 @@ class WireError(ValueError):
     """A message that is not a well-formed result."""
 
 
+@lru_cache(maxsize=64)
 def _floats(n: int) -> struct.Struct:
-    """``n`` float64, little-endian."""
+    """``n`` float64, little-endian (a result's count is one of a few: kept, not compiled again for each)."""
     return struct.Struct(f"<{n}d")
 
 
@@ -77,26 +91,27 @@ def unpack_result(message, count: int) -> tuple[int, Evaluation, list | None]:
     if count < _HEAD.size or message[0] != RESULT_MARK:
         raise WireError(f"not a result message ({count} bytes)")
     _, task_id, n_offer, *head = _HEAD.unpack_from(message)
-    n_floats = sum(head[i] for i in _FLOAT_SLOTS)
-    text_bytes = sum(head[i] for i in _TEXT_SLOTS)
+    n_floats, text_bytes = sum(_FLOAT_SLOTS(head)), sum(_TEXT_SLOTS(head))
     at = _HEAD.size + 8 * n_floats
     if count != at + text_bytes + n_offer:
         raise WireError(f"a result message of {count} bytes does not add up")
     floats = _floats(n_floats).unpack_from(message, _HEAD.size)
     values, head_at, float_at = {}, 0, 0
     try:
-        for name, kind in _FIELDS:
-            if kind in ("integer", "real"):
+        for name, kind in _UNPACK:
+            if kind is _NUMBER:
                 values[name] = head[head_at]
-            elif kind in ("label", "text"):
-                values[name] = bytes(message[at:at + head[head_at]]).decode()
-                at += head[head_at]
-            elif kind == "reals":
-                values[name] = list(floats[float_at:float_at + head[head_at]])
-                float_at += head[head_at]
+            elif kind is _TEXT:
+                end = at + head[head_at]
+                values[name] = str(message[at:end], "utf-8")
+                at = end
+            elif kind is _REALS:
+                end = float_at + head[head_at]
+                values[name] = list(floats[float_at:end])
+                float_at = end
             else:  # named: a count, then the names' byte length
                 n, n_bytes = head[head_at], head[head_at + 1]
-                names = bytes(message[at:at + n_bytes]).decode().split("\0") if n_bytes else []
+                names = str(message[at:at + n_bytes], "utf-8").split("\0") if n_bytes else []
                 if len(names) != n:
                     raise WireError(f"a result message names {len(names)} {name} and holds {n}")
                 values[name] = dict(zip(names, floats[float_at:float_at + n]))
