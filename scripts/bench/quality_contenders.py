@@ -87,7 +87,7 @@ class Timer:
 def network_row(ident: int, outcome, metric: str, capture: Capture) -> dict:
     """What the benchmark keeps of one network (``outcome``: a Record or an Evaluation); ``cpu``: its training's CPU seconds."""
     m = outcome.metrics
-    return {"id": ident, "status": outcome.status, "fitness": outcome.fitness, "val": m.get(f"val_{metric}", math.nan),
+    return {"id": ident, "status": outcome.status, "fitness": outcome.fitness, "loss": outcome.loss, "val": m.get(f"val_{metric}", math.nan),
             "test": m.get(f"test_{metric}", math.nan), "epochs": outcome.epochs_done, "cpu": capture.cpu.get(ident, math.nan),
             "family": capture.family.get(ident, "?")}
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 from quality_contenders import Outcome
 
-from ensemble.hall_of_fame import Member
+from ensemble.hall_of_fame import Member, standing
 from ensemble.train import DeviceData
 from evolve.config.schema import Config
 
@@ -21,6 +21,12 @@ def choose_ensemble(members: list[Member], cfg: Config, data: DeviceData):
 
 def _usable(n: dict) -> bool:
     return n["status"] == "ok" and math.isfinite(n["fitness"])
+
+
+def _standing(n: dict) -> tuple[float, float, int]:
+    """A network's rank as evens ranks it in its hall of fame and report (ensemble.hall_of_fame.standing: fitness, then
+    validation loss, then id), so that the best single network here is the one evens names best."""
+    return standing(n["fitness"], n["loss"], n["id"])
 
 
 def ensemble_test(members: list[Member], cfg: Config, data: DeviceData) -> tuple[float, int]:
@@ -48,7 +54,7 @@ def selections(members: list[Member], cfg: Config, data: DeviceData) -> dict[str
 def score(out: Outcome, cfg: Config, data: DeviceData) -> dict:
     """Best single network by validation (its val and test metric), the ensemble's test metric, and the costs."""
     done = [n for n in out.networks if _usable(n)]
-    best = max(done, key=lambda n: (n["fitness"], -n["id"])) if done else None
+    best = min(done, key=_standing) if done else None
     oracle = min if data.problem.better(0.0, 1.0) else max  # the best test metric of any network (chosen on test)
     ensemble, members = ensemble_test(out.hall.members, cfg, data)
     statuses = [n["status"] for n in out.networks]
@@ -81,15 +87,15 @@ def anytime(out: Outcome, cfg: Config, data: DeviceData, every: int) -> dict:
     ``ensemble.candidates`` of those networks, as the hall held them then) and chosen as at the end."""
     best_curve, best = [], None
     for n in out.networks:
-        if _usable(n) and (best is None or (n["fitness"], -n["id"]) > (best["fitness"], -best["id"])):
+        if _usable(n) and (best is None or _standing(n) < _standing(best)):
             best = n
         best_curve.append(best["test"] if best else math.nan)
     total = len(out.networks)
     at = sorted({*range(every, total + 1, every), total}) if total else []
     curve = []
     for k in at:
-        prefix = sorted((n for n in out.networks[:k] if _usable(n) and n["id"] in out.preds), key=lambda n: (-n["fitness"], n["id"]))
-        members = [Member(n["id"], n["fitness"], {}, {}, *out.preds[n["id"]]) for n in prefix[: cfg.ensemble.candidates]]
+        prefix = sorted((n for n in out.networks[:k] if _usable(n) and n["id"] in out.preds), key=_standing)
+        members = [Member(n["id"], n["fitness"], {}, {}, *out.preds[n["id"]], loss=n["loss"]) for n in prefix[: cfg.ensemble.candidates]]
         curve.append(ensemble_test(members, cfg, data)[0])
     spent = np.cumsum([n["cpu"] if math.isfinite(n["cpu"]) else 0.0 for n in out.networks]).tolist()  # CPU after each network
     return {"anytime_best": best_curve, "anytime_at": at, "anytime_ensemble": curve, "anytime_cpu": spent}
