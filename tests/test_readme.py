@@ -13,8 +13,8 @@ README's own `source .venv/bin/activate`), in a scratch folder laid out like the
 - placeholders get small stand-ins: ``my.toml`` (examples/digits.toml, reading data/digits.h5),
   ``new.h5`` (the digits' test images as ``x`` at the root), ``data.h5`` (the digits data),
   ``mine.npz`` (the digits as x_train, y_train, x_val, y_val, x_test, y_test);
-- budgets are made small: a new search trains 6 networks of 2 epochs, a resume goes on to 12, and
-  ``evens simulate`` simulates 20,000 evaluations.
+- budgets are made small: a new search trains 6 networks of 2 epochs, a resume goes on to 12, an ensemble
+  size (``ensemble.size``, ``select --size``) is 2, and ``evens simulate`` simulates 20,000 evaluations.
 
 Each line must exit 0; a failure names the line.
 """
@@ -33,7 +33,7 @@ from conftest import ROOT
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 BLOCK = re.compile(r"(<!--[^>]*-->\s*\n)?```bash\n(.*?)```", re.S)
-NEW_RUN, RESUMED = 6, 12
+NEW_RUN, RESUMED, ENSEMBLE = 6, 12, 2
 
 
 def readme_lines(text: str) -> list[str]:
@@ -65,6 +65,9 @@ def runnable(line: str) -> str | None:
             line += " --set space.epochs=2 --set search.population=4"
     if re.search(r"\bevens simulate\b", line):
         line += " --evaluations 20000"
+    # an ensemble of 2: the export that follows writes and checks each member (several seconds each)
+    line = re.sub(r"ensemble\.size=\d+", f"ensemble.size={ENSEMBLE}", line)
+    line = re.sub(r"(\bselect\b.*--size )\d+", rf"\g<1>{ENSEMBLE}", line)
     return line
 
 
@@ -107,6 +110,8 @@ def test_the_rules_find_every_command_and_skip_the_illustrative_blocks():
     assert any("--resume" in line for line in lines) and any(line.startswith("evens convert") for line in lines)
     assert runnable("mpiexec -n 4 evens run --resume runs/a --set search.evaluations=400") == \
         f"mpiexec -n 4 evens run --resume runs/a --set search.evaluations={RESUMED}"
+    assert runnable("evens select runs/a --method top_k --size 7") == f"evens select runs/a --method top_k --size {ENSEMBLE}"
+    assert f"--set ensemble.size={ENSEMBLE} " in runnable("mpiexec -n 4 evens run my.toml --out runs/a --set ensemble.size=7")
 
 
 def test_every_readme_command_runs_as_written_in_a_fresh_shell(tmp_path):
