@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.datasets, args.seeds, args.evaluations, args.recipe_epochs = "GunPoint,iris", 2, 8, 100
     if args.tables_from:
-        return report(harness.read_rows(args.tables_from), args)
+        return report(harness.read_rows(args.tables_from) + (harness.read_rows(args.recipe_rows) if args.recipe_rows else []), args)
     datasets, contenders = args.datasets.split(","), args.contenders.split(",")
     for name in contenders:
         if name not in CONTENDERS:
@@ -245,6 +245,9 @@ def report(rows: list[dict], args) -> int:
     return 0
 
 
+TIE = 1e-6  # equal counts of right answers are equal (the recipe scores in float32, evens in float64)
+
+
 def targets(name: str, result: dict) -> dict:
     """Issue 32's targets on means over seeds: evens' ensemble at least the recipe's, and for a series at least the best
     published deep network's (ResNet, FCN, InceptionTime) minus 0.5 points."""
@@ -253,12 +256,12 @@ def targets(name: str, result: dict) -> dict:
         return {"lines": lines, "met": met}
     ours = result["evens"]["ensemble_test"]
     if "recipe" in result:
-        met["recipe"] = ours >= result["recipe"]["ensemble_test"]
+        met["recipe"] = ours >= result["recipe"]["ensemble_test"] - TIE
         lines.append(f"evens {ours:.4f} >= recipe {result['recipe']['ensemble_test']:.4f}: {'met' if met['recipe'] else 'missed'}")
     deep = [v for k, v in small_data.DATASETS[name].published.items() if k in ("ResNet", "FCN", "InceptionTime")]
     if deep:
         bar = max(deep) - 0.005
-        met["published"] = ours >= bar
+        met["published"] = ours >= bar - TIE
         lines.append(f"evens {ours:.4f} >= best published deep network - 0.005 = {bar:.4f}: {'met' if met['published'] else 'missed'}")
     return {"lines": lines, "met": met}
 
