@@ -73,7 +73,6 @@ every ``--every`` networks from the networks trained so far. The output ends wit
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import datetime
 import functools
@@ -84,10 +83,10 @@ import os
 import sys
 import tempfile
 from dataclasses import dataclass, replace
-from unittest import mock
 
 import harness
 import quality_data
+import quality_experiments
 import quality_scoring
 import quality_stats
 import torch
@@ -211,38 +210,6 @@ def prepared(settings: Settings, path: str) -> tuple[DeviceData, dict[str, Confi
     return data, cfgs, spaces
 
 
-def first_rung_parents():
-    """EXPERIMENT (issue 33, ``evens-promotion-first-rung``): the GA with promotion keeps each network in its population
-    by its first stage's result, ranked by fitness alone, so that every network is judged on the same budget; the rungs
-    decide only how long a network trains (a promotion's later stages never replace its first). The product ranks
-    by rung first; this patches the steady-state strategy while one search runs."""
-    from evolve.search import strategy
-
-    individual = strategy._individual
-    return _patched(
-        (strategy.SteadyState, "_carry_on", lambda self, record: True),  # a later stage: its network is in the population already
-        (strategy, "_individual", lambda record, rungs=False: individual(record, False)))
-
-
-def random_third():
-    """EXPERIMENT (issue 33, ``evens-promotion-random-third``): with promotion, a third of the GA's proposals are random
-    genomes, as BOHB mixes random configurations into its model's (against a population that converges on one family
-    when it breeds four times as many networks). Patches the steady-state strategy while one search runs."""
-    from evolve.search import strategy
-
-    ask = strategy.SteadyState.ask
-    return _patched((strategy.SteadyState, "ask", lambda self: self.random() if self.rungs and self.rng.random() < 1 / 3 else ask(self)))
-
-
-@contextlib.contextmanager
-def _patched(*replacements):
-    """Each (owner, name, value) set while the context is open (unittest.mock's patch.object), then restored."""
-    with contextlib.ExitStack() as stack:
-        for owner, name, value in replacements:
-            stack.enter_context(mock.patch.object(owner, name, value))
-        yield
-
-
 def run_contender(settings: Settings, path: str, contender: str, seed: int) -> dict:
     """One search of ``contender`` on the dataset at ``path``, scored (what a worker process returns)."""
     torch.set_num_threads(1)
@@ -266,8 +233,7 @@ def run_contender(settings: Settings, path: str, contender: str, seed: int) -> d
             search = replace(search, early_stopping=True, stage_early_stopping=True)
         if contender == "random-asha":  # random search with ASHA: Optuna's random sampler through evens' loop
             search = replace(search, mode="optuna", sampler="random", breeding="blind", selection="fitness")
-        patch = {"evens-promotion-first-rung": first_rung_parents, "evens-promotion-random-third": random_third}.get(contender, contextlib.nullcontext)
-        with patch():
+        with quality_experiments.patch(contender):
             out = run_evens(replace(cfg, search=search), space, data, seed, settings.workers, budget=settings.budget_cpu)
     elif contender.startswith("evens"):
         out = run_evens(cfg, space, data, seed, settings.workers, early_stopping=contender != "evens-no-es",

@@ -1,0 +1,44 @@
+"""bench_quality's EXPERIMENT contenders (issue 33): patches to the product that one search runs under, to measure
+an idea before it becomes code of its own (docs/benchmarks.md, "Quality at equal compute", says what each measured)."""
+from __future__ import annotations
+
+import contextlib
+from unittest import mock
+
+
+def patch(contender: str):
+    """The context a contender's search runs in: its experiment's patches, or none."""
+    return {"evens-promotion-first-rung": first_rung_parents, "evens-promotion-random-third": random_third}.get(contender,
+                                                                                                              contextlib.nullcontext)()
+
+
+def first_rung_parents():
+    """EXPERIMENT (issue 33, ``evens-promotion-first-rung``): the GA with promotion keeps each network in its population
+    by its first stage's result, ranked by fitness alone, so that every network is judged on the same budget; the rungs
+    decide only how long a network trains (a promotion's later stages never replace its first). The product ranks
+    by rung first; this patches the steady-state strategy while one search runs."""
+    from evolve.search import strategy
+
+    individual = strategy._individual
+    return _patched(
+        (strategy.SteadyState, "_carry_on", lambda self, record: True),  # a later stage: its network is in the population already
+        (strategy, "_individual", lambda record, rungs=False: individual(record, False)))
+
+
+def random_third():
+    """EXPERIMENT (issue 33, ``evens-promotion-random-third``): with promotion, a third of the GA's proposals are random
+    genomes, as BOHB mixes random configurations into its model's (against a population that converges on one family
+    when it breeds four times as many networks). Patches the steady-state strategy while one search runs."""
+    from evolve.search import strategy
+
+    ask = strategy.SteadyState.ask
+    return _patched((strategy.SteadyState, "ask", lambda self: self.random() if self.rungs and self.rng.random() < 1 / 3 else ask(self)))
+
+
+@contextlib.contextmanager
+def _patched(*replacements):
+    """Each (owner, name, value) set while the context is open (unittest.mock's patch.object), then restored."""
+    with contextlib.ExitStack() as stack:
+        for owner, name, value in replacements:
+            stack.enter_context(mock.patch.object(owner, name, value))
+        yield
