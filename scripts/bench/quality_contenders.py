@@ -330,11 +330,15 @@ def dehb_space(space: SearchSpace, seed: int):
 def run_dehb(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, budget: float) -> Outcome:
     """DEHB (Awad et al. 2021: differential evolution in Hyperband's brackets; the ``dehb`` package), over the space
     with the epochs as its fidelity (from one to the space's most, eta 3); each evaluation a network trained from the
-    start for that many epochs, as DEHB does. Only networks trained to the most epochs count as finished (the
-    others are ``stopped``, as successive halving's lower rungs are)."""
+    start for that many epochs, as DEHB does: the first epochs of its whole training of the most epochs (the fidelity
+    is not the epochs gene's value: a fidelity under the gene's range, every one where bench_quality fixes the epochs,
+    would train the range's least). Only networks trained to the most epochs count as finished (the others are
+    ``stopped``, as successive halving's lower rungs are)."""
     import tempfile
 
     from dehb import DEHB
+
+    from ensemble.train import train_and_evaluate
 
     epochs = space.gene("epochs").domain
     most = max(epochs.values()) if epochs.values() else int(epochs.high)
@@ -347,12 +351,15 @@ def run_dehb(cfg: Config, space: SearchSpace, data: DeviceData, seed: int, budge
             job = opt.ask()
             config = dict(job["config"])
             values = {name: back[name][v] if name in back else v for name, v in config.items()}
-            values["epochs"] = max(1, min(most, int(round(job["fidelity"]))))
-            genome = space.encode(values)
-            network, training = space.candidate(genome)
-            ev = evaluate_one(capture, out.hall if values["epochs"] == most else HallOfFame(1), seed, ident, network, training)
-            if ev.status == "ok" and values["epochs"] < most:
-                ev = Evaluation(status="stopped", fitness=ev.fitness, metrics=ev.metrics, epochs_done=ev.epochs_done)
+            fidelity = max(1, min(most, int(round(job["fidelity"]))))
+            network, training = space.candidate(space.encode({**values, "epochs": most}))
+            if fidelity < most:  # the first epochs of the whole training (its schedule planned for all of them), as a rung is
+                ev = timed(capture, ident, network,
+                           lambda: train_and_evaluate(network, training, data, task_seed(seed, ident), until=fidelity))
+                if ev.status == "paused":
+                    ev = Evaluation(status="stopped", fitness=ev.fitness, metrics=ev.metrics, epochs_done=fidelity)
+            else:
+                ev = evaluate_one(capture, out.hall, seed, ident, network, training)
             fitness = ev.fitness if math.isfinite(ev.fitness) else -1e9
             opt.tell(job, {"fitness": -fitness, "cost": capture.cpu.get(ident, 0.0)})
             out.networks.append(network_row(ident, ev, data.problem.metric, capture))
