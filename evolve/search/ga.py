@@ -124,17 +124,13 @@ class Operators:
             raise IndexError("Cannot choose from an empty sequence")
         bits, chosen = n.bit_length(), []
         for _ in range(k):
-            r = getrandbits(bits)
-            while r >= n:
-                r = getrandbits(bits)
-            best = population[r]
-            best_w = best.fitness.wvalues
-            for _ in range(size - 1):
+            best = best_w = None
+            for _ in range(size):
                 r = getrandbits(bits)
                 while r >= n:
                     r = getrandbits(bits)
                 aspirant = population[r]
-                if aspirant.fitness.wvalues > best_w:
+                if best_w is None or aspirant.fitness.wvalues > best_w:
                     best, best_w = aspirant, aspirant.fitness.wvalues
             chosen.append(best)
         return chosen

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import struct
 from functools import lru_cache
-from operator import itemgetter
 
 from ensemble.results import Evaluation, Outcome, kinds
 
@@ -26,15 +25,8 @@ _CODES = {"integer": "q", "real": "d", "label": "I", "text": "I", "reals": "I", 
 _HEAD = struct.Struct("<BqI" + "".join(_CODES[kind] for _, kind in _FIELDS))  # mark, task id, offer bytes, the fields
 # the fixed header's slots after the offer's length: which hold counts of floats, which byte lengths of text
 _SLOTS = [slot for _, kind in _FIELDS for slot in (("floats", "text") if kind == "named" else (kind,))]
-
-
-def _slots(kinds: tuple[str, ...]):
-    """The header values in the slots of these kinds, as a tuple (however many there are)."""
-    at = [i for i, slot in enumerate(_SLOTS) if slot in kinds]
-    return itemgetter(*at) if len(at) > 1 else lambda head: tuple(head[i] for i in at)
-
-
-_FLOAT_SLOTS, _TEXT_SLOTS = _slots(("reals", "floats")), _slots(("label", "text"))
+_FLOAT_SLOTS = [i for i, slot in enumerate(_SLOTS) if slot in ("reals", "floats")]
+_TEXT_SLOTS = [i for i, slot in enumerate(_SLOTS) if slot in ("label", "text")]
 # each field's kind as unpack_result branches on it (one test a field, by identity)
 _NUMBER, _TEXT, _REALS, _NAMED = "number", "text", "reals", "named"
 _UNPACK = tuple((name, {"integer": _NUMBER, "real": _NUMBER, "label": _TEXT, "text": _TEXT, "reals": _REALS}.get(kind, _NAMED))
@@ -91,7 +83,7 @@ def unpack_result(message, count: int) -> tuple[int, Evaluation, list | None]:
     if count < _HEAD.size or message[0] != RESULT_MARK:
         raise WireError(f"not a result message ({count} bytes)")
     _, task_id, n_offer, *head = _HEAD.unpack_from(message)
-    n_floats, text_bytes = sum(_FLOAT_SLOTS(head)), sum(_TEXT_SLOTS(head))
+    n_floats, text_bytes = sum(map(head.__getitem__, _FLOAT_SLOTS)), sum(map(head.__getitem__, _TEXT_SLOTS))
     at = _HEAD.size + 8 * n_floats
     if count != at + text_bytes + n_offer:
         raise WireError(f"a result message of {count} bytes does not add up")
