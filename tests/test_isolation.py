@@ -14,6 +14,8 @@ from ensemble.specs import BUILDER, GENES
 from evolve.transport.isolation import KILL_GRACE, TrainerError, TrainerProcess, trainer_environment
 from evolve.transport.protocol import Task
 
+pytestmark = pytest.mark.xdist_group("isolation")  # one process: the module's training process is made once
+
 MODELS = os.path.join(ROOT, "tests", "models")
 
 

@@ -17,6 +17,8 @@ from evolve.app.report_text import format_summary, format_top
 from evolve.app.simulate_command import simulate_command
 from evolve.app.status import format_status
 
+pytestmark = pytest.mark.xdist_group("output")  # one process: the module's run is made once
+
 SIGPIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for `yes | head`
 
 

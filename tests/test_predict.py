@@ -13,7 +13,7 @@ from conftest import ROOT, checksums_again, evens_cmd, launch, tiny_search, writ
 
 from ensemble import EnsembleError, load_ensemble
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("predict")]  # one process: the module's search is made once
 
 
 

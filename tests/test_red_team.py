@@ -18,7 +18,7 @@ from conftest import ROOT, evens_cmd, launch, mpiexec, seals_again, tiny_search
 from data_bcast.h5file import write_dataset
 from ensemble.problem import Regression
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("red_team")]  # one process: the module's run is made once
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
 
 
