@@ -26,6 +26,10 @@ search does (the hall of fame's ``val_pred``), so the same script studies small-
 
 Prints, per variant: mean test accuracy, how often it is at least the best single network's
 (and within 0.005 of it), the worst difference, and one JSON line.
+
+``--members`` prints instead each run's hall of fame, one member a line: its score on the rows the
+ensemble is chosen on, its design, its test accuracy and the test rows it gets wrong, then how many
+members get each of those rows wrong (is a miss the ensemble's choice, or every member's?).
 """
 from __future__ import annotations
 
@@ -116,10 +120,30 @@ def product_accuracy(state, info, problem, **changes) -> float:
     return chosen.curve_test[chosen.picks - 1]
 
 
+def print_members(run: str, state, info) -> None:
+    """The hall of fame of ``run``, member by member (``--members``)."""
+    wrong_by = np.zeros(len(info.test_y), int)
+    print(f"{run}: {len(state.hall_of_fame)} members (chosen-on accuracy and log-loss, design, test accuracy, test rows wrong)")
+    for m in state.hall_of_fame:
+        chosen = float(np.mean(m.val_pred.argmax(1) == info.val_y))
+        wrong = np.flatnonzero(m.test_pred.argmax(1) != info.test_y)
+        wrong_by[wrong] += 1
+        net, tr = m.network, m.training
+        design = (f"{net.get('family')} depth {net.get('depth')} width {net.get('width')} "
+                  f"epochs {tr.get('epochs')} batch {tr.get('batch_size')}")
+        print(f"  #{m.id:<4d} {chosen:.3f} {m.loss:.4f}  {design:<40} test {1 - len(wrong) / len(wrong_by):.4f}  wrong {wrong.tolist()}")
+    print("  members wrong on each missed test row:", {int(i): int(wrong_by[i]) for i in np.flatnonzero(wrong_by)})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", help="run directories")
+    parser.add_argument("--members", action="store_true", help="print each run's hall of fame, member by member, instead")
     args = parser.parse_args()
+    if args.members:
+        for run in sorted(args.runs):
+            print_members(run, *checkpoint.load(os.path.join(run, "checkpoint.h5"), weights=False))
+        return
     results = {name: [] for name in [*VARIANTS, *(f"product:{p}" for p in PRODUCT)]}
     for run in sorted(args.runs):
         state, info = checkpoint.load(os.path.join(run, "checkpoint.h5"), weights=False)
