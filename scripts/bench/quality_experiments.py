@@ -8,8 +8,9 @@ from unittest import mock
 
 def patch(contender: str):
     """The context a contender's search runs in: its experiment's patches, or none."""
-    return {"evens-promotion-first-rung": first_rung_parents, "evens-promotion-random-third": random_third}.get(contender,
-                                                                                                              contextlib.nullcontext)()
+    experiments = {"evens-promotion-first-rung": first_rung_parents, "evens-promotion-random-third": random_third,
+                   "evens-promotion-crowding": crowding, "evens-no-promotion-crowding": crowding}
+    return experiments.get(contender, contextlib.nullcontext)()
 
 
 def first_rung_parents():
@@ -33,6 +34,29 @@ def random_third():
 
     ask = strategy.SteadyState.ask
     return _patched((strategy.SteadyState, "ask", lambda self: self.random() if self.rungs and self.rng.random() < 1 / 3 else ask(self)))
+
+
+def crowding():
+    """EXPERIMENT (issue 33 ``evens-promotion-crowding``, ``evens-no-promotion-crowding``; issue 32's GunPoint): the
+    steady-state GA replaces the member nearest the newcomer (L1 distance between genomes in [0, 1]^n), if the
+    newcomer ranks above it, instead of the population's worst: restricted tournament replacement with the whole
+    population as its window (Harik 1995), a niching scheme that keeps several designs alive where replacing the worst
+    lets one design fill the population (GunPoint's halls of near-copies; promotion's population converging on one
+    family). Elitist still: the best member leaves only for a better newcomer."""
+    from evolve.search import strategy
+
+    def admit_nearest(population, newcomer, capacity):
+        if len(population) < capacity:
+            population.append(newcomer)
+            return None
+        nearest = min(range(len(population)), key=lambda i: (sum(abs(a - b) for a, b in zip(population[i], newcomer)), i))
+        if not newcomer.fitness.wvalues > population[nearest].fitness.wvalues:
+            return newcomer
+        leaving, population[nearest] = population[nearest], newcomer
+        return leaving
+
+    # (SteadyState.tell's shortcut stays right: a newcomer no better than the worst member is no better than its nearest)
+    return _patched((strategy, "admit", admit_nearest))
 
 
 @contextlib.contextmanager
