@@ -52,7 +52,9 @@ evaluation's index), on one CPU thread. Contenders (``--contenders``):
   random genomes: :func:`random_third`); ``evens-promotion-wide`` (EXPERIMENT: promotion with a population three
   times as large, 30 for the examples' 10: promotion makes about three times as many networks in the same CPU, and a
   population of 10 converged on one family); ``evens-promotion-crowding`` and ``evens-no-promotion-crowding``
-  (EXPERIMENT: the GA replaces the member nearest a better newcomer instead of the worst: :func:`crowding`).
+  (EXPERIMENT: the GA replaces the member nearest a better newcomer instead of the worst: :func:`crowding`);
+  ``evens-promotion-random-until-promoted`` (EXPERIMENT: promotion with random proposals until every member of the
+  population has been promoted once: :func:`random_until_promoted`).
 
 ``--budget-cpu S`` gives every search S CPU seconds of training instead of ``--evaluations`` networks: each
 stops starting networks once its trainings have spent them (evens as a stop request ends a run). The rows
@@ -112,7 +114,7 @@ from evolve.transport.worker import trainer_for
 CONTENDERS = ("evens", "evens-classic", "random", "optuna-tpe", "evens-model", "evens-blind", "evens-ensemble", "evens-fitness", "evens-no-augment",
               "evens-no-es", "evens-no-prefetch", "evens-promotion", "evens-no-promotion", "evens-promotion-median", "random-asha", "optuna-tpe-hyperband", "top-k-1epoch",
               "dehb", "evens-promotion-first-rung", "evens-promotion-random-third", "evens-promotion-wide",
-              "evens-promotion-crowding", "evens-no-promotion-crowding")
+              "evens-promotion-crowding", "evens-no-promotion-crowding", "evens-promotion-random-until-promoted")
 BUDGETED = ("top-k-1epoch", "dehb")  # contenders that need --budget-cpu (they have no number of networks to stop at)
 PEERS = ("evens", "evens-classic", "random", "optuna-tpe")  # the default; the others are diagnostics
 # examples/digits.toml's [space] table before presets (issue 22): the classic space, kept here so that
@@ -227,7 +229,8 @@ def run_contender(settings: Settings, path: str, contender: str, seed: int) -> d
         search = replace(cfg.search, **{setting: contender.removeprefix("evens-")})
         out = run_evens(replace(cfg, search=search), space, data, seed, settings.workers)
     elif contender in ("evens-promotion", "evens-no-promotion", "evens-promotion-median", "random-asha", "evens-promotion-first-rung",
-                       "evens-promotion-random-third", "evens-promotion-wide", "evens-promotion-crowding", "evens-no-promotion-crowding"):
+                       "evens-promotion-random-third", "evens-promotion-wide", "evens-promotion-crowding", "evens-no-promotion-crowding",
+                       "evens-promotion-random-until-promoted"):
         search = replace(cfg.search, promotion=not contender.startswith("evens-no-promotion"))
         if contender == "evens-promotion-wide":  # EXPERIMENT (issue 33): a population as much wider as promotion makes more networks
             search = replace(search, population=3 * search.population)

@@ -9,7 +9,8 @@ from unittest import mock
 def patch(contender: str):
     """The context a contender's search runs in: its experiment's patches, or none."""
     experiments = {"evens-promotion-first-rung": first_rung_parents, "evens-promotion-random-third": random_third,
-                   "evens-promotion-crowding": crowding, "evens-no-promotion-crowding": crowding}
+                   "evens-promotion-crowding": crowding, "evens-no-promotion-crowding": crowding,
+                   "evens-promotion-random-until-promoted": random_until_promoted}
     return experiments.get(contender, contextlib.nullcontext)()
 
 
@@ -57,6 +58,24 @@ def crowding():
 
     # (SteadyState.tell's shortcut stays right: a newcomer no better than the worst member is no better than its nearest)
     return _patched((strategy, "admit", admit_nearest))
+
+
+def random_until_promoted():
+    """EXPERIMENT (issue 33, ``evens-promotion-random-until-promoted``): with promotion, the GA proposes random genomes
+    (random search under the same successive halving, as ``random-asha`` is) until every member of its population has
+    been promoted at least once, then breeds. The product breeds as soon as the population holds ``population``
+    results of any rung: children of networks trained one stage, which is when its population converges on one
+    design (digits, signal)."""
+    from evolve.search import strategy
+
+    ask = strategy.SteadyState.ask
+
+    def patched(self):
+        if self.rungs and (len(self.population) < self.params.population or any(ind.fitness.values[0] < 1 for ind in self.population)):
+            return self.random()
+        return ask(self)
+
+    return _patched((strategy.SteadyState, "ask", patched))
 
 
 @contextlib.contextmanager
