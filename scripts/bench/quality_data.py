@@ -1,6 +1,6 @@
 """The datasets of bench_quality.py, each written to the evens format (docs/data-format.md) in a scratch folder.
 
-Four come with scikit-learn (nothing is downloaded); two are generated (data_bcast.synthetic), deterministically from
+Four come with scikit-learn (nothing is downloaded), four are read out of the aeon wheel (small_data.py); two are generated (data_bcast.synthetic), deterministically from
 a seed, so that the architecture matters: what identifies a class sits at a random place in the
 sample, among distractors, so that translation-invariant features (convolutions with pooling or a
 global average) win over a flat MLP.
@@ -14,7 +14,11 @@ name               sample shape    classes    train / val / test  what
 ``diabetes``       (10,)           regression 266 / 88 / 88       scikit-learn; RMSE, lower is better
 ``signal``         (2, 128)        5          1000 / 500 / 1500   data_bcast.synthetic.make_signals
 ``image``          (1, 16, 16)     6          1000 / 500 / 1500   data_bcast.synthetic.make_shapes
+GunPoint ...       (C, L)          2-9        80 % / 20 % / test  issue 32's archive series (small_data.py)
 =================  ==============  =========  ==================  =================================
+
+The archive series (GunPoint, ItalyPowerDemand, BasicMotions, JapaneseVowels: :data:`SERIES`) keep their archive's
+test split and hold a stratified fifth of the archive's training rows out as the val split (GunPoint: 40 / 10 / 150).
 
 The tables are standardised with the training split's mean and standard deviation, so that every
 contender (the classic space has no ``standardize`` gene) starts from the same inputs; the
@@ -63,6 +67,33 @@ def write_wine(dst: str, seed: int = 0) -> None:
     write_standardised(dst, d.data, d.target.astype(np.int64), seed)
 
 
+# ------------------------------------------------------------------------------- issue 32's archive series
+
+SERIES = ("GunPoint", "ItalyPowerDemand", "BasicMotions", "JapaneseVowels")  # small_data.py's, read out of the aeon wheel
+SERIES_VAL = 0.2  # of the archive's training rows, held out (stratified) as the val split every contender chooses on
+
+
+def archive_series_writer(name: str):
+    """A writer of archive set ``name`` (small_data.py: the UCR/UEA archives in the aeon wheel) with the archive's own
+    test split and a stratified fifth of its training rows as the val split. bench_quality's protocol is the same for
+    every contender (each chooses on a val split), so evens does not cross-validate here: its folds are measured
+    against the published recipes in bench_small.py."""
+
+    def write(dst: str) -> None:
+        import small_data
+        from sklearn.model_selection import train_test_split
+
+        a = small_data.arrays(name)
+        classes, y = np.unique(np.concatenate([a["y_train"], a["y_test"]]), return_inverse=True)
+        y_train, y_test = y[: len(a["y_train"])].astype(np.int64), y[len(a["y_train"]) :].astype(np.int64)
+        x_train, x_test = np.asarray(a["x_train"], np.float32), np.asarray(a["x_test"], np.float32)
+        fit, val = train_test_split(np.arange(len(y_train)), test_size=SERIES_VAL, stratify=y_train, random_state=0)
+        write_dataset(dst, {"train": (x_train[fit], y_train[fit]), "val": (x_train[val], y_train[val]), "test": (x_test, y_test)},
+                      classes=classes)
+
+    return write
+
+
 # ----------------------------------------------------------------------------------------------- registry
 
 WRITERS = {
@@ -72,6 +103,7 @@ WRITERS = {
     "diabetes": lambda dst: write_diabetes(dst, seed=0),  # what `evens make-diabetes` writes
     "signal": write_signals,  # what `evens make-signals` writes
     "image": write_shapes,  # what `evens make-shapes` writes
+    **{name: archive_series_writer(name) for name in SERIES},
 }
 DATASETS = tuple(WRITERS)
 
