@@ -54,7 +54,8 @@ evaluation's index), on one CPU thread. Contenders (``--contenders``):
   population of 10 converged on one family); ``evens-promotion-crowding`` and ``evens-no-promotion-crowding``
   (EXPERIMENT: the GA replaces the member nearest a better newcomer instead of the worst: :func:`crowding`);
   ``evens-promotion-random-until-promoted`` (EXPERIMENT: promotion with random proposals until every member of the
-  population has been promoted once: :func:`random_until_promoted`).
+  population has been promoted once: :func:`random_until_promoted`); ``evens-ga-no-loss`` (EXPERIMENT: the GA compares
+  networks by fitness alone, without d9ff3a6's loss tie-break: :func:`ga_without_loss`).
 
 ``--budget-cpu S`` gives every search S CPU seconds of training instead of ``--evaluations`` networks: each
 stops starting networks once its trainings have spent them (evens as a stop request ends a run). The rows
@@ -114,7 +115,7 @@ from evolve.transport.worker import trainer_for
 CONTENDERS = ("evens", "evens-classic", "random", "optuna-tpe", "evens-model", "evens-blind", "evens-ensemble", "evens-fitness", "evens-no-augment",
               "evens-no-es", "evens-no-prefetch", "evens-promotion", "evens-no-promotion", "evens-promotion-median", "random-asha", "optuna-tpe-hyperband", "top-k-1epoch",
               "dehb", "evens-promotion-first-rung", "evens-promotion-random-third", "evens-promotion-wide",
-              "evens-promotion-crowding", "evens-no-promotion-crowding", "evens-promotion-random-until-promoted")
+              "evens-promotion-crowding", "evens-no-promotion-crowding", "evens-promotion-random-until-promoted", "evens-ga-no-loss")
 BUDGETED = ("top-k-1epoch", "dehb")  # contenders that need --budget-cpu (they have no number of networks to stop at)
 PEERS = ("evens", "evens-classic", "random", "optuna-tpe")  # the default; the others are diagnostics
 # examples/digits.toml's [space] table before presets (issue 22): the classic space, kept here so that
@@ -241,8 +242,9 @@ def run_contender(settings: Settings, path: str, contender: str, seed: int) -> d
         with quality_experiments.patch(contender):
             out = run_evens(replace(cfg, search=search), space, data, seed, settings.workers, budget=settings.budget_cpu)
     elif contender.startswith("evens"):
-        out = run_evens(cfg, space, data, seed, settings.workers, early_stopping=contender != "evens-no-es",
-                        prefetch=0 if contender == "evens-no-prefetch" else None, budget=settings.budget_cpu)
+        with quality_experiments.patch(contender):
+            out = run_evens(cfg, space, data, seed, settings.workers, early_stopping=contender != "evens-no-es",
+                            prefetch=0 if contender == "evens-no-prefetch" else None, budget=settings.budget_cpu)
     elif contender == "random":
         out = run_random(cfg, space, data, seed, settings.budget_cpu)
     elif contender == "optuna-tpe-hyperband":
