@@ -1,9 +1,9 @@
 """The datasets of bench_quality.py, each written to the evens format (docs/data-format.md) in a scratch folder.
 
-Four come with scikit-learn (nothing is downloaded), four are read out of the aeon wheel (small_data.py); two are generated (data_bcast.synthetic), deterministically from
-a seed, so that the architecture matters: what identifies a class sits at a random place in the
-sample, among distractors, so that translation-invariant features (convolutions with pooling or a
-global average) win over a flat MLP.
+Four come with scikit-learn (nothing is downloaded), four are read out of the aeon wheel (small_data.py); two are
+generated (data_bcast.synthetic), deterministically from a seed, so that the architecture matters: what identifies a
+class sits at a random place in the sample, among distractors, so that translation-invariant features (convolutions
+with pooling or a global average) win over a flat MLP.
 
 =================  ==============  =========  ==================  =================================
 name               sample shape    classes    train / val / test  what

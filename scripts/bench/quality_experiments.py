@@ -87,12 +87,10 @@ def ga_without_loss():
 
     from evolve.search import strategy
 
-    individual = strategy._individual
     wvalues = strategy.fitness_wvalues
 
-    def fitness_only(record, rungs=False):
-        made = individual(record, rungs)
-        return strategy.Individual.evaluated(made, record.fitness, record.id, math.inf, record.rung if rungs else None)
+    def fitness_only(record, rungs=False):  # strategy._individual with no loss (an infinite one ties with every other)
+        return strategy.Individual.evaluated(record.genome, record.fitness, record.id, math.inf, record.rung if rungs else None)
 
     return _patched((strategy, "_individual", fitness_only), (strategy, "fitness_wvalues", lambda value, loss=math.inf: wvalues(value)))
 
