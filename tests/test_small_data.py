@@ -128,3 +128,17 @@ def test_a_table_is_written_through_the_converter(small_data, tmp_path):
     assert np.bincount(y_train).tolist() == [25, 25, 25] and np.bincount(y_test).tolist() == [25, 25, 25]
     with h5py.File(h5) as f:
         assert sorted(f) == ["test", "train"]  # labels 0..2 already: no /classes needed
+
+
+def test_bench_small_takes_a_count_of_seeds_or_a_list():
+    saved = list(sys.path)
+    sys.path.insert(0, os.path.join(ROOT, "scripts", "bench"))
+    try:
+        seed_list = importlib.import_module("bench_small").seed_list
+    finally:
+        sys.path[:] = saved
+    assert seed_list("5") == [0, 1, 2, 3, 4]
+    assert seed_list("3,4") == [3, 4] and seed_list("3,") == [3]
+    for bad in ("0", "-1,2", "", ",", "two"):
+        with pytest.raises(ValueError):
+            seed_list(bad)

@@ -27,6 +27,8 @@ Contenders
 * ``evens-refit``: ``evens`` with ``ensemble.refit = true`` (each member one network refit on every row);
 * ``evens-wide``: ``evens`` with a GA population of 16 instead of 10 (EXPERIMENT, GunPoint: a third of the 48 networks
   random, against a population that converges on one design and fills the hall of fame with near-copies of it);
+* ``evens-ensemble-selection``: ``evens`` with ``search.selection = "ensemble"`` (EXPERIMENT, GunPoint: parents and
+  survivors chosen by their value to the ensemble out of fold, so that a near-copy of a member is worth little);
 * ``recipe``: the hand-designed network with its published recipe (small_recipes.py): ResNet-1D of Wang
   et al. 2017 as Fawaz et al. 2019 train it, for series; scikit-learn's default MLP, for tables.
 
@@ -51,12 +53,13 @@ import harness
 import small_data
 from quality_stats import mean_std, paired
 
-CONTENDERS = ("evens", "evens-before", "evens-refit", "evens-wide", "recipe")
+CONTENDERS = ("evens", "evens-before", "evens-refit", "evens-wide", "evens-ensemble-selection", "recipe")
 # issue 32's "as today": no folds, the presets' old epochs and batches, and recurrent networks on series of any length
 # (space.preset = "auto" keeps the preset: genes set without it would make the classic space)
 BEFORE = ["data.folds=0", "space.preset=auto", "space.epochs={low = 20, high = 60}", "space.batch_size=[32, 64, 128]"]
 BEFORE_SERIES = ["space.family=['cnn', 'rnn']"]
-OVERRIDES = {"evens": [], "evens-before": BEFORE, "evens-refit": ["ensemble.refit=true"], "evens-wide": ["search.population=16"]}
+OVERRIDES = {"evens": [], "evens-before": BEFORE, "evens-refit": ["ensemble.refit=true"], "evens-wide": ["search.population=16"],
+             "evens-ensemble-selection": ["search.selection=ensemble"]}
 
 
 def overrides(contender: str, dataset: str) -> list[str]:
@@ -165,11 +168,19 @@ def prepare(datasets: list[str], folder: str) -> dict[str, str]:
     return paths
 
 
+def seed_list(text: str) -> list[int]:
+    """``--seeds``: a count N (seeds 0 to N-1) or a comma-separated list of seeds."""
+    values = [int(v) for v in text.split(",") if v]
+    if not values or any(v < 0 for v in values) or ("," not in text and values[0] < 1):
+        raise ValueError(text)
+    return values if "," in text else list(range(values[0]))
+
+
 def main(argv=None) -> int:
     p = harness.parser(__doc__, quick="GunPoint and iris, 2 seeds, 8 networks, the recipe 100 epochs: a few minutes")
     p.add_argument("--datasets", default=",".join(small_data.DATASETS))
     p.add_argument("--contenders", default=",".join(CONTENDERS))
-    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--seeds", type=seed_list, default=seed_list("5"), help="how many (seeds 0 to N-1), or which: 3,4 (one seed: 3,) (default 5)")
     p.add_argument("--evaluations", type=int, default=48)
     p.add_argument("--recipe-epochs", type=int, default=0, help="the series recipe's epochs (default: its published 1,500)")
     p.add_argument("--jobs", type=int, default=1)
@@ -180,7 +191,7 @@ def main(argv=None) -> int:
                                     "session is resumed")
     args = p.parse_args(argv)
     if args.quick:
-        args.datasets, args.seeds, args.evaluations, args.recipe_epochs = "GunPoint,iris", 2, 8, 100
+        args.datasets, args.seeds, args.evaluations, args.recipe_epochs = "GunPoint,iris", [0, 1], 8, 100
     if args.tables_from:
         return report(harness.read_rows(args.tables_from) + (harness.read_rows(args.recipe_rows) if args.recipe_rows else []), args)
     datasets, contenders = args.datasets.split(","), args.contenders.split(",")
@@ -196,8 +207,8 @@ def main(argv=None) -> int:
     paths = prepare(datasets, folder)
     jobs = [{"dataset": d, "contender": c, "seed": s, "evaluations": args.evaluations, "folder": folder, "path": paths[d],
              "recipe_epochs": args.recipe_epochs, "overrides": overrides(c, d) if c != "recipe" else []}
-            for d in datasets for s in range(args.seeds) for c in contenders if (d, c, s, args.evaluations) not in have]
-    print(harness.machine_line("bench_small", f"datasets={args.datasets} seeds={args.seeds} evaluations={args.evaluations} "
+            for d in datasets for s in args.seeds for c in contenders if (d, c, s, args.evaluations) not in have]
+    print(harness.machine_line("bench_small", f"datasets={args.datasets} seeds={','.join(map(str, args.seeds))} evaluations={args.evaluations} "
                                               f"jobs={args.jobs}"), flush=True)
     rows = list(done)
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
