@@ -258,7 +258,7 @@ def test_the_version_attribute_damaged_is_damage_not_another_format(tmp_path):
 def test_the_checksum_layout_is_pinned_to_the_format_version():
     from ensemble import store
 
-    assert checkpoint.FORMAT_VERSION == 16 and store.FORMAT_VERSION == 6 and store.SEAL == "crc32"
+    assert checkpoint.FORMAT_VERSION == 17 and store.FORMAT_VERSION == 6 and store.SEAL == "crc32"
     buf = io.BytesIO()
     with h5py.File(buf, "w") as f:
         f.attrs.update(a="x", b=3)

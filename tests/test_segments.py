@@ -331,7 +331,7 @@ def test_a_run_file_with_another_record_layout_is_refused_by_its_version_not_as_
 def test_the_format_version_moves_with_the_record_layout():
     """Adding, removing or changing a field of Record or Pending changes the run file: bump
     checkpoint.FORMAT_VERSION, then update the layout pinned here."""
-    assert checkpoint.FORMAT_VERSION == 16
+    assert checkpoint.FORMAT_VERSION == 17
     assert checkpoint.SCHEMA == {
         "record": {"status": "label", "fitness": "real", "metrics": "named", "seconds": "real", "epochs_done": "integer",
                    "message": "text", "curve": "reals", "id": "integer", "genome": "vector", "parents": "pair",

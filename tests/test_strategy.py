@@ -176,3 +176,36 @@ def _rng(state):
     rng = random.Random()
     rng.setstate(state)
     return rng
+
+
+@pytest.mark.parametrize("mode", ["async", "generational"])
+def test_the_ga_compares_networks_by_fitness_alone(mode):
+    """Among networks of equal fitness the validation loss decides nothing in the GA (the hall of fame and the report
+    break such ties by it; the GA does not, docs/benchmarks.md): the same results with other losses breed the same
+    children and keep the same population."""
+    import random
+
+    from evolve.search.records import Record
+
+    def drive(losses):
+        strategy = make_strategy(mode, Context(SPACE, SearchConfig(population=4), random.Random(3), [], [], {}))
+        asked, out = [], []
+        while len(asked) < 30:
+            proposal = strategy.ask()
+            if proposal is None or len(out) >= 3:  # a generation's barrier, or a few out: results come back, oldest first
+                ident, genome = out.pop(0)
+                fitness = 0.9 if genome[0] < 0.5 else 0.8  # two values: ties everywhere
+                strategy.tell(Record(id=ident, genome=genome, parents=(-1, -1), status="ok", fitness=fitness,
+                                     metrics={"val_loss": losses[ident]}, seconds=1.0, epochs_done=1, worker=1, started=0.0,
+                                     finished=0.0, operators="random"))
+            if proposal is not None:
+                out.append((len(asked), list(proposal.genome)))
+                asked.append(tuple(proposal.genome))
+        return asked, strategy.to_state()["population"]
+
+    rng = random.Random(0)
+    losses = [rng.random() for _ in range(40)]
+    first, population = drive(losses)
+    assert len(set(first)) == 30 and len(population) == 4
+    assert drive(losses[::-1]) == (first, population)
+    assert drive([0.5] * 40) == (first, population)

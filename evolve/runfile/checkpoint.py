@@ -60,7 +60,7 @@ from .segments import Segment, append, merged, read_columns, read_segment, remov
 from .tempfiles import exclusive_temp
 
 FORMAT = "evens-checkpoint"
-FORMAT_VERSION = 16  # the one format this evens reads; every change to the run file bumps it (16: /master, /best, the tally and recent ids)
+FORMAT_VERSION = 17  # the one format this evens reads; every change to the run file bumps it (17: /master's population without the loss)
 # The record layouts this format stores (each field's kind: see evolve.runfile.columns). A new field changes
 # the run file: tests/test_segments.py pins this to FORMAT_VERSION, so the version moves with it.
 SCHEMA = {"record": kinds(Record), "pending": kinds(Pending)}

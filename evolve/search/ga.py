@@ -16,7 +16,6 @@ module, which had to be pointed at the search's rng around each call) cost about
 """
 from __future__ import annotations
 
-import math
 import random
 from typing import Callable, Protocol
 
@@ -25,19 +24,20 @@ from deap.tools import emo as deap_emo
 
 
 class Fitness(base.Fitness):
-    """One objective, maximised: validation accuracy (or -RMSE); then, between equal values, the validation
-    log-loss, minimised (DEAP compares fitnesses value by value): the order of the hall of fame and the report
-    (ensemble.hall_of_fame.standing), so that a search choosing on a few validation rows separates the
-    confident right answers from the lucky ones."""
+    """One objective, maximised: validation accuracy (or -RMSE). The GA compares networks by it alone: among equal
+    values the first drawn wins a tournament and the latest id leaves the population first. The hall of fame, the
+    report and promotion break such ties by validation log-loss (ensemble.hall_of_fame.standing); the GA does not,
+    because that tie-break steered the search (label smoothing, for one, raises the loss at the same accuracy) and
+    lost accuracy on image (docs/benchmarks.md, "The GA's loss tie-break")."""
 
-    weights = (1.0, -1.0)
+    weights = (1.0,)
 
 
 class RungFitness(base.Fitness):
-    """With successive halving (search.promotion): the rung a network reached first, then :class:`Fitness`'s two,
+    """With successive halving (search.promotion): the rung a network reached first, then :class:`Fitness`'s value,
     so that fitness is compared within a rung and a network further on beats one stopped below it."""
 
-    weights = (1.0, 1.0, -1.0)
+    weights = (1.0, 1.0)
 
 
 class ParetoFitness(base.Fitness):
@@ -57,13 +57,12 @@ class Individual(list):
         self.ident = ident
 
     @classmethod
-    def evaluated(cls, genes, value: float, ident: int, loss: float = math.inf, rung: int | None = None) -> Individual:
-        """An individual with one objective, ``value``, and its tie-break ``loss`` (NaN counts as infinite); with
-        ``rung`` (successive halving), ranked by the rung it reached first."""
-        loss = math.inf if loss != loss else float(loss)
+    def evaluated(cls, genes, value: float, ident: int, rung: int | None = None) -> Individual:
+        """An individual with one objective, ``value``; with ``rung`` (successive halving), ranked by the rung it
+        reached first."""
         if rung is None:
-            return cls(genes, Fitness((float(value), loss)), ident)
-        return cls(genes, RungFitness((float(rung), float(value), loss)), ident)
+            return cls(genes, Fitness((float(value),)), ident)
+        return cls(genes, RungFitness((float(rung), float(value))), ident)
 
     @property
     def value(self) -> float:
@@ -72,16 +71,14 @@ class Individual(list):
 
     @property
     def standing(self) -> tuple[float, ...]:
-        """Lower is better: the hall of fame's order (fitness, then loss for a single objective; the rung first with
-        successive halving), then the id."""
+        """Lower is better: fitness (the rung first with successive halving), then the id."""
         return (*(-w for w in self.fitness.wvalues), self.ident)
 
 
-def fitness_wvalues(value: float, loss: float = math.inf) -> tuple[float, float]:
+def fitness_wvalues(value: float) -> tuple[float]:
     """The ``wvalues`` of :meth:`Individual.evaluated`'s fitness (one objective, no rung), as DEAP computes them (the
-    values times :class:`Fitness`'s weights), without making the individual: what :func:`admit` compares."""
-    loss = math.inf if loss != loss else float(loss)
-    return (float(value) * Fitness.weights[0], loss * Fitness.weights[1])
+    value times :class:`Fitness`'s weight), without making the individual: what :func:`admit` compares."""
+    return (float(value) * Fitness.weights[0],)
 
 
 def pareto_individual(genes, fitness: float, cost: float, ident: int) -> Individual:
@@ -199,7 +196,7 @@ def breed_child(
 def admit(population: list[Individual], newcomer: Individual, capacity: int) -> Individual | None:
     """Steady-state replacement: fill up to ``capacity``, then replace the worst if the newcomer is better.
 
-    The worst is the lowest fitness, the highest loss among equals, then the latest id (the order of
+    The worst is the lowest fitness, then the latest id (the order of
     :attr:`Individual.standing`). Returns the individual that left (the replaced one, or the newcomer
     itself if it was not good enough), or None if the population simply grew.
     """

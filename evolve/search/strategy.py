@@ -230,7 +230,7 @@ class _Breeder:
 
 def _individual(record: Record, rungs: bool = False) -> Individual:
     """The record as the GA sees it; with ``rungs`` (search.promotion), ranked by the rung it reached first."""
-    return Individual.evaluated(record.genome, record.fitness, record.id, record.loss, record.rung if rungs else None)
+    return Individual.evaluated(record.genome, record.fitness, record.id, record.rung if rungs else None)
 
 
 def _scored(record: Record) -> bool:
@@ -317,7 +317,7 @@ class SteadyState(_Breeder):
         elif self.value is not None:
             admit_by_value(self.population, _individual(record, self.rungs), self.params.population, self.value)
         elif not self.rungs and len(self.population) >= self.params.population and \
-                fitness_wvalues(record.fitness, record.loss) <= min(ind.fitness.wvalues for ind in self.population):
+                fitness_wvalues(record.fitness) <= min(ind.fitness.wvalues for ind in self.population):
             pass  # no better than the worst member: admit would turn it away (most results, once the population has converged)
         else:
             admit(self.population, _individual(record, self.rungs), self.params.population)
@@ -339,14 +339,14 @@ class SteadyState(_Breeder):
 
     def memory(self) -> dict[str, np.ndarray] | None:
         """What a resume needs besides :meth:`to_state`, so that it reads no history: the breeder's, with the population
-        (id, fitness, loss, the rung it reached (-1 without promotion) and genome of each member)."""
+        (id, fitness, the rung it reached (-1 without promotion) and genome of each member)."""
         kept = self.bred_memory()
         members = self.population
-        rows = [(ind.ident, ind.value, ind.fitness.values[-1], ind.fitness.values[0] if self.rungs else -1) for ind in members]
-        return {**kept, "population": np.asarray(rows, dtype=np.float64).reshape(-1, 4),
+        rows = [(ind.ident, ind.value, ind.fitness.values[0] if self.rungs else -1) for ind in members]
+        return {**kept, "population": np.asarray(rows, dtype=np.float64).reshape(-1, 3),
                 "genomes": np.asarray([list(ind) for ind in members], dtype=np.float64).reshape(len(members), len(self.space))}
 
     def restore(self, memory: dict[str, np.ndarray]) -> None:
         super().restore(memory)
-        self.population = [Individual.evaluated(list(genome), value, int(ident), loss, int(rung) if self.rungs else None)
-                           for (ident, value, loss, rung), genome in zip(memory["population"].tolist(), memory["genomes"].tolist())]
+        self.population = [Individual.evaluated(list(genome), value, int(ident), int(rung) if self.rungs else None)
+                           for (ident, value, rung), genome in zip(memory["population"].tolist(), memory["genomes"].tolist())]
