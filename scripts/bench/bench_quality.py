@@ -54,8 +54,8 @@ evaluation's index), on one CPU thread. Contenders (``--contenders``):
   population of 10 converged on one family); ``evens-promotion-crowding`` and ``evens-no-promotion-crowding``
   (EXPERIMENT: the GA replaces the member nearest a better newcomer instead of the worst: :func:`crowding`);
   ``evens-promotion-random-until-promoted`` (EXPERIMENT: promotion with random proposals until every member of the
-  population has been promoted once: :func:`random_until_promoted`); ``evens-ga-no-loss`` (EXPERIMENT: the GA compares
-  networks by fitness alone, without d9ff3a6's loss tie-break: :func:`ga_without_loss`).
+  population has been promoted once: :func:`random_until_promoted`). (``evens-ga-no-loss``, the GA comparing networks by
+  fitness alone, measured on image and then made the product's: docs/benchmarks.md, "The GA's loss tie-break".)
 
 ``--budget-cpu S`` gives every search S CPU seconds of training instead of ``--evaluations`` networks: each
 stops starting networks once its trainings have spent them (evens as a stop request ends a run). The rows
@@ -115,7 +115,7 @@ from evolve.transport.worker import trainer_for
 CONTENDERS = ("evens", "evens-classic", "random", "optuna-tpe", "evens-model", "evens-blind", "evens-ensemble", "evens-fitness", "evens-no-augment",
               "evens-no-es", "evens-no-prefetch", "evens-promotion", "evens-no-promotion", "evens-promotion-median", "random-asha", "optuna-tpe-hyperband", "top-k-1epoch",
               "dehb", "evens-promotion-first-rung", "evens-promotion-random-third", "evens-promotion-wide",
-              "evens-promotion-crowding", "evens-no-promotion-crowding", "evens-promotion-random-until-promoted", "evens-ga-no-loss")
+              "evens-promotion-crowding", "evens-no-promotion-crowding", "evens-promotion-random-until-promoted")
 BUDGETED = ("top-k-1epoch", "dehb")  # contenders that need --budget-cpu (they have no number of networks to stop at)
 PEERS = ("evens", "evens-classic", "random", "optuna-tpe")  # the default; the others are diagnostics
 # examples/digits.toml's [space] table before presets (issue 22): the classic space, kept here so that

@@ -10,7 +10,7 @@ def patch(contender: str):
     """The context a contender's search runs in: its experiment's patches, or none."""
     experiments = {"evens-promotion-first-rung": first_rung_parents, "evens-promotion-random-third": random_third,
                    "evens-promotion-crowding": crowding, "evens-no-promotion-crowding": crowding,
-                   "evens-promotion-random-until-promoted": random_until_promoted, "evens-ga-no-loss": ga_without_loss}
+                   "evens-promotion-random-until-promoted": random_until_promoted}
     return experiments.get(contender, contextlib.nullcontext)()
 
 
@@ -76,23 +76,6 @@ def random_until_promoted():
         return ask(self)
 
     return _patched((strategy.SteadyState, "ask", patched))
-
-
-def ga_without_loss():
-    """EXPERIMENT (issue 32's image gap, ``evens-ga-no-loss``): the steady-state GA compares networks by fitness alone,
-    as it did before d9ff3a6 (ties: the first drawn in a tournament, the latest id leaves first), while the hall of fame
-    and the report still break ties by validation loss. With the loss tie-break among networks of equal validation
-    accuracy the same member wins every tournament between them: more selection pressure on a population of 10."""
-    import math
-
-    from evolve.search import strategy
-
-    wvalues = strategy.fitness_wvalues
-
-    def fitness_only(record, rungs=False):  # strategy._individual with no loss (an infinite one ties with every other)
-        return strategy.Individual.evaluated(record.genome, record.fitness, record.id, math.inf, record.rung if rungs else None)
-
-    return _patched((strategy, "_individual", fitness_only), (strategy, "fitness_wvalues", lambda value, loss=math.inf: wvalues(value)))
 
 
 @contextlib.contextmanager
