@@ -26,9 +26,9 @@ from deap.tools import emo as deap_emo
 class Fitness(base.Fitness):
     """One objective, maximised: validation accuracy (or -RMSE). The GA compares networks by it alone: among equal
     values the first drawn wins a tournament and the latest id leaves the population first. The hall of fame, the
-    report and promotion break such ties by validation log-loss (ensemble.hall_of_fame.standing); the GA does not,
-    because that tie-break steered the search (label smoothing, for one, raises the loss at the same accuracy) and
-    lost accuracy on image (docs/benchmarks.md, "The GA's loss tie-break")."""
+    report and promotion break such ties by validation log-loss (ensemble.hall_of_fame.standing); in the GA that
+    tie-break changed the searches without a measurable gain (docs/benchmarks.md, "The GA's loss tie-break"), and the
+    simpler rule stays."""
 
     weights = (1.0,)
 
