@@ -20,7 +20,6 @@ from evolve.engine.loop import run_search
 from evolve.engine.state import SearchState
 from evolve.runfile import checkpoint
 from evolve.runfile.checkpoint import RunInfo
-from evolve.search.records import best_first
 from evolve.search.space import GENE_NAMES
 from evolve.search.space_config import parse_space
 from evolve.transport.protocol import InProcessTransport
@@ -65,10 +64,15 @@ def _wait_until_the_master_is_gone(out, seconds=30):
         os.close(fd)
 
 
+def ga_order(record):
+    """The GA's order, best first: fitness alone, then the earlier id (no loss tie-break: evolve.search.ga.Fitness)."""
+    return (-record.fitness, record.id)
+
+
 def _replay_async(population, records, told):
     """Steady-state replacement from ``population`` (ids) over the records ``told``, in the order told: fill up to
-    the population's size, then a better result replaces the worst (the lowest fitness, the highest validation
-    loss among equals, then the latest id)."""
+    the population's size, then a better result replaces the worst (the lowest fitness, then the latest id: the GA
+    compares fitness alone)."""
     population, records = list(population), dict(records)
     for r in told:
         if r.status != "ok":
@@ -77,9 +81,8 @@ def _replay_async(population, records, told):
         if len(population) < POPULATION:
             population.append(r.id)
             continue
-        worst = max(range(len(population)), key=lambda k: best_first(records[population[k]]))
-        w = records[population[worst]]
-        if (r.fitness, -r.loss) > (w.fitness, -w.loss):
+        worst = max(range(len(population)), key=lambda k: ga_order(records[population[k]]))
+        if r.fitness > records[population[worst]].fitness:
             population[worst] = r.id
     return population
 
@@ -117,7 +120,7 @@ def _generational_carries_on(before, after, final):
         assert (r.genome, list(r.parents), r.operators) == (genome, parents, operators), ident
     generation = s["told"] + [p.id for p in out] + queue_ids
     pool = [records[i] for i in set(s["population"]) | {i for i in generation if records[i].status == "ok"}]
-    survivors = [r.id for r in sorted(pool, key=best_first)[:POPULATION]]
+    survivors = [r.id for r in sorted(pool, key=ga_order)[:POPULATION]]
     next_ids = range(before.next_id + len(queue), before.next_id + len(queue) + POPULATION)
     bred = [records[i] for i in next_ids if i in records]
     assert bred and all(r.operators != "random" and set(r.parents) <= set(survivors) for r in bred), (survivors, bred)
