@@ -196,9 +196,9 @@ def breed_child(
 def admit(population: list[Individual], newcomer: Individual, capacity: int) -> Individual | None:
     """Steady-state replacement: fill up to ``capacity``, then replace the worst if the newcomer is better.
 
-    The worst is the lowest fitness, then the latest id (the order of
-    :attr:`Individual.standing`). Returns the individual that left (the replaced one, or the newcomer
-    itself if it was not good enough), or None if the population simply grew.
+    The worst is the lowest fitness, then the latest id (the order of :attr:`Individual.standing`). Returns the
+    individual that left (the replaced one, or the newcomer itself if it was not good enough), or None if the
+    population simply grew.
     """
     if len(population) < capacity:
         population.append(newcomer)
