@@ -54,8 +54,7 @@ evaluation's index), on one CPU thread. Contenders (``--contenders``):
   population of 10 converged on one family); ``evens-promotion-crowding`` and ``evens-no-promotion-crowding``
   (EXPERIMENT: the GA replaces the member nearest a better newcomer instead of the worst: :func:`crowding`);
   ``evens-promotion-random-until-promoted`` (EXPERIMENT: promotion with random proposals until every member of the
-  population has been promoted once: :func:`random_until_promoted`). (``evens-ga-no-loss``, the GA comparing networks by
-  fitness alone, measured on image and then made the product's: docs/benchmarks.md, "The GA's loss tie-break".)
+  population has been promoted once: :func:`random_until_promoted`).
 
 ``--budget-cpu S`` gives every search S CPU seconds of training instead of ``--evaluations`` networks: each
 stops starting networks once its trainings have spent them (evens as a stop request ends a run). The rows
