@@ -1,10 +1,13 @@
 import random
 
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evolve.config.schema import SearchConfig
-from evolve.search.ga import Individual, Operators, admit, breed_child, fitness_wvalues, random_genome
+from evolve.search import ga
+from evolve.search.ga import Individual, admit, fitness_wvalues, random_genome
 
 
 def population(values, genes=4, seed=0):
@@ -12,48 +15,113 @@ def population(values, genes=4, seed=0):
     return [Individual.evaluated(random_genome(rng, genes), v, i) for i, v in enumerate(values)]
 
 
-def breed(pop, rng, attempts=20, is_new=lambda genome: True, **params):
-    """breed_child with the operators set up from search settings (the config's defaults, but ``params``)."""
-    config = SearchConfig(**params)
-    return breed_child(pop, Operators(config, rng), config.crossover_prob, is_new=lambda child, m, f: is_new(child), attempts=attempts)
+def brood(pop, count, seed=0, tournament=None, distinct=False, **params):
+    """``count`` children of ``pop`` (ga.breed, by fitness) with the config's search settings but ``params``."""
+    genomes = np.asarray(pop, dtype=np.float64)
+    standing = ga.ranks([ind.fitness.wvalues for ind in pop])
+    gen = ga.reseed(np.random.Generator(np.random.PCG64(0)), seed)
+    return ga.breed(genomes, standing, gen, SearchConfig(**params), count, tournament, distinct)
 
 
-def test_breeding_leaves_the_global_random_stream_alone():
+def test_a_brood_follows_from_its_seed_and_leaves_the_global_random_stream_alone():
     pop = population([0.1, 0.5, 0.9, 0.3])
     random.seed(123)
     expected_global = random.random()
     random.seed(123)
-    breed(pop, random.Random(7), mutation_prob=0.5)
+    a, b, c = brood(pop, 50, seed=7), brood(pop, 50, seed=7), brood(pop, 50, seed=8)
     assert random.random() == expected_global
+    assert np.array_equal(a.genomes, b.genomes) and np.array_equal(a.mothers, b.mothers) and not np.array_equal(a.genomes, c.genomes)
+    assert ((0.0 <= a.genomes) & (a.genomes <= 1.0)).all() and set(a.mothers.tolist() + a.fathers.tolist()) <= set(range(4))
 
 
-def test_breeding_is_reproducible_and_bounded():
-    pop = population([0.1, 0.5, 0.9, 0.3])
-    a = breed(pop, random.Random(1))
-    b = breed(pop, random.Random(1))
-    assert a == b
-    genome, parents, operators = a
-    assert all(0.0 <= g <= 1.0 for g in genome)
-    assert set(parents) <= {ind.ident for ind in pop}
-    assert operators in ("crossover", "mutation", "crossover+mutation", "copy")
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**128 - 1), st.integers(2, 12), st.integers(1, 24), st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.floats(0.0, 40.0))
+def test_a_child_is_its_parents_genes_crossed_and_mutated_as_the_brood_says(seed, size, genes, cxpb, indpb, eta):
+    rng = random.Random(seed)
+    pop = [Individual.evaluated([rng.choice([0.0, 1.0, 0.5, rng.random()]) for _ in range(genes)], rng.random(), i) for i in range(size)]
+    bred = brood(pop, 16, seed, crossover_prob=cxpb, mutation_prob=indpb, mutation_eta=eta)
+    genomes = np.asarray(pop)
+    mother, father = genomes[bred.mothers], genomes[bred.fathers]
+    crossed = np.where(bred.from_father, father, mother)
+    assert not (bred.from_father & (father == mother)).any()  # "the father's" only where it differs from the mother's
+    assert np.array_equal(bred.genomes[~bred.mutated], crossed[~bred.mutated]) and (bred.genomes[bred.mutated] != crossed[bred.mutated]).all()
+    names = ["crossover+mutation" if c and m else "crossover" if c else "mutation" if m else "copy"
+             for c, m in zip(bred.from_father.any(axis=1), bred.mutated.any(axis=1))]
+    assert bred.operators() == names
 
 
-def test_tournament_prefers_fitter_parents():
-    pop = population([0.0] * 9 + [1.0], seed=2)
-    rng = random.Random(0)
-    parents = [p for _ in range(300) for p in breed(pop, rng, tournament=3)[1]]
-    assert parents.count(9) / len(parents) > 0.2  # uniform choice would give 0.1
+def deap_draws(draws):
+    """DEAP's mutation drawing ``draws`` in order (it draws from its module's name ``random``)."""
+    from deap.tools import mutation
+
+    class Pointed:
+        def __enter__(self):
+            self.saved = mutation.random
+            mutation.random = type("Draws", (), {"random": staticmethod(iter(draws).__next__)})
+
+        def __exit__(self, *exc):
+            mutation.random = self.saved
+
+    return Pointed()
 
 
-def test_breeding_avoids_children_already_seen():
-    pop = population([0.2, 0.4, 0.6])
-    seen = set()
-    rng = random.Random(3)
-    coarse = lambda g: tuple(int(x * 3) for x in g)  # noqa: E731  - a small discrete space
-    for _ in range(10):
-        genome, _, _ = breed(pop, rng, mutation_prob=0.5, is_new=lambda g: coarse(g) not in seen)
-        seen.add(coarse(genome))
-    assert len(seen) >= 8
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from([0.0, 1.0, 0.5]), st.floats(0.0, 1.0)), min_size=1, max_size=30),
+       st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=30, max_size=30), st.floats(0.0, 40.0))
+def test_the_polynomial_mutation_is_deaps(x, rand, eta):
+    """Each gene mutated with its draw ``rand`` gives what DEAP's mutPolynomialBounded (bounds 0 and 1) gives: to the
+    last bits (numpy's power and C's may part by an ulp), and at a bound exactly."""
+    from deap import tools
+
+    rand = rand[: len(x)]
+    expected = list(x)
+    with deap_draws([d for r in rand for d in (0.0, r)]):  # each gene: DEAP's "is it mutated" draw (always), then its own
+        tools.mutPolynomialBounded(expected, eta, 0.0, 1.0, 1.0)
+    ours = ga.polynomial_mutation(np.asarray(x), np.asarray(rand), eta)
+    np.testing.assert_allclose(ours, expected, rtol=1e-12, atol=1e-15)  # an ulp of a power, after cancellation
+    assert ((ours == 0.0) == (np.asarray(expected) == 0.0)).all() and ((ours == 1.0) == (np.asarray(expected) == 1.0)).all()
+
+
+def test_tournaments_crossover_and_mutation_draw_at_deaps_rates():
+    """40,000 children of ten members with distinct fitness, parents that differ in every gene: the frequencies of
+    selTournament's winners (the k-th of 10 wins a tournament of 3 with probability ((k+1)^3 - k^3) / 1000), of
+    cxUniform's coin per gene and of mutPolynomialBounded's per gene, each within 5 standard errors."""
+    n, genes = 40_000, 6
+    pop = [Individual.evaluated([float(i % 2)] * genes, v, i) for i, v in enumerate([0.3, 0.1, 0.7, 0.2, 0.9, 0.5, 0.0, 0.8, 0.4, 0.6])]
+    bred = brood(pop, n, seed=3, tournament=3, crossover_prob=0.7, mutation_prob=0.1, mutation_eta=8.0)
+    order = np.argsort([ind.value for ind in pop])  # lowest first
+    wins = np.bincount(np.concatenate([bred.mothers, bred.fathers]), minlength=10)[order] / (2 * n)
+    expected = np.array([((k + 1) ** 3 - k ** 3) / 1000 for k in range(10)])
+    assert (np.abs(wins - expected) <= 5 * np.sqrt(expected * (1 - expected) / (2 * n))).all()
+
+    def near(observed, p, trials):
+        return abs(observed - p) <= 5 * np.sqrt(p * (1 - p) / trials)
+
+    unlike = np.asarray(pop)[bred.mothers] != np.asarray(pop)[bred.fathers]  # a crossover's coin shows only where they differ
+    assert near(bred.from_father[unlike].mean(), 0.7 * 0.5, unlike.sum())
+    mutated = bred.mutated.mean()  # a gene at a bound mutated toward it stays: the change shows a little below the rate
+    assert 0.1 * 0.45 <= mutated <= 0.1 + 5 * np.sqrt(0.1 * 0.9 / bred.mutated.size)
+    assert near(bred.mutated[:, 0].mean(), bred.mutated[:, -1].mean(), n)  # every gene alike
+
+
+def test_ties_go_to_the_first_drawn_and_a_distinct_binary_tournament_always_takes_the_better_of_two():
+    pop = population([0.5, 0.5, 0.5, 0.5])
+    bred = brood(pop, 20_000, seed=1, tournament=3)
+    shares = np.bincount(np.concatenate([bred.mothers, bred.fathers]), minlength=4) / 40_000
+    assert np.abs(shares - 0.25).max() < 0.02  # among equals the first drawn: each as likely
+    two = population([0.2, 0.9])
+    assert (brood(two, 500, seed=2, tournament=2, distinct=True).mothers == 1).all()
+    assert (brood(two, 500, seed=2, tournament=2).mothers == 0).any()  # with replacement the worse one can meet itself
+
+
+def test_ranks_order_members_and_share_ties():
+    assert ga.ranks([(0.5,), (0.1,), (0.5,), (0.9,)]).tolist() == [1, 0, 1, 2]
+    assert ga.ranks([(1.0, 0.2), (0.0, 0.9), (1.0, 0.1)]).tolist() == [2, 0, 1]  # a rung first, then fitness
+
+
+def test_a_population_of_one_cannot_breed():
+    with pytest.raises(ValueError, match="at least two"):
+        brood(population([0.5]), 4)
 
 
 @settings(max_examples=50)
@@ -66,74 +134,6 @@ def test_admit_is_elitist_and_bounded(values, capacity):
         assert max(ind.fitness.values[0] for ind in pop) == max(values[: i + 1])
     kept = sorted(ind.fitness.values[0] for ind in pop)
     assert kept == sorted(values)[-len(kept):]
-
-
-def test_operators_name_what_changed_the_child():
-    pop = population([0.2, 0.4, 0.6, 0.8], genes=6)
-    rng = random.Random(0)
-    only_mutation = {breed(pop, rng, crossover_prob=0.0, mutation_prob=1.0)[2] for _ in range(20)}
-    assert only_mutation == {"mutation"}
-    only_crossover = {breed(pop, rng, attempts=1, crossover_prob=1.0, mutation_prob=0.0)[2] for _ in range(20)}
-    assert only_crossover <= {"crossover", "copy"} and "crossover" in only_crossover
-    assert {breed(pop, rng, attempts=1, crossover_prob=0.0, mutation_prob=0.0)[2] for _ in range(5)} == {"copy"}
-
-
-def deap_draws(rng):
-    """DEAP's operators drawing from ``rng`` (they draw from their modules' name ``random``), the global stream untouched."""
-    from deap.tools import crossover, mutation, selection
-
-    class Pointed:
-        def __enter__(self):
-            self.saved = [m.random for m in (selection, crossover, mutation)]
-            for m in (selection, crossover, mutation):
-                m.random = rng
-
-        def __exit__(self, *exc):
-            for m, saved in zip((selection, crossover, mutation), self.saved):
-                m.random = saved
-
-    return Pointed()
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(2, 12), st.integers(1, 24), st.integers(1, 5), st.floats(0.0, 1.0), st.floats(0.0, 40.0),
-       st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=12, max_size=12))
-def test_the_operators_draw_and_breed_exactly_as_deaps(seed, size, genes, tournament, indpb, eta, values):
-    """Operators are DEAP's selTournament, cxUniform (0.5) and mutPolynomialBounded (0, 1) written out: from the same rng
-    state, the same parents, the same child (float for float, genes at the bounds included) and the rng left where DEAP leaves it."""
-    from deap import tools
-
-    rng = random.Random(seed)
-    pop = [Individual.evaluated([rng.choice([0.0, 1.0, rng.random()]) for _ in range(genes)], values[i % 12], i) for i in range(size)]
-    config = SearchConfig(tournament=tournament, mutation_prob=indpb, mutation_eta=eta)
-    ours, theirs = random.Random(seed + 1), random.Random(seed + 1)
-    ops = Operators(config, ours)
-    mother, father = ops.select(pop, 2)
-    child = ops.mate(mother, father)
-    before = child[:]
-    changed = ops.mutate(child)
-    with deap_draws(theirs):
-        deap_mother, deap_father = tools.selTournament(pop, 2, tournament)
-        expected = list(deap_mother)
-        tools.cxUniform(expected, list(deap_father), 0.5)
-        after_crossover = expected[:]
-        tools.mutPolynomialBounded(expected, eta, 0.0, 1.0, indpb)
-    assert (mother, father) == (deap_mother, deap_father) and mother is deap_mother and father is deap_father
-    assert before == after_crossover and child == expected and changed == (expected != after_crossover)
-    assert ours.getstate() == theirs.getstate()
-
-
-def test_a_child_is_what_the_operators_make_from_the_searchs_rng():
-    pop = population([0.3, 0.9, 0.1, 0.5], genes=6, seed=4)
-    config = SearchConfig(tournament=2, crossover_prob=1.0, mutation_prob=0.5, mutation_eta=8.0)
-    child, parents, _ = breed(pop, random.Random(11), attempts=1, tournament=2, crossover_prob=1.0, mutation_prob=0.5)
-    rng = random.Random(11)
-    ops = Operators(config, rng)
-    mother, father = ops.select(pop, 2)
-    rng.random()  # the crossover's coin
-    expected = ops.mate(mother, father)
-    ops.mutate(expected)
-    assert child == expected and parents == (mother.ident, father.ident)
 
 
 @given(st.floats(allow_nan=False))

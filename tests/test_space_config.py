@@ -112,16 +112,17 @@ def test_inactive_genes_do_not_change_the_network(raw, data):
 @settings(max_examples=80, deadline=None)
 @given(spaces, st.data())
 def test_a_childs_values_from_its_parents_are_its_own(raw, data):
-    """child_decoded (the breeder's duplicate check: parents' values reused for the genes copied from them) gives what
-    decoding the child gives, whether a gene is a parent's float, a new one, or one outside [0, 1]."""
+    """child_decoded (the breeder's duplicate check: parents' values reused for the genes copied from them, the mutated
+    ones decoded) gives what decoding the child gives, whether a gene is a parent's float or a mutated one, at a
+    bound or not."""
     space = parse_space(raw).for_sample_shape((3, 100))
     n = len(space)
     mother, father = (data.draw(st.lists(unit, min_size=n, max_size=n)) for _ in range(2))
-    sources = data.draw(st.lists(st.sampled_from(["mother", "father", "new", "below", "above"]), min_size=n, max_size=n))
-    pick = {"mother": lambda i: mother[i], "father": lambda i: father[i], "new": lambda i: data.draw(unit),
-            "below": lambda i: -0.25, "above": lambda i: 1.5}
+    sources = data.draw(st.lists(st.sampled_from([0, 1, 2, 3]), min_size=n, max_size=n))  # as ga.Brood gives them
+    pick = {0: lambda i: mother[i], 1: lambda i: father[i], 2: lambda i: data.draw(st.sampled_from([0.0, 1.0]) | unit),
+            3: lambda i: data.draw(unit)}
     child = [pick[source](i) for i, source in enumerate(sources)]
-    values = space.child_decoded(child, mother, space.decoded(mother), father, space.decoded(father))
+    values = space.child_decoded(child, sources, space.decoded(mother), space.decoded(father))
     assert values == space.decoded(child)
     assert space.key_of(values) == space.key(child)
 

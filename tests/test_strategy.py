@@ -209,3 +209,75 @@ def test_the_ga_compares_networks_by_fitness_alone(mode):
     assert len(set(first)) == 30 and len(population) == 4
     assert drive(losses[::-1]) == (first, population)
     assert drive([0.5] * 40) == (first, population)
+
+
+def _async_driven(told: int, seed: int = 3):
+    """An async strategy (population 4) told ``told`` results of a two-valued landscape, and its records."""
+    import random
+
+    from evolve.search.records import Record
+
+    strategy = make_strategy("async", Context(SPACE, SearchConfig(population=4), random.Random(seed), [], [], {}))
+    records = []
+    for ident in range(told):
+        proposal = strategy.ask()
+        record = Record(id=ident, genome=proposal.genome, parents=proposal.parents, status="ok", fitness=0.9 if proposal.genome[0] < 0.5 else 0.8,
+                        seconds=1.0, epochs_done=1, worker=1, started=0.0, finished=0.0, operators=proposal.operators)
+        strategy.tell(record)
+        records.append(record)
+    return strategy, records
+
+
+def test_children_come_from_a_brood_kept_while_the_population_stands():
+    """Broods are bred from the population as it stands and kept until it changes: fewer broods than children once it
+    has converged, a new one (of the smallest size) after each change, and no child whose network was proposed before
+    unless a whole brood's worth were."""
+    from evolve.search import strategy as module
+
+    strategy, _ = _async_driven(40)
+    strategy.forget_brood()  # as after a change of the population
+    bred = []
+    real = module._Breeder.brood
+    module._Breeder.brood = lambda self, population, count, seed=None: bred.append(count) or real(self, population, count, seed)
+    try:
+        children = [strategy.ask() for _ in range(60)]  # nothing told: the population stands
+    finally:
+        module._Breeder.brood = real
+    assert bred[0] == module.MIN_BROOD and bred == sorted(bred) and sum(bred) < 20 * 60 and len(bred) < 12
+    assert len({c.key for c in children}) == 60 and all(c.operators != "random" for c in children)
+    before = len(bred)
+    strategy.forget_brood()
+    strategy.rank_key = lambda ind: (-ind.value,)  # the worst now wins every tournament
+    module._Breeder.brood = lambda self, population, count, seed=None: bred.append(count) or real(self, population, count, seed)
+    try:
+        child = strategy.ask()
+    finally:
+        module._Breeder.brood = real
+    assert bred[before:] == [module.MIN_BROOD]
+    worst = min(strategy.population, key=lambda ind: ind.value).value
+    assert any(ind.value == worst and ind.ident in child.parents for ind in strategy.population)
+
+
+@pytest.mark.parametrize("history", [True, False])
+def test_a_checkpoint_in_the_middle_of_a_brood_resumes_with_the_children_the_unbroken_search_takes(history):
+    """The state names the kept brood (its seed, size and children taken): a strategy made from it, with the records or
+    from its memory alone, hands out the unbroken strategy's next children."""
+    import json
+    import random
+
+    from evolve.search.records import Pending
+
+    strategy, records = _async_driven(30)
+    out = [strategy.ask() for _ in range(5)]  # into a brood; out when the checkpoint is taken
+    pending = [Pending(id=30 + k, genome=p.genome, parents=p.parents, operators=p.operators) for k, p in enumerate(out)]
+    state = json.loads(json.dumps(strategy.to_state()))
+    assert "brood" in state
+    copy = random.Random()
+    copy.setstate(strategy.rng.getstate())
+    if history:
+        context = Context(SPACE, SearchConfig(population=4), copy, records, pending, state)
+    else:
+        memory = {name: np.asarray(array) for name, array in strategy.memory().items()}
+        context = Context(SPACE, SearchConfig(population=4), copy, [], pending, state, memory=memory)
+    resumed = make_strategy("async", context)
+    assert [resumed.ask().genome for _ in range(40)] == [strategy.ask().genome for _ in range(40)]

@@ -11,7 +11,6 @@ from evolve.engine.state import SearchState
 from evolve.errors import ConfigError
 from evolve.runfile import checkpoint
 from evolve.runfile.checkpoint import RunInfo
-from evolve.search.ga import breed_child
 from evolve.search.records import Record
 from evolve.search.space import GENE_NAMES
 from evolve.search.space_config import parse_space
@@ -72,16 +71,16 @@ def test_each_child_is_the_most_promising_new_one_of_its_brood():
     strategy.surrogate.fit()
     population = strategy.population
     saved = strategy.rng.getstate()
-    bred = [breed_child(population, strategy.ops, MODEL.crossover_prob) for _ in range(3 * MODEL.brood)]
+    bred = strategy.brood(population, 3 * MODEL.brood)
     strategy.rng.setstate(saved)
     children = strategy.ranked_children(population, 3)
-    scores = strategy.surrogate.score([g for g, _, _ in bred])
+    scores = strategy.surrogate.score(bred.genomes)
     for child, start in zip(children, range(0, len(bred), MODEL.brood)):
-        brood = range(start, start + MODEL.brood)
-        best = max(brood, key=lambda i: (scores[i], -i))
-        assert child.genome == bred[best][0] and child.parents == bred[best][1]
+        best = max(range(start, start + MODEL.brood), key=lambda i: (scores[i], -i))
+        parents = (population[bred.mothers[best]].ident, population[bred.fathers[best]].ident)
+        assert child.genome == bred.genomes[best].tolist() and child.parents == parents
     # with blind breeding the same population gives the operators' first draws instead
-    assert [c.genome for c in children] != [bred[i][0] for i in range(3)]
+    assert [c.genome for c in children] != bred.genomes[:3].tolist()
 
 
 def run(workers: int, budget: int, mode: str, seed: int = 0, **search):

@@ -88,7 +88,12 @@ class RunInfo:
 
 
 def stored_ensemble(state: SearchState, info: RunInfo) -> StoredEnsemble:
-    """The ensemble group's content for this state."""
+    """The ensemble group's content for this state. A selection naming a member that has left the hall of fame since it
+    was chosen is not stored (evens run chooses again before each checkpoint, evolve.app.session.Checkpointer; a caller
+    that does not gets a run file without a selection, not one that its loader refuses)."""
+    selection = state.selection
+    if selection is not None and not set(selection.ids) <= set(state.hall_of_fame.ids):
+        selection = None
     return StoredEnsemble(
         problem=problem_from_dict(info.data["problem"]),
         sample_shape=tuple(info.data["sample_shape"]),
@@ -96,7 +101,7 @@ def stored_ensemble(state: SearchState, info: RunInfo) -> StoredEnsemble:
         val_y=np.asarray(info.val_y),
         test_y=np.asarray(info.test_y),
         hall_of_fame=state.hall_of_fame,
-        selection=state.selection,
+        selection=selection,
     )
 
 

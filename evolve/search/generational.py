@@ -173,6 +173,7 @@ class Generational(_Breeder):
 
     def _next_generation(self) -> None:
         self.population = self._survivors(self.population + self.told)
+        self.forget_brood()
         self.told, self.outstanding = [], 0
         self.named = {ind.ident: self.named[ind.ident] for ind in self.population}
         self.generation += 1

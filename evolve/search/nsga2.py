@@ -10,7 +10,7 @@ stored with the strategy's state. With successive halving, promotion is by Paret
 from __future__ import annotations
 
 from . import named
-from .ga import Individual, crowded_tournament, nsga2_survivors, pareto_individual, pareto_ranks
+from .ga import Individual, nsga2_survivors, pareto_individual, pareto_ranks
 from .pareto import OBJECTIVES, ParetoFront, objective_value
 from .records import Record, best_first
 from .registry import Capabilities, Context, register
@@ -99,7 +99,12 @@ class NSGA2(Generational):
         return out
 
     def _breed(self) -> list[Proposal]:
-        self.ops.select = crowded_tournament(pareto_ranks(self.population), self.rng)
+        # NSGA-II's binary tournaments: two members drawn without replacement, the lower rank, then the larger crowding
+        # distance winning (the first drawn among equals, as a coin would)
+        ranks = pareto_ranks(self.population)
+        self.rank_key = lambda ind: (-ranks[ind.ident][0], ranks[ind.ident][1])
+        self.tournament, self.distinct = 2, True
+        self.forget_brood()
         return [self.child(self.population) for _ in range(self.params.population)]
 
     def to_state(self) -> dict:

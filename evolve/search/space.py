@@ -314,14 +314,15 @@ class SearchSpace:
             raise ValueError(f"genome has {len(genome)} genes, the space has {len(self.genes)}")
         return [decode(0.0 if u < 0.0 else 1.0 if u > 1.0 else u) for decode, u in zip(self._decoders, genome)]
 
-    def child_decoded(self, child, mother, mother_values: list, father, father_values: list) -> list:
-        """:meth:`decoded` of a genome bred from ``mother`` and ``father`` (their :meth:`decoded` given): a gene that is
-        the very float of a parent's takes the parent's value (a child is its parents' genes but the few mutated),
-        only the others are decoded. On the master's path for every child bred, often several times a child."""
+    def child_decoded(self, child: list[float], sources: list[int], mother_values: list, father_values: list) -> list:
+        """:meth:`decoded` of a child bred from two parents (their :meth:`decoded` given): ``sources`` says where each
+        gene came from (0: the mother, 1: the father, 2 or 3: mutation, ga.Brood), and only the mutated genes are
+        decoded (a child is its parents' genes but the few mutated). On the master's path for every child bred, often
+        several times a child."""
         if len(child) != len(self.genes):
             raise ValueError(f"genome has {len(child)} genes, the space has {len(self.genes)}")
-        return [mv if u is m else fv if u is f else decode(0.0 if u < 0.0 else 1.0 if u > 1.0 else u)
-                for u, m, f, mv, fv, decode in zip(child, mother, father, mother_values, father_values, self._decoders)]
+        return [mv if s == 0 else fv if s == 1 else decode(u)
+                for u, s, mv, fv, decode in zip(child, sources, mother_values, father_values, self._decoders)]
 
     def _activity(self, values: list) -> list[bool]:
         """Whether each gene is active, given every gene's value (:meth:`decoded`): O(genes + conditions)."""

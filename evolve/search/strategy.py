@@ -47,7 +47,8 @@ from typing import ClassVar, Iterable, Protocol
 
 import numpy as np
 
-from .ga import GAParams, Individual, Operators, admit, admit_by_value, breed_child, fitness_wvalues, random_genome, value_tournament
+from . import ga
+from .ga import GAParams, Individual, admit, admit_by_value, fitness_wvalues, random_genome
 from .keyset import KeySet
 from .records import Record
 from .registry import Capabilities, Context, Value, register
@@ -99,28 +100,45 @@ def candidate_key(space: SearchSpace, genome) -> tuple:
 
 RANDOM_TRIES = 20  # draws for a random genome new to the search, before one seen is taken (a space of few networks)
 CRASH_FREE_TRIES = 1000  # ... and for one that is at least not a network that crashed
+CHILD_TRIES = 20  # candidates for a child new to the search, before the last is taken
+MIN_BROOD, MAX_BROOD = 8, 128  # children bred at once: the first brood after the population changed, and at most
 
 
 class _Breeder:
     """What the strategies share: the search's rng, the space, the networks already proposed, and the
-    surrogate that ranks bred children (None: blind breeding)."""
+    surrogate that ranks bred children (None: blind breeding).
+
+    Children come from broods (:func:`ga.breed`) bred from the population as it stands and kept while it stands
+    (:meth:`forget_brood`): the first brood after a change holds :data:`MIN_BROOD` children, and each one used up
+    is followed by one twice as large, up to :data:`MAX_BROOD` (a converged population changes seldom, and most of
+    its children decode to networks proposed before)."""
 
     def __init__(self, space: SearchSpace, params: GAParams, rng: random.Random, known: Iterable[list[float]],
                  surrogate: Surrogate | None = None, value: Value | None = None):
         self.space, self.params, self.rng = space, params, rng
-        self.ops = Operators(params, rng)
         self.seen = KeySet((candidate_key(space, g) for g in known), space.key_hash)  # every network proposed, by hash: 8 bytes each
         self.crashed = KeySet(hasher=space.key_hash)  # networks that crashed (see note_outcome): never proposed again
         self.surrogate = surrogate
         self.value = value  # None: selection by fitness
+        self.rank_key = lambda ind: ind.fitness.wvalues  # what the tournaments compare (select_by_value, NSGA-II's ranks)
+        self.tournament, self.distinct = params.tournament, False  # aspirants a tournament; drawn without replacement
+        self._gen = np.random.Generator(np.random.PCG64(0))  # reseeded from rng for each brood (ga.reseed)
         self._decoded: dict[int, list] = {}  # see _parents_values
         self._out: np.ndarray | None = None  # the networks still out when the search resumed (see restore)
+        self.forget_brood()
+
+    def forget_brood(self) -> None:
+        """The population, or what its tournaments compare, changed: the next child comes from a new brood."""
+        self._brood: ga.Brood | None = None
+        self._brood_size, self._brood_seed, self._taken = MIN_BROOD, 0, 0
 
     def select_by_value(self, population: list[Individual]) -> None:
-        """Ensemble selection: the next parents are tournament winners on their value to the ensemble now."""
+        """Ensemble selection: the next parents are tournament winners on their value to the ensemble now (then
+        fitness)."""
         if self.value is not None:
             values = dict(zip((ind.ident for ind in population), self.value([ind.ident for ind in population])))
-            self.ops.select = value_tournament(values, self.rng, self.params.tournament)
+            self.rank_key = lambda ind: (values[ind.ident], ind.value)
+            self.forget_brood()
 
     def _proposal(self, genome: list[float], parents: tuple[int, int], operators: str, key: tuple) -> Proposal:
         self.seen.add(key)
@@ -142,25 +160,60 @@ class _Breeder:
                 break
         return self._proposal(genome, (-1, -1), "random", key)
 
+    def brood(self, population: list[Individual], count: int, seed: int | None = None) -> ga.Brood:
+        """``count`` children of ``population``, bred at once from ``seed`` (by default drawn from the search's rng)."""
+        self._brood_seed = self.rng.getrandbits(ga.SEED_BITS) if seed is None else seed
+        genomes = np.asarray(population, dtype=np.float64).reshape(len(population), len(self.space))
+        standing = ga.ranks([self.rank_key(ind) for ind in population])
+        return ga.breed(genomes, standing, ga.reseed(self._gen, self._brood_seed), self.params, count, self.tournament, self.distinct)
+
+    def _next_candidate(self, population: list[Individual]) -> int:
+        """The kept brood's next child (its index), breeding a brood first where none is left."""
+        if self._brood is None or self._taken == len(self._brood):
+            if self._brood is not None:
+                self._brood_size = min(2 * self._brood_size, MAX_BROOD)
+            self._keep(self.brood(population, self._brood_size), 0)
+        self._taken += 1
+        return self._taken - 1
+
+    def _keep(self, brood: ga.Brood, taken: int) -> None:
+        self._brood, self._taken = brood, taken
+        # as Python objects, once a brood: a child is examined gene by gene
+        self._rows = (brood.genomes.tolist(), (brood.from_father + 2 * brood.mutated).tolist(), brood.mothers.tolist(),
+                      brood.fathers.tolist(), brood.operators())
+
+    def brood_state(self) -> dict:
+        """The kept brood as the state keeps it (its seed, its size, the children taken), so that a resume takes the
+        children the unbroken search does; bred again from the population by :meth:`resume_brood`."""
+        return {"brood": [str(self._brood_seed), self._brood_size, self._taken]} if self._brood is not None else {}
+
+    def resume_brood(self, state: dict, population: list[Individual]) -> None:
+        if "brood" in state:
+            seed, size, taken = state["brood"]
+            self._brood_size = int(size)
+            self._keep(self.brood(population, int(size), int(seed)), int(taken))
+
     def child(self, population: list[Individual]) -> Proposal:
-        """A child of the population, preferably one that decodes to a network not proposed before; a
-        random genome instead of a network that crashed."""
-        space, parents_values, last = self.space, self._parents_values(population), {}
-
-        def is_new(genome, mother, father) -> bool:
-            mother_values, father_values = parents_values[mother.ident], parents_values[father.ident]
-            values = space.child_decoded(genome, mother, mother_values, father, father_values)
+        """A child of the population, preferably one that decodes to a network not proposed before (the first of
+        :data:`CHILD_TRIES` candidates that does, else the last); a random genome instead of a network that crashed."""
+        space, parents_values = self.space, self._parents_values(population)
+        for _ in range(CHILD_TRIES):
+            i = self._next_candidate(population)
+            genomes, sources, mothers, fathers, operators = self._rows
+            mother, father = population[mothers[i]].ident, population[fathers[i]].ident
+            mother_values, father_values = parents_values[mother], parents_values[father]
+            values = space.child_decoded(genomes[i], sources[i], mother_values, father_values)
             if values == mother_values or values == father_values:  # a parent's network, so proposed before (2 tries in 5
-                last["values"], last["key"] = values, None              # once the population has converged): no key needed
-                return False
-            last["key"] = key = space.key_of(values)  # breed_child returns the genome it last asked about
-            return key not in self.seen
-
-        genome, parents, operators = breed_child(population, self.ops, self.params.crossover_prob, is_new=is_new)
-        key = last["key"] if last["key"] is not None else space.key_of(last["values"])
+                key = None                                          # once the population has converged): no key needed
+                continue
+            key = space.key_of(values)
+            if key not in self.seen:
+                break
+        if key is None:
+            key = space.key_of(values)
         if key in self.crashed:
             return self.random()
-        return self._proposal(genome, parents, operators, key)
+        return self._proposal(genomes[i], (mother, father), operators[i], key)
 
     def _parents_values(self, population: list[Individual]) -> dict[int, list]:
         """Every gene's value (SearchSpace.decoded) of each member of the population, by id: kept from child to child
@@ -182,16 +235,17 @@ class _Breeder:
 
         Each child is the best of its own brood rather than the best ``n`` of all: the children of a
         generation stay as diverse as the blind ones, only each a better draw."""
-        brood = self.params.brood
-        bred = [breed_child(population, self.ops, self.params.crossover_prob) for _ in range(n * brood)]
-        predicted = self.surrogate.score([genome for genome, _, _ in bred])
+        size = self.params.brood
+        bred = self.brood(population, n * size)
+        predicted = self.surrogate.score(bred.genomes)
+        genomes, mothers, fathers, operators = bred.genomes.tolist(), bred.mothers.tolist(), bred.fathers.tolist(), bred.operators()
         chosen: dict[tuple, Proposal] = {}
-        for start in range(0, len(bred), brood):
-            for i in start + np.argsort(-predicted[start : start + brood], kind="stable"):
-                genome, parents, operators = bred[i]
-                key = candidate_key(self.space, genome)
+        for start in range(0, len(bred), size):
+            for i in start + np.argsort(-predicted[start : start + size], kind="stable"):
+                key = candidate_key(self.space, genomes[i])
                 if key not in self.seen and key not in chosen:
-                    chosen[key] = Proposal(genome=genome, parents=parents, operators=operators, key=key)
+                    parents = (population[mothers[i]].ident, population[fathers[i]].ident)
+                    chosen[key] = Proposal(genome=genomes[i], parents=parents, operators=operators[i], key=key)
                     break
         return list(chosen.values())
 
@@ -277,9 +331,11 @@ class SteadyState(_Breeder):
         if context.memory:  # a resume from the state file alone: no records (see memory)
             made = cls(context.space, context.params, context.rng, {}, _known(context), {}, _surrogate(context), context.value)
             made.restore(context.memory)
-            return made
-        return cls(context.space, context.params, context.rng, _by_id(context), _known(context), context.state, _surrogate(context),
-                   context.value).caught_up(context)
+        else:
+            made = cls(context.space, context.params, context.rng, _by_id(context), _known(context), context.state, _surrogate(context),
+                       context.value).caught_up(context)
+        made.resume_brood(context.state, made.population)
+        return made
 
     def __init__(self, space, params, rng, records: dict[int, Record], known, state: dict, surrogate: Surrogate | None = None,
                  value: Value | None = None):
@@ -313,14 +369,17 @@ class SteadyState(_Breeder):
         if not _scored(record):
             pass
         elif self.rungs and record.network >= 0 and self._carry_on(record):
-            pass  # a promoted network's next stage took its earlier stage's place
+            self.forget_brood()  # a promoted network's next stage took its earlier stage's place
         elif self.value is not None:
             admit_by_value(self.population, _individual(record, self.rungs), self.params.population, self.value)
+            self.forget_brood()
         elif not self.rungs and len(self.population) >= self.params.population and \
                 fitness_wvalues(record.fitness) <= min(ind.fitness.wvalues for ind in self.population):
             pass  # no better than the worst member: admit would turn it away (most results, once the population has converged)
         else:
-            admit(self.population, _individual(record, self.rungs), self.params.population)
+            newcomer = _individual(record, self.rungs)
+            if admit(self.population, newcomer, self.params.population) is not newcomer:
+                self.forget_brood()
         if self.surrogate is not None:
             self.surrogate.tell(record)
 
@@ -335,7 +394,7 @@ class SteadyState(_Breeder):
         return False
 
     def to_state(self) -> dict:
-        return {"mode": self.mode, "population": [ind.ident for ind in self.population], **self.surrogate_state()}
+        return {"mode": self.mode, "population": [ind.ident for ind in self.population], **self.brood_state(), **self.surrogate_state()}
 
     def memory(self) -> dict[str, np.ndarray] | None:
         """What a resume needs besides :meth:`to_state`, so that it reads no history: the breeder's, with the population
