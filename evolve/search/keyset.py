@@ -88,7 +88,10 @@ class KeySet:
         self._merge_if_due()
 
     def add(self, key: Hashable) -> None:
-        h = self.hasher(key)
+        self.add_hash(self.hasher(key))
+
+    def add_hash(self, h: int) -> None:
+        """:meth:`add` of a key whose hash (``hasher(key)``) the caller has already computed."""
         self._new.add(h)
         if self._unsaved is not None:
             self._unsaved.append(h)
@@ -103,7 +106,10 @@ class KeySet:
             self.add(key)
 
     def __contains__(self, key: Hashable) -> bool:
-        h = self.hasher(key)
+        return self.holds(self.hasher(key))
+
+    def holds(self, h: int) -> bool:
+        """``in`` for a key whose hash (``hasher(key)``) the caller has already computed."""
         if h in self._new:
             return True
         if not self._filter[h & self._mask]:

@@ -140,8 +140,9 @@ class _Breeder:
             self.rank_key = lambda ind: (values[ind.ident], ind.value)
             self.forget_brood()
 
-    def _proposal(self, genome: list[float], parents: tuple[int, int], operators: str, key: tuple) -> Proposal:
-        self.seen.add(key)
+    def _proposal(self, genome: list[float], parents: tuple[int, int], operators: str, key: tuple, hashed: int | None = None) -> Proposal:
+        """The proposal, its network marked proposed (``hashed``: its key's hash, if computed already)."""
+        self.seen.add_hash(self.space.key_hash(key) if hashed is None else hashed)
         return Proposal(genome=genome, parents=parents, operators=operators, key=key)
 
     def note_outcome(self, record: Record) -> None:
@@ -207,13 +208,15 @@ class _Breeder:
                 key = None                                          # once the population has converged): no key needed
                 continue
             key = space.key_of(values)
-            if key not in self.seen:
+            hashed = space.key_hash(key)  # once: for the two sets and the mark
+            if not self.seen.holds(hashed):
                 break
         if key is None:
             key = space.key_of(values)
-        if key in self.crashed:
+            hashed = space.key_hash(key)
+        if self.crashed.holds(hashed):
             return self.random()
-        return self._proposal(genomes[i], (mother, father), operators[i], key)
+        return self._proposal(genomes[i], (mother, father), operators[i], key, hashed)
 
     def _parents_values(self, population: list[Individual]) -> dict[int, list]:
         """Every gene's value (SearchSpace.decoded) of each member of the population, by id: kept from child to child
