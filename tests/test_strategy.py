@@ -281,3 +281,18 @@ def test_a_checkpoint_in_the_middle_of_a_brood_resumes_with_the_children_the_unb
         context = Context(SPACE, SearchConfig(population=4), copy, [], pending, state, memory=memory)
     resumed = make_strategy("async", context)
     assert [resumed.ask().genome for _ in range(40)] == [strategy.ask().genome for _ in range(40)]
+
+
+def test_a_brood_bred_for_the_surrogate_leaves_the_kept_brood_as_the_state_names_it():
+    """Model breeding's broods (ranked by the surrogate) are bred apart: the state still names the kept brood, and a
+    strategy made from it holds the very same children."""
+    import json
+    import random
+
+    strategy, records = _async_driven(30)
+    strategy.ask()  # a brood kept
+    kept = strategy._brood.genomes.copy()
+    strategy.brood(strategy.population, 16)  # as ranked_children breeds
+    state = json.loads(json.dumps(strategy.to_state()))
+    resumed = make_strategy("async", Context(SPACE, SearchConfig(population=4), random.Random(0), records, [], state))
+    assert np.array_equal(resumed._brood.genomes, kept) and resumed._taken == strategy._taken

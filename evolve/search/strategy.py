@@ -163,17 +163,18 @@ class _Breeder:
 
     def brood(self, population: list[Individual], count: int, seed: int | None = None) -> ga.Brood:
         """``count`` children of ``population``, bred at once from ``seed`` (by default drawn from the search's rng)."""
-        self._brood_seed = self.rng.getrandbits(ga.SEED_BITS) if seed is None else seed
+        seed = self.rng.getrandbits(ga.SEED_BITS) if seed is None else seed
         genomes = np.asarray(population, dtype=np.float64).reshape(len(population), len(self.space))
         standing = ga.ranks([self.rank_key(ind) for ind in population])
-        return ga.breed(genomes, standing, ga.reseed(self._gen, self._brood_seed), self.params, count, self.tournament, self.distinct)
+        return ga.breed(genomes, standing, ga.reseed(self._gen, seed), self.params, count, self.tournament, self.distinct)
 
     def _next_candidate(self, population: list[Individual]) -> int:
         """The kept brood's next child (its index), breeding a brood first where none is left."""
         if self._brood is None or self._taken == len(self._brood):
             if self._brood is not None:
                 self._brood_size = min(2 * self._brood_size, MAX_BROOD)
-            self._keep(self.brood(population, self._brood_size), 0)
+            self._brood_seed = self.rng.getrandbits(ga.SEED_BITS)
+            self._keep(self.brood(population, self._brood_size, self._brood_seed), 0)
         self._taken += 1
         return self._taken - 1
 
@@ -191,8 +192,8 @@ class _Breeder:
     def resume_brood(self, state: dict, population: list[Individual]) -> None:
         if "brood" in state:
             seed, size, taken = state["brood"]
-            self._brood_size = int(size)
-            self._keep(self.brood(population, int(size), int(seed)), int(taken))
+            self._brood_seed, self._brood_size = int(seed), int(size)
+            self._keep(self.brood(population, self._brood_size, self._brood_seed), int(taken))
 
     def child(self, population: list[Individual]) -> Proposal:
         """A child of the population, preferably one that decodes to a network not proposed before (the first of
