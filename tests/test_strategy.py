@@ -296,3 +296,13 @@ def test_a_brood_bred_for_the_surrogate_leaves_the_kept_brood_as_the_state_names
     state = json.loads(json.dumps(strategy.to_state()))
     resumed = make_strategy("async", Context(SPACE, SearchConfig(population=4), random.Random(0), records, [], state))
     assert np.array_equal(resumed._brood.genomes, kept) and resumed._taken == strategy._taken
+
+
+@pytest.mark.parametrize("named", [["12", 10**9, 0], ["x", 8, 0], [5, 8, 9], [5], "brood", [-1, 8, 0]])
+def test_a_brood_the_state_names_wrongly_is_bred_anew(named):
+    import random
+
+    strategy, records = _async_driven(30)
+    state = {**strategy.to_state(), "brood": named}
+    resumed = make_strategy("async", Context(SPACE, SearchConfig(population=4), random.Random(0), records, [], state))
+    assert resumed._brood is None and resumed.ask().operators != "random"

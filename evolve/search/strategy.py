@@ -190,10 +190,14 @@ class _Breeder:
         return {"brood": [str(self._brood_seed), self._brood_size, self._taken]} if self._brood is not None else {}
 
     def resume_brood(self, state: dict, population: list[Individual]) -> None:
-        if "brood" in state:
-            seed, size, taken = state["brood"]
-            self._brood_seed, self._brood_size = int(seed), int(size)
-            self._keep(self.brood(population, self._brood_size, self._brood_seed), int(taken))
+        """Breed the brood :meth:`brood_state` named again (one not as this code keeps them is not: a new one follows)."""
+        try:
+            seed, size, taken = (int(v) for v in state.get("brood", ()))
+        except (TypeError, ValueError):
+            return
+        if MIN_BROOD <= size <= MAX_BROOD and 0 <= taken <= size and 0 <= seed < 1 << ga.SEED_BITS and len(population) >= 2:
+            self._brood_seed, self._brood_size = seed, size
+            self._keep(self.brood(population, size, seed), taken)
 
     def child(self, population: list[Individual]) -> Proposal:
         """A child of the population, preferably one that decodes to a network not proposed before (the first of
