@@ -306,3 +306,23 @@ def test_a_brood_the_state_names_wrongly_is_bred_anew(named):
     state = {**strategy.to_state(), "brood": named}
     resumed = make_strategy("async", Context(SPACE, SearchConfig(population=4), random.Random(0), records, [], state))
     assert resumed._brood is None and resumed.ask().operators != "random"
+
+
+def test_a_kept_brood_s_children_keep_their_own_parents_and_keys_whatever_the_population_becomes():
+    """A child taken from a brood is its brood's: its parents are the members it was bred from and its key is what its
+    genome decodes to, even where the population changed since without the brood being dropped (a safety net: the
+    strategies drop it on every change)."""
+    from evolve.search.ga import Individual
+
+    strategy, _ = _async_driven(30)
+    strategy.forget_brood()
+    strategy._brood_size = 128  # one brood for every child below
+    strategy.ask()
+    brood = strategy._brood
+    bred_from = {ind.ident for ind in strategy.population}
+    for k, ind in enumerate(list(strategy.population)):  # every member replaced behind the brood's back
+        strategy.population[k] = Individual.evaluated([1.0 - g for g in ind], ind.value, 1000 + k)
+    children = [strategy.ask() for _ in range(6)]
+    assert strategy._brood is brood
+    assert all(c.key == SPACE.key(c.genome) for c in children)
+    assert all(set(c.parents) <= bred_from for c in children)

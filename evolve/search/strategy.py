@@ -174,15 +174,19 @@ class _Breeder:
             if self._brood is not None:
                 self._brood_size = min(2 * self._brood_size, MAX_BROOD)
             self._brood_seed = self.rng.getrandbits(ga.SEED_BITS)
-            self._keep(self.brood(population, self._brood_size, self._brood_seed), 0)
+            self._keep(self.brood(population, self._brood_size, self._brood_seed), population, 0)
         self._taken += 1
         return self._taken - 1
 
-    def _keep(self, brood: ga.Brood, taken: int) -> None:
+    def _keep(self, brood: ga.Brood, population: list[Individual], taken: int) -> None:
+        """Keep ``brood`` (bred from ``population``), ``taken`` of its children handed out already: its rows as Python
+        objects (a child is examined gene by gene), each child's parents as the members it was bred from (their ids and
+        every gene's value), whatever the population holds when the child is taken."""
         self._brood, self._taken = brood, taken
-        # as Python objects, once a brood: a child is examined gene by gene
-        self._rows = (brood.genomes.tolist(), (brood.from_father + 2 * brood.mutated).tolist(), brood.mothers.tolist(),
-                      brood.fathers.tolist(), brood.operators())
+        values = self._parents_values(population)
+        members = [(ind.ident, values[ind.ident]) for ind in population]
+        self._rows = (brood.genomes.tolist(), (brood.from_father + 2 * brood.mutated).tolist(), [members[m] for m in brood.mothers.tolist()],
+                      [members[f] for f in brood.fathers.tolist()], brood.operators())
 
     def brood_state(self) -> dict:
         """The kept brood as the state keeps it (its seed, its size, the children taken), so that a resume takes the
@@ -197,17 +201,16 @@ class _Breeder:
             return
         if MIN_BROOD <= size <= MAX_BROOD and 0 <= taken <= size and 0 <= seed < 1 << ga.SEED_BITS and len(population) >= 2:
             self._brood_seed, self._brood_size = seed, size
-            self._keep(self.brood(population, size, seed), taken)
+            self._keep(self.brood(population, size, seed), population, taken)
 
     def child(self, population: list[Individual]) -> Proposal:
         """A child of the population, preferably one that decodes to a network not proposed before (the first of
         :data:`CHILD_TRIES` candidates that does, else the last); a random genome instead of a network that crashed."""
-        space, parents_values = self.space, self._parents_values(population)
+        space = self.space
         for _ in range(CHILD_TRIES):
             i = self._next_candidate(population)
             genomes, sources, mothers, fathers, operators = self._rows
-            mother, father = population[mothers[i]].ident, population[fathers[i]].ident
-            mother_values, father_values = parents_values[mother], parents_values[father]
+            (mother, mother_values), (father, father_values) = mothers[i], fathers[i]
             values = space.child_decoded(genomes[i], sources[i], mother_values, father_values)
             if values == mother_values or values == father_values:  # a parent's network, so proposed before (2 tries in 5
                 key = None                                          # once the population has converged): no key needed
@@ -224,7 +227,7 @@ class _Breeder:
         return self._proposal(genomes[i], (mother, father), operators[i], key, hashed)
 
     def _parents_values(self, population: list[Individual]) -> dict[int, list]:
-        """Every gene's value (SearchSpace.decoded) of each member of the population, by id: kept from child to child
+        """Every gene's value (SearchSpace.decoded) of each member of the population, by id: kept from brood to brood
         (a population changes by one member a result), so that a child's duplicate check decodes only its mutated genes."""
         known = self._decoded
         if len(known) > 4 * len(population) + 16:  # members that left
