@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from evolve.config.schema import SearchConfig
 from evolve.search import ga
-from evolve.search.ga import Individual, admit, fitness_wvalues, random_genome
+from evolve.search.ga import Individual, RungFitness, admit, fitness_wvalues, random_genome
+from evolve.search.population import Population
 
 
 def population(values, genes=4, seed=0):
@@ -127,7 +128,7 @@ def test_a_population_of_one_cannot_breed():
 @settings(max_examples=50)
 @given(st.lists(st.floats(0, 1), min_size=1, max_size=40), st.integers(2, 6))
 def test_admit_is_elitist_and_bounded(values, capacity):
-    pop = []
+    pop = Population(genes=1)
     for i, v in enumerate(values):
         admit(pop, Individual.evaluated([0.5], v, i), capacity)
         assert len(pop) == min(i + 1, capacity)
@@ -140,3 +141,37 @@ def test_admit_is_elitist_and_bounded(values, capacity):
 def test_fitness_wvalues_are_what_an_individual_holds(value):
     """The steady state turns a result away without making it an individual: on the same values admit compares."""
     assert fitness_wvalues(value) == Individual.evaluated([0.5], value, 0).fitness.wvalues
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from([0.1, 0.5, 0.9, float("-inf")]), st.integers(0, 7)), min_size=1, max_size=60),
+       st.booleans())
+def test_a_population_s_arrays_follow_its_members(changes, rungs):
+    """Appends and replacements in any order: the genome rows, the standing (equal for equal fitness, higher for
+    better, as DEAP compares wvalues) and the worst member (lowest fitness, latest id) are those of the members."""
+    pop, ident = Population(genes=3), 0
+    for rung, value, at in changes:
+        ind = Individual.evaluated([value if value > 0 else 0.0, rung / 2, at / 7], value, ident, rung if rungs else None)
+        ident += 1
+        if at < len(pop) and at % 2:
+            pop[at] = ind
+        else:
+            pop.append(ind)
+        members = list(pop)
+        assert pop.genomes.tolist() == [list(m) for m in members]
+        standing = pop.standing()
+        for a, b in zip(members, members[1:]):
+            i, j = members.index(a), members.index(b)
+            assert (standing[i] > standing[j]) == (a.fitness.wvalues > b.fitness.wvalues)
+            assert (standing[i] == standing[j]) == (a.fitness.wvalues == b.fitness.wvalues)
+        assert members[pop.worst()] is min(members, key=lambda m: (m.fitness.wvalues, -m.ident))
+
+
+def test_a_population_refuses_members_of_another_shape():
+    pop = Population([Individual.evaluated([0.5, 0.5], 0.5, 0), Individual.evaluated([0.1, 0.2], 0.7, 1)])
+    with pytest.raises(ValueError, match="2 genes and 1 objectives"):
+        pop.append(Individual.evaluated([0.5, 0.5, 0.5], 0.5, 2))
+    with pytest.raises(ValueError, match="objectives"):
+        pop[0] = Individual([0.5, 0.5], RungFitness((1.0, 0.5)), 3)
+    with pytest.raises(IndexError):
+        pop[2] = Individual.evaluated([0.5, 0.5], 0.5, 4)

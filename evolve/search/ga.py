@@ -187,8 +187,9 @@ def random_genome(rng: random.Random, length: int) -> list[float]:
     return [rng.random() for _ in range(length)]
 
 
-def admit(population: list[Individual], newcomer: Individual, capacity: int) -> Individual | None:
-    """Steady-state replacement: fill up to ``capacity``, then replace the worst if the newcomer is better.
+def admit(population, newcomer: Individual, capacity: int) -> Individual | None:
+    """Steady-state replacement in ``population`` (an evolve.search.population.Population): fill up to ``capacity``,
+    then replace the worst if the newcomer is better.
 
     The worst is the lowest fitness, then the latest id (the order of :attr:`Individual.standing`). Returns the
     individual that left (the replaced one, or the newcomer itself if it was not good enough), or None if the
@@ -197,7 +198,7 @@ def admit(population: list[Individual], newcomer: Individual, capacity: int) -> 
     if len(population) < capacity:
         population.append(newcomer)
         return None
-    worst = min(range(len(population)), key=lambda i: (population[i].fitness.wvalues, -population[i].ident))  # the highest standing
+    worst = population.worst()
     if not newcomer.fitness.wvalues > population[worst].fitness.wvalues:
         return newcomer
     leaving = population[worst]
@@ -205,14 +206,14 @@ def admit(population: list[Individual], newcomer: Individual, capacity: int) -> 
     return leaving
 
 
-def admit_by_value(population: list[Individual], newcomer: Individual, capacity: int, value: Callable[[list[int]], list[float]]) -> None:
+def admit_by_value(population, newcomer: Individual, capacity: int, value: Callable[[list[int]], list[float]]) -> None:
     """Steady-state replacement by ``value`` (ids to values, higher better) instead of fitness: fill up to
     ``capacity``, then the lowest-valued of the population and the newcomer leaves (among equal values, as
     those outside the hall of fame all are, the lower fitness, then the latest id)."""
     if len(population) < capacity:
         population.append(newcomer)
         return
-    pool = population + [newcomer]
+    pool = [*population, newcomer]
     values = value([ind.ident for ind in pool])
     leaving = min(range(len(pool)), key=lambda i: (values[i], pool[i].value, -pool[i].ident))
     if leaving < len(population):

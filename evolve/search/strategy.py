@@ -43,13 +43,14 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import ClassVar, Iterable, Protocol
+from typing import Callable, ClassVar, Iterable, Protocol, Sequence
 
 import numpy as np
 
 from . import ga
 from .ga import GAParams, Individual, admit, admit_by_value, fitness_wvalues, random_genome
 from .keyset import KeySet
+from .population import Population
 from .records import Record
 from .registry import Capabilities, Context, Value, register
 from .space import SearchSpace
@@ -120,7 +121,7 @@ class _Breeder:
         self.crashed = KeySet(hasher=space.key_hash)  # networks that crashed (see note_outcome): never proposed again
         self.surrogate = surrogate
         self.value = value  # None: selection by fitness
-        self.rank_key = lambda ind: ind.fitness.wvalues  # what the tournaments compare (select_by_value, NSGA-II's ranks)
+        self.rank_key: Callable[[Individual], tuple] | None = None  # what the tournaments compare, if not fitness (select_by_value, NSGA-II)
         self.tournament, self.distinct = params.tournament, False  # aspirants a tournament; drawn without replacement
         self._gen = np.random.Generator(np.random.PCG64(0))  # reseeded from rng for each brood (ga.reseed)
         self._decoded: dict[int, list] = {}  # see _parents_values
@@ -161,12 +162,13 @@ class _Breeder:
                 break
         return self._proposal(genome, (-1, -1), "random", key)
 
-    def brood(self, population: list[Individual], count: int, seed: int | None = None) -> ga.Brood:
-        """``count`` children of ``population``, bred at once from ``seed`` (by default drawn from the search's rng)."""
+    def brood(self, population: Sequence[Individual], count: int, seed: int | None = None) -> ga.Brood:
+        """``count`` children of ``population`` (a :class:`Population`, or any list of members: its arrays made here),
+        bred at once from ``seed`` (by default drawn from the search's rng)."""
         seed = self.rng.getrandbits(ga.SEED_BITS) if seed is None else seed
-        genomes = np.asarray(population, dtype=np.float64).reshape(len(population), len(self.space))
-        standing = ga.ranks([self.rank_key(ind) for ind in population])
-        return ga.breed(genomes, standing, ga.reseed(self._gen, seed), self.params, count, self.tournament, self.distinct)
+        members = population if isinstance(population, Population) else Population(population, len(self.space))
+        standing = members.standing() if self.rank_key is None else ga.ranks([self.rank_key(ind) for ind in members])
+        return ga.breed(members.genomes, standing, ga.reseed(self._gen, seed), self.params, count, self.tournament, self.distinct)
 
     def _next_candidate(self, population: list[Individual]) -> int:
         """The kept brood's next child (its index), breeding a brood first where none is left."""
@@ -183,10 +185,12 @@ class _Breeder:
         objects (a child is examined gene by gene), each child's parents as the members it was bred from (their ids and
         every gene's value), whatever the population holds when the child is taken."""
         self._brood, self._taken = brood, taken
-        values = self._parents_values(population)
-        members = [(ind.ident, values[ind.ident]) for ind in population]
-        self._rows = (brood.genomes.tolist(), (brood.from_father + 2 * brood.mutated).tolist(), [members[m] for m in brood.mothers.tolist()],
-                      [members[f] for f in brood.fathers.tolist()], brood.operators())
+        mothers, fathers = brood.mothers.tolist(), brood.fathers.tolist()
+        parents = {k: population[k] for k in {*mothers, *fathers}}  # (a few of a population of thousands)
+        values = self._parents_values(parents.values(), len(population))
+        members = {k: (ind.ident, values[ind.ident]) for k, ind in parents.items()}
+        self._rows = (brood.genomes.tolist(), (brood.from_father + 2 * brood.mutated).tolist(), [members[m] for m in mothers],
+                      [members[f] for f in fathers], brood.operators())
 
     def brood_state(self) -> dict:
         """The kept brood as the state keeps it (its seed, its size, the children taken), so that a resume takes the
@@ -226,14 +230,14 @@ class _Breeder:
             return self.random()
         return self._proposal(genomes[i], (mother, father), operators[i], key, hashed)
 
-    def _parents_values(self, population: list[Individual]) -> dict[int, list]:
-        """Every gene's value (SearchSpace.decoded) of each member of the population, by id: kept from brood to brood
-        (a population changes by one member a result), so that a child's duplicate check decodes only its mutated genes."""
+    def _parents_values(self, parents: Iterable[Individual], population: int) -> dict[int, list]:
+        """Every gene's value (SearchSpace.decoded) of each of ``parents``, by id: kept from brood to brood (a population
+        changes by one member a result), so that a child's duplicate check decodes only its mutated genes; forgotten
+        when more are kept than four times the ``population``'s size (those of members that left, mostly)."""
         known = self._decoded
-        if len(known) > 4 * len(population) + 16:  # members that left
-            members = {ind.ident for ind in population}
-            self._decoded = known = {i: v for i, v in known.items() if i in members}
-        for ind in population:
+        if len(known) > 4 * population + 16:
+            self._decoded = known = {}
+        for ind in parents:
             if ind.ident not in known:
                 known[ind.ident] = self.space.decoded(ind)
         return known
@@ -352,7 +356,7 @@ class SteadyState(_Breeder):
                  value: Value | None = None):
         super().__init__(space, params, rng, known, surrogate, value)
         self.rungs = bool(getattr(params, "promotion", False))
-        self.population = [_individual(records[i], self.rungs) for i in state.get("population", [])]
+        self.population = Population((_individual(records[i], self.rungs) for i in state.get("population", [])), len(space))
         self.pool: list[Proposal] = []  # model breeding: children ranked together, handed out best first
 
     def ask(self) -> Proposal:
@@ -385,7 +389,7 @@ class SteadyState(_Breeder):
             admit_by_value(self.population, _individual(record, self.rungs), self.params.population, self.value)
             self.forget_brood()
         elif not self.rungs and len(self.population) >= self.params.population and \
-                fitness_wvalues(record.fitness) <= min(ind.fitness.wvalues for ind in self.population):
+                fitness_wvalues(record.fitness) <= self.population[self.population.worst()].fitness.wvalues:
             pass  # no better than the worst member: admit would turn it away (most results, once the population has converged)
         else:
             newcomer = _individual(record, self.rungs)
@@ -418,5 +422,6 @@ class SteadyState(_Breeder):
 
     def restore(self, memory: dict[str, np.ndarray]) -> None:
         super().restore(memory)
-        self.population = [Individual.evaluated(list(genome), value, int(ident), int(rung) if self.rungs else None)
-                           for (ident, value, rung), genome in zip(memory["population"].tolist(), memory["genomes"].tolist())]
+        self.population = Population((Individual.evaluated(list(genome), value, int(ident), int(rung) if self.rungs else None)
+                                      for (ident, value, rung), genome in zip(memory["population"].tolist(), memory["genomes"].tolist())),
+                                     len(self.space))

@@ -6,6 +6,7 @@ Run from the repository root (after ./scripts/setup.sh)::
     .venv/bin/python scripts/bench/bench_master.py --quick    # np=4 only (medians of 3 launches), and the simulated
                                                               # figures at 27,648 workers: under a minute; ends with one JSON line
     .venv/bin/python scripts/bench/bench_master.py --in-process --repeats 5   # the master alone, no MPI (see below)
+    .venv/bin/python scripts/bench/bench_master.py --in-process --population 2800   # ... with a population of thousands
     .venv/bin/python scripts/bench/bench_master.py --strategies                # each search.mode (and Optuna sampler), in process
 
 Each launch (`mpiexec -n NP`) runs two contenders over the same ranks, one after the other:
@@ -330,12 +331,13 @@ def median_row(launches: list[dict]) -> dict:
     return row
 
 
-def in_process(evaluations: int, curve_epochs: int, repeats: int, prefetch: int = PREFETCH) -> None:
+def in_process(evaluations: int, curve_epochs: int, repeats: int, prefetch: int = PREFETCH, population: int | None = None) -> None:
     runs, model, promotion = [], [], []
     for _ in range(repeats):  # alternated, so a change of load touches them alike
         for variant, into in (("blind", runs), ("model", model), ("promotion", promotion)):
             loopback = Loopback(3, curve_epochs)
-            into.append(search(loopback, evaluations, lambda: loopback.cpu, prefetch, variant))
+            settings = {**VARIANTS[variant], **({"population": population} if population else {})}
+            into.append(search(loopback, evaluations, lambda: loopback.cpu, prefetch, variant, settings=settings))
     med = lambda values: float(np.median(values))
     row = {"master_us_per_eval": med([r["evens_us"] for r in runs]),
            "master_us_per_eval_model": med([r["evens_us"] for r in model]),
@@ -344,7 +346,7 @@ def in_process(evaluations: int, curve_epochs: int, repeats: int, prefetch: int 
            "checkpoint_us_per_eval": med([1e3 * sum(ms for _, ms in r["checkpoint_ms"]) / r["evaluations"] for r in runs]),
            "runs": [round(r["evens_us"], 1) for r in runs], "evaluations": runs[0]["evaluations"], "curve_epochs": curve_epochs}
     print(harness.machine_line("bench_master --in-process", f"{evaluations} evaluations, {curve_epochs}-epoch curves, "
-                               f"loopback transport (3 workers, their CPU taken out); medians of {repeats}"))
+                               f"loopback transport (3 workers, their CPU taken out), population {population or 10}; medians of {repeats}"))
     print(f"master {row['master_us_per_eval']:.1f} us per evaluation (runs: {row['runs']}), of which checkpoints "
           f"{row['checkpoint_us_per_eval']:.1f}; windows {({w: round(v, 1) for w, v in row['windows'].items()})}")
     print(f"model breeding: {row['master_us_per_eval_model']:.1f} us per evaluation (runs: {[round(r['evens_us'], 1) for r in model]})")
@@ -391,6 +393,8 @@ def main() -> None:
                         help=f"tasks queued on each worker behind its training (search.prefetch; default {PREFETCH}, the config's)")
     parser.add_argument("--in-process", action="store_true",
                         help="the evens master alone over a loopback transport (no MPI): --repeats runs, medians")
+    parser.add_argument("--population", type=int, default=None,
+                        help="--in-process: the GA's search.population (default 10, the examples'; docs/cluster.md's campaign: 2800)")
     parser.add_argument("--strategies", action="store_true",
                         help="each strategy (search.mode, and each Optuna sampler) over the loopback: its master CPU per evaluation")
     parser.add_argument("--role", default="lead", help=argparse.SUPPRESS)
@@ -399,7 +403,7 @@ def main() -> None:
         strategies()
         return
     if args.in_process:
-        in_process(args.evaluations, args.curve_epochs, args.repeats, args.prefetch)
+        in_process(args.evaluations, args.curve_epochs, args.repeats, args.prefetch, args.population)
         return
     if args.role == "measure":
         if args.worker_spins is not None:
