@@ -222,8 +222,8 @@ def admit_by_value(population, newcomer: Individual, capacity: int, value: Calla
 
 def nsga2_survivors(pool: list[Individual], k: int) -> list[Individual]:
     """NSGA-II's (mu + lambda) survival: DEAP's ``selNSGA2`` (fronts, then crowding distance) over ``pool``, its fronts
-    by DEAP's O(N log N) sort (``nd="log"``, Fortin et al. 2013: the same fronts as the standard O(M N^2) sort, which
-    took 18 s for a pool of 5,600, a generation of docs/cluster.md's population of 2,800).
+    by DEAP's O(N log N) sort (``nd="log"``, Fortin et al. 2013): the same fronts as the standard O(M N^2) sort, which
+    takes seconds a generation at a population of thousands (docs/benchmarks.md).
 
     It draws no random numbers and depends only on the order of ``pool`` (ties of crowding distance go to the
     earlier in the front), so a caller that orders ``pool`` by id gets the same survivors whatever order results came in.

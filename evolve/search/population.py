@@ -3,7 +3,8 @@
 Breeding (:func:`evolve.search.ga.breed`) reads every member's genome and fitness, and steady-state replacement
 (:func:`evolve.search.ga.admit`) looks for the worst member, once a result. At scale a population holds thousands
 of networks (docs/cluster.md's campaign: 2,800) and changes by one member a result, so both read arrays kept as the
-members change, not a pass over the members in Python: at 2,800 members those passes were some 3 ms a result.
+members change, not a pass over the members in Python each result (docs/benchmarks.md, "The master's CPU per
+evaluation": a population of thousands).
 """
 from __future__ import annotations
 
