@@ -160,11 +160,10 @@ def test_a_population_s_arrays_follow_its_members(changes, rungs):
         members = list(pop)
         assert pop.genomes.tolist() == [list(m) for m in members]
         standing = pop.standing()
-        for a, b in zip(members, members[1:]):
-            i, j = members.index(a), members.index(b)
-            assert (standing[i] > standing[j]) == (a.fitness.wvalues > b.fitness.wvalues)
-            assert (standing[i] == standing[j]) == (a.fitness.wvalues == b.fitness.wvalues)
+        assert [tuple(np.atleast_1d(row)) for row in standing] == [m.fitness.wvalues for m in members]
         assert members[pop.worst()] is min(members, key=lambda m: (m.fitness.wvalues, -m.ident))
+        assert all(pop.index_of(m.ident) == k for k, m in enumerate(members)) and pop.index_of(-5) is None
+        assert len({pop.index_of(i) for i in range(ident)} - {None}) == len(members)  # the replaced are gone
 
 
 def test_a_population_refuses_members_of_another_shape():
@@ -175,3 +174,16 @@ def test_a_population_refuses_members_of_another_shape():
         pop[0] = Individual([0.5, 0.5], RungFitness((1.0, 0.5)), 3)
     with pytest.raises(IndexError):
         pop[2] = Individual.evaluated([0.5, 0.5], 0.5, 4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from([0.1, 0.5, float("-inf")])), min_size=2, max_size=8), st.data())
+def test_a_tournament_of_several_objectives_compares_them_as_tuples_and_the_first_drawn_wins_ties(members, data):
+    standing = np.asarray(members, dtype=np.float64)
+    aspirants = np.asarray(data.draw(st.lists(st.lists(st.integers(0, len(members) - 1), min_size=3, max_size=3), min_size=1, max_size=6)))
+    won = ga._winners(aspirants, standing)
+    for row, column in zip(aspirants.tolist(), won.tolist()):
+        best = max(members[k] for k in row)
+        assert members[row[column]] == best and all(members[k] != best for k in row[:column])
+    flat = standing[:, 0] * 10 + np.where(np.isinf(standing[:, 1]), -5, standing[:, 1])  # the same order as one column
+    assert (ga._winners(aspirants, flat) == won).all()

@@ -124,7 +124,8 @@ def breed(genomes: np.ndarray, standing: np.ndarray, gen: np.random.Generator, p
           tournament: int | None = None, distinct: bool = False) -> Brood:
     """``count`` children of one population (``genomes``, one row a member), bred with whole-array operations drawing
     from ``gen``: each parent the winner of a tournament of ``tournament`` aspirants (``params.tournament``; drawn
-    with replacement, or ``distinct``), the one of highest ``standing`` (:func:`ranks`), the first drawn among equals;
+    with replacement, or ``distinct``), the one of highest ``standing`` (a value a member, or several compared as
+    tuples: evolve.search.population.Population.standing, :func:`ranks`), the first drawn among equals;
     with probability ``params.crossover_prob`` a uniform crossover (each gene the father's with probability 1/2),
     else the mother's genome; then DEAP's bounded polynomial mutation (:func:`polynomial_mutation`) of each gene with
     probability ``params.mutation_prob``. The operators of DEAP's ``selTournament``, ``cxUniform`` and
@@ -140,7 +141,7 @@ def breed(genomes: np.ndarray, standing: np.ndarray, gen: np.random.Generator, p
         aspirants = np.stack([first, second + (second >= first)], axis=1)
     else:
         aspirants = gen.integers(0, members, size=(2 * count, size))
-    winners = aspirants[np.arange(2 * count), standing[aspirants].argmax(axis=1)]
+    winners = aspirants[np.arange(2 * count), _winners(aspirants, standing)]
     mothers, fathers = winners[0::2], winners[1::2]
     mother, father = genomes[mothers], genomes[fathers]
     from_father = (gen.random(count) < params.crossover_prob)[:, None] & (gen.random((count, genes)) < 0.5) & (father != mother)
@@ -152,6 +153,18 @@ def breed(genomes: np.ndarray, standing: np.ndarray, gen: np.random.Generator, p
     mutated = np.zeros(count * genes, dtype=bool)
     mutated[at] = y != x
     return Brood(child, mothers, fathers, from_father, mutated.reshape(count, genes))
+
+
+def _winners(aspirants: np.ndarray, standing: np.ndarray) -> np.ndarray:
+    """Each tournament's winner (its column in ``aspirants``): the highest standing, the first drawn among equals. A
+    standing of several columns (one a member) is compared as tuples are, the first column first."""
+    if standing.ndim == 1:
+        return standing[aspirants].argmax(axis=1)
+    level = np.ones(aspirants.shape, dtype=bool)  # the aspirants still level with the best
+    for column in standing.T:
+        values = np.where(level, column[aspirants], -np.inf)
+        level &= values == values.max(axis=1, keepdims=True)
+    return level.argmax(axis=1)
 
 
 def polynomial_mutation(x: np.ndarray, rand: np.ndarray, eta: float) -> np.ndarray:

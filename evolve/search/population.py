@@ -27,8 +27,8 @@ class Population:
         self._genomes = np.empty((max(len(members), 8), genes))
         self._fitness = np.empty((len(self._genomes), 0))
         self._idents = np.empty(len(self._genomes), dtype=np.int64)
-        self._standing: np.ndarray | None = None  # cached until a member changes
-        self._worst: int | None = None
+        self._worst: int | None = None  # cached until a member changes
+        self._where: dict[int, int] = {}  # id -> index
         for ind in members:
             self.append(ind)
 
@@ -57,6 +57,7 @@ class Population:
     def __setitem__(self, i: int, ind: Individual) -> None:
         i = range(len(self._members))[i]  # (an index out of range raises IndexError, as a list's)
         self._fit(ind, len(self._members) - 1)
+        self._where.pop(self._members[i].ident, None)
         self._members[i] = ind
         self._write(i, ind)
 
@@ -74,7 +75,8 @@ class Population:
         self._genomes[i] = ind
         self._fitness[i] = ind.fitness.wvalues
         self._idents[i] = ind.ident
-        self._standing = self._worst = None
+        self._where[ind.ident] = i
+        self._worst = None
 
     @property
     def genomes(self) -> np.ndarray:
@@ -82,25 +84,24 @@ class Population:
         return self._genomes[: len(self._members)]
 
     def standing(self) -> np.ndarray:
-        """Higher is better, equal for equal fitness (``wvalues`` compared as DEAP compares them, as tuples): with one
-        objective its value, else each member's rank among the distinct fitnesses."""
-        if self._standing is None:
-            fitness = self._fitness[: len(self._members)]
-            if fitness.shape[1] == 1:
-                self._standing = fitness[:, 0].copy()
-            else:
-                order = np.lexsort(fitness.T[::-1])  # the first objective first
-                ordered = fitness[order]
-                distinct = np.concatenate(([0], np.any(ordered[1:] != ordered[:-1], axis=1).astype(np.int64)))
-                self._standing = np.empty(len(order), dtype=np.float64)
-                self._standing[order] = np.cumsum(distinct)
-        return self._standing
+        """What tournaments compare (higher is better): each member's ``wvalues``, one row a member (one column for one
+        objective: then a vector), compared as DEAP compares them, as tuples (a view: read it before the population
+        changes)."""
+        fitness = self._fitness[: len(self._members)]
+        return fitness[:, 0] if fitness.shape[1] == 1 else fitness
 
     def worst(self) -> int:
-        """The index of the member of lowest fitness (as :meth:`standing` orders them), the latest id among equals:
-        the one that a better newcomer replaces."""
+        """The index of the member of lowest fitness (``wvalues`` compared as tuples), the latest id among equals: the
+        one that a better newcomer replaces."""
         if self._worst is None:
-            standing = self.standing()
-            lowest = np.flatnonzero(standing == standing.min())
+            fitness = self._fitness[: len(self._members)]
+            lowest = np.arange(len(fitness))
+            for column in fitness.T:
+                values = column[lowest]
+                lowest = lowest[values == values.min()]
             self._worst = int(lowest[np.argmax(self._idents[lowest])])
         return self._worst
+
+    def index_of(self, ident: int) -> int | None:
+        """Where the member of id ``ident`` is, or None."""
+        return self._where.get(ident)

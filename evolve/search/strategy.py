@@ -401,12 +401,11 @@ class SteadyState(_Breeder):
     def _carry_on(self, record: Record) -> bool:
         """A promoted network's stage replaces its stage before in the population, if that is there (it ranks
         higher: a rung further on); True if it did."""
-        before = record.parents[0]
-        for i, ind in enumerate(self.population):
-            if ind.ident == before:
-                self.population[i] = _individual(record, True)
-                return True
-        return False
+        at = self.population.index_of(record.parents[0])
+        if at is None:
+            return False
+        self.population[at] = _individual(record, True)
+        return True
 
     def to_state(self) -> dict:
         return {"mode": self.mode, "population": [ind.ident for ind in self.population], **self.brood_state(), **self.surrogate_state()}
