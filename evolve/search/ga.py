@@ -179,8 +179,8 @@ def polynomial_mutation(x: np.ndarray, rand: np.ndarray, eta: float) -> np.ndarr
 
 
 def ranks(keys: list) -> np.ndarray:
-    """Each key's rank among ``keys`` (0 the lowest; equal keys, equal ranks): what :func:`breed`'s tournaments compare,
-    from any keys that order members (fitness ``wvalues``, values to the ensemble, Pareto ranks)."""
+    """Each key's rank among ``keys`` (0 the lowest; equal keys, equal ranks): what :func:`breed`'s tournaments compare
+    where members are ordered by other keys than their fitness (values to the ensemble, Pareto ranks)."""
     rank = {key: i for i, key in enumerate(sorted(set(keys)))}
     return np.fromiter((rank[key] for key in keys), dtype=np.int64, count=len(keys))
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from . import named
 from .ga import Individual
+from .population import Population
 from .records import Pending, Record, best_first, network_of
 from .registry import Capabilities, Context, Value, register
 from .rungs import rung_count
@@ -55,7 +56,7 @@ class Generational(_Breeder):
         self.rungs = bool(getattr(params, "promotion", False))
         self.eta = int(getattr(params, "eta", 3))
         self.top = rung_count(self.eta, getattr(params, "min_budget", 1.0)) - 1 if self.rungs else 0
-        self.population = [self._member(records[i]) for i in state.get("population", [])]
+        self.population = Population((self._member(records[i]) for i in state.get("population", [])), len(space))
         self.generation = int(state.get("generation", 0))
         self.queue = [Proposal.from_json(item, space) for item in state.get("queue", [])]
         self.seen.update(p.key for p in self.queue)  # proposed, as before the stop
@@ -143,7 +144,7 @@ class Generational(_Breeder):
     def memory(self) -> dict[str, np.ndarray]:
         """What a resume needs besides :meth:`to_state`, so that it reads no history: the breeder's, and what the
         strategy reads of each record the state names (evolve.search.named)."""
-        ids = [ind.ident for ind in self.population + self.told]
+        ids = [ind.ident for ind in [*self.population, *self.told]]
         kept = [self.named[i] for i in ids] + [self._named(r) for r in self.stage] + self._named_more()
         return {**self.bred_memory(), **named.memory(kept, len(self.space))}
 
@@ -172,7 +173,7 @@ class Generational(_Breeder):
         return children + [self.child(self.population) for _ in range(n - len(children))]
 
     def _next_generation(self) -> None:
-        self.population = self._survivors(self.population + self.told)
+        self.population = Population(self._survivors([*self.population, *self.told]), len(self.space))
         self.forget_brood()
         self.told, self.outstanding = [], 0
         self.named = {ind.ident: self.named[ind.ident] for ind in self.population}

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Iterable, Protocol, Sequence
+from typing import Callable, ClassVar, Iterable, Protocol
 
 import numpy as np
 
@@ -133,7 +133,7 @@ class _Breeder:
         self._brood: ga.Brood | None = None
         self._brood_size, self._brood_seed, self._taken = MIN_BROOD, 0, 0
 
-    def select_by_value(self, population: list[Individual]) -> None:
+    def select_by_value(self, population: Population) -> None:
         """Ensemble selection: the next parents are tournament winners on their value to the ensemble now (then
         fitness)."""
         if self.value is not None:
@@ -162,15 +162,13 @@ class _Breeder:
                 break
         return self._proposal(genome, (-1, -1), "random", key)
 
-    def brood(self, population: Sequence[Individual], count: int, seed: int | None = None) -> ga.Brood:
-        """``count`` children of ``population`` (a :class:`Population`, or any list of members: its arrays made here),
-        bred at once from ``seed`` (by default drawn from the search's rng)."""
+    def brood(self, population: Population, count: int, seed: int | None = None) -> ga.Brood:
+        """``count`` children of ``population``, bred at once from ``seed`` (by default drawn from the search's rng)."""
         seed = self.rng.getrandbits(ga.SEED_BITS) if seed is None else seed
-        members = population if isinstance(population, Population) else Population(population, len(self.space))
-        standing = members.standing() if self.rank_key is None else ga.ranks([self.rank_key(ind) for ind in members])
-        return ga.breed(members.genomes, standing, ga.reseed(self._gen, seed), self.params, count, self.tournament, self.distinct)
+        standing = population.standing() if self.rank_key is None else ga.ranks([self.rank_key(ind) for ind in population])
+        return ga.breed(population.genomes, standing, ga.reseed(self._gen, seed), self.params, count, self.tournament, self.distinct)
 
-    def _next_candidate(self, population: list[Individual]) -> int:
+    def _next_candidate(self, population: Population) -> int:
         """The kept brood's next child (its index), breeding a brood first where none is left."""
         if self._brood is None or self._taken == len(self._brood):
             if self._brood is not None:
@@ -180,7 +178,7 @@ class _Breeder:
         self._taken += 1
         return self._taken - 1
 
-    def _keep(self, brood: ga.Brood, population: list[Individual], taken: int) -> None:
+    def _keep(self, brood: ga.Brood, population: Population, taken: int) -> None:
         """Keep ``brood`` (bred from ``population``), ``taken`` of its children handed out already: its rows as Python
         objects (a child is examined gene by gene), each child's parents as the members it was bred from (their ids and
         every gene's value), whatever the population holds when the child is taken."""
@@ -197,7 +195,7 @@ class _Breeder:
         children the unbroken search does; bred again from the population by :meth:`resume_brood`."""
         return {"brood": [str(self._brood_seed), self._brood_size, self._taken]} if self._brood is not None else {}
 
-    def resume_brood(self, state: dict, population: list[Individual]) -> None:
+    def resume_brood(self, state: dict, population: Population) -> None:
         """Breed the brood :meth:`brood_state` named again (one not as this code keeps them is not: a new one follows)."""
         try:
             seed, size, taken = (int(v) for v in state.get("brood", ()))
@@ -207,7 +205,7 @@ class _Breeder:
             self._brood_seed, self._brood_size = seed, size
             self._keep(self.brood(population, size, seed), population, taken)
 
-    def child(self, population: list[Individual]) -> Proposal:
+    def child(self, population: Population) -> Proposal:
         """A child of the population, preferably one that decodes to a network not proposed before (the first of
         :data:`CHILD_TRIES` candidates that does, else the last); a random genome instead of a network that crashed."""
         space = self.space
@@ -242,7 +240,7 @@ class _Breeder:
                 known[ind.ident] = self.space.decoded(ind)
         return known
 
-    def ranked_children(self, population: list[Individual], n: int) -> list[Proposal]:
+    def ranked_children(self, population: Population, n: int) -> list[Proposal]:
         """``n`` children, each the most promising of its own brood of ``brood`` candidates bred from the
         population, by the surrogate's score (one call ranks all the broods). A brood's best is
         skipped for its next if it is a network proposed before or chosen already; a brood with none
