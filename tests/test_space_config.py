@@ -112,8 +112,8 @@ def test_inactive_genes_do_not_change_the_network(raw, data):
 @settings(max_examples=80, deadline=None)
 @given(spaces, st.data())
 def test_a_childs_values_from_its_parents_are_its_own(raw, data):
-    """child_decoded (the breeder's duplicate check: parents' values reused for the genes copied from them, the mutated
-    ones decoded) gives what decoding the child gives, whether a gene is a parent's float or a mutated one, at a
+    """child_decoded (the breeder's duplicate check: the mother's values but for the genes crossed from the father or
+    mutated, the mutated ones decoded) gives what decoding the child gives, whether a gene is a parent's float or a mutated one, at a
     bound or not."""
     space = parse_space(raw).for_sample_shape((3, 100))
     n = len(space)
@@ -122,7 +122,8 @@ def test_a_childs_values_from_its_parents_are_its_own(raw, data):
     pick = {0: lambda i: mother[i], 1: lambda i: father[i], 2: lambda i: data.draw(st.sampled_from([0.0, 1.0]) | unit),
             3: lambda i: data.draw(unit)}
     child = [pick[source](i) for i, source in enumerate(sources)]
-    values = space.child_decoded(child, sources, space.decoded(mother), space.decoded(father))
+    changes = [(i, source) for i, source in enumerate(sources) if source]  # the genes that are not the mother's
+    values = space.child_decoded(child, changes, space.decoded(mother), space.decoded(father))
     assert values == space.decoded(child)
     assert space.key_of(values) == space.key(child)
 

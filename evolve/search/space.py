@@ -314,15 +314,18 @@ class SearchSpace:
             raise ValueError(f"genome has {len(genome)} genes, the space has {len(self.genes)}")
         return [decode(0.0 if u < 0.0 else 1.0 if u > 1.0 else u) for decode, u in zip(self._decoders, genome)]
 
-    def child_decoded(self, child: list[float], sources: list[int], mother_values: list, father_values: list) -> list:
-        """:meth:`decoded` of a child bred from two parents (their :meth:`decoded` given): ``sources`` says where each
-        gene came from (0: the mother, 1: the father, 2 or 3: mutation, ga.Brood), and only the mutated genes are
-        decoded (a child is its parents' genes but the few mutated). On the master's path for every child bred, often
-        several times a child."""
-        if len(child) != len(self.genes):
+    def child_decoded(self, child: list[float], changes: list[tuple[int, int]], mother_values: list, father_values: list) -> list:
+        """:meth:`decoded` of a child bred from two parents (their :meth:`decoded` given): the mother's values but for
+        ``changes``, each a gene and where it came from (1: the father, 2 or 3: mutation, ga.Brood), the mutated ones
+        decoded (a child is its mother's genes but a few crossed or mutated). On the master's path for every child
+        bred, often several times a child."""
+        if len(child) != len(self.genes) or len(mother_values) != len(self.genes):
             raise ValueError(f"genome has {len(child)} genes, the space has {len(self.genes)}")
-        return [mv if s == 0 else fv if s == 1 else decode(u)
-                for u, s, mv, fv, decode in zip(child, sources, mother_values, father_values, self._decoders)]
+        values = list(mother_values)
+        decoders = self._decoders
+        for i, source in changes:
+            values[i] = father_values[i] if source == 1 else decoders[i](child[i])
+        return values
 
     def _activity(self, values: list) -> list[bool]:
         """Whether each gene is active, given every gene's value (:meth:`decoded`): O(genes + conditions)."""

@@ -187,8 +187,8 @@ class _Breeder:
         parents = {k: population[k] for k in {*mothers, *fathers}}  # (a few of a population of thousands)
         values = self._parents_values(parents.values(), len(population))
         members = {k: (ind.ident, values[ind.ident]) for k, ind in parents.items()}
-        self._rows = (brood.genomes.tolist(), (brood.from_father + 2 * brood.mutated).tolist(), [members[m] for m in mothers],
-                      [members[f] for f in fathers], brood.operators())
+        self._rows = (brood.genomes.tolist(), _changes(brood), [members[m] for m in mothers], [members[f] for f in fathers],
+                      brood.operators())
 
     def brood_state(self) -> dict:
         """The kept brood as the state keeps it (its seed, its size, the children taken), so that a resume takes the
@@ -211,9 +211,9 @@ class _Breeder:
         space = self.space
         for _ in range(CHILD_TRIES):
             i = self._next_candidate(population)
-            genomes, sources, mothers, fathers, operators = self._rows
+            genomes, changes, mothers, fathers, operators = self._rows
             (mother, mother_values), (father, father_values) = mothers[i], fathers[i]
-            values = space.child_decoded(genomes[i], sources[i], mother_values, father_values)
+            values = space.child_decoded(genomes[i], changes[i], mother_values, father_values)
             if values == mother_values or values == father_values:  # a parent's network, so proposed before (2 tries in 5
                 key = None                                          # once the population has converged): no key needed
                 continue
@@ -293,6 +293,17 @@ class _Breeder:
         for record in context.records:
             self.note_outcome(record)
         return self
+
+
+def _changes(brood: ga.Brood) -> list[list[tuple[int, int]]]:
+    """Each child's genes that are not its mother's, with where each came from (1: the father, 2 or 3: mutation), as
+    SearchSpace.child_decoded takes them: in a converged population a few a child, the rest copied as a list."""
+    sources = brood.from_father + 2 * brood.mutated
+    rows, columns = np.nonzero(sources)
+    changes: list[list[tuple[int, int]]] = [[] for _ in range(len(brood))]
+    for row, column, source in zip(rows.tolist(), columns.tolist(), sources[rows, columns].tolist()):
+        changes[row].append((column, source))
+    return changes
 
 
 def _individual(record: Record, rungs: bool = False) -> Individual:
