@@ -33,7 +33,18 @@ def trainer_setup(arrays: dict, prefer: str) -> tuple[dict, NodeMemory]:
 
 
 @pytest.fixture(scope="module")
-def trainer():
+def fork_server():
+    """This process as a worker rank would reach its node's fork server (evolve.transport.forkserver)."""
+    from evolve.transport.forkserver import connect
+
+    server = connect(os.urandom(6).hex(), trainer_environment())
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module", params=["fresh interpreter", "fork server"])
+def trainer(request):
+    server = request.getfixturevalue("fork_server") if request.param == "fork server" else None
     rng = np.random.default_rng(0)
     y = {s: rng.integers(0, 3, n).astype(np.int64) for s, n in (("train", 60), ("val", 20), ("test", 20))}
     arrays = {}
@@ -41,7 +52,7 @@ def trainer():
         arrays[f"{s}/x"] = (rng.normal(size=(len(y[s]), 1, 4, 4)) + y[s][:, None, None, None]).astype(np.float32)
         arrays[f"{s}/y"] = y[s]
     setup, memory = trainer_setup(arrays, "cpu")
-    process = TrainerProcess(setup, memory.fd)
+    process = TrainerProcess(setup, memory.fd, server)
     assert process.start()["device"] == "cpu"
     yield process
     process.close()
@@ -87,7 +98,7 @@ def test_a_training_stuck_inside_forward_is_killed_at_its_time_limit(trainer):
 def test_a_training_past_its_memory_limit_is_crashed_with_memory_and_the_next_goes_on(trainer, fault, words):
     """train.max_host_memory_gb = 1: a request past it fails at once (RLIMIT_DATA), memory held past it
     is seen by the rank's watchdog (RssAnon) and the process killed, before the node's OOM killer."""
-    limited = TrainerProcess({**trainer.setup, "max_host_memory_gb": 1.0}, trainer.data_fd)
+    limited = TrainerProcess({**trainer.setup, "max_host_memory_gb": 1.0}, trainer.data_fd, trainer.server)
     try:
         limited.start()
         ev = limited.evaluate(task(20, fault))
@@ -157,7 +168,7 @@ epochs = {{low = 1, high = 2}}
     done = launch(3, evens_cmd() + ["run", str(cfg), "--out", out], timeout=240, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = noted.read_text().splitlines()
-    ranks = [line for line in lines if "trainer_process" not in line]
+    ranks = [line for line in lines if "trainer_process" not in line and "forkserver" not in line]
     assert len(ranks) == 3 and sorted(line[0] for line in ranks) == ["0", "0", "1"], lines  # the master imports torch; the workers not
     state, info = checkpoint.load(os.path.join(out, "checkpoint.h5"))
     space = info.space()

@@ -8,6 +8,7 @@ workers serve it. With a single rank, the master trains in-process.
 """
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import sys
@@ -22,7 +23,8 @@ from ensemble.problem import Problem, problem_for
 from evolve.config.schema import Config, config_from_dict
 from evolve.errors import EvensError, debug_traceback
 from evolve.search.presets import DataFacts
-from evolve.transport.isolation import TrainerError, TrainerProcess
+from evolve.transport import forkserver
+from evolve.transport.isolation import TrainerError, TrainerProcess, trainer_environment
 from evolve.transport.mpi_transport import MPIWorkerChannel, world
 from evolve.transport.worker import serve, trainer_for
 
@@ -79,9 +81,11 @@ def described(trainer_data: DeviceData | None) -> dict | None:
     return describe_device(trainer_data.device)
 
 
-def start_trainer_process(config: Config, data: SharedDataset, problem: Problem, local_index: int, sharing: int) -> TrainerProcess:
+def start_trainer_process(config: Config, data: SharedDataset, problem: Problem, local_index: int, sharing: int,
+                          token: str = "") -> TrainerProcess:
     """This rank's training process (``train.isolation = "process"``), set up as :func:`setup_trainer` sets
-    up the rank itself; raises TrainerError with its reason."""
+    up the rank itself, forked by the node's fork server where ``train.fork_server`` wants one (``token``: the job's,
+    naming the server); raises TrainerError with its reason."""
     t = config.train
     setup = {
         "sys_path": list(sys.path),
@@ -92,7 +96,8 @@ def start_trainer_process(config: Config, data: SharedDataset, problem: Problem,
         "train": {"precision": t.precision, "loss": t.loss, "class_weights": t.class_weights, "split_seed": config.data.split_seed},
         "max_host_memory_gb": t.max_host_memory_gb,
     }
-    trainer = TrainerProcess(setup, data.memory.fd)
+    server = forkserver.reach(token, trainer_environment()) if token and forkserver.wanted(t.fork_server, t.device) else None
+    trainer = TrainerProcess(setup, data.memory.fd, server)
     trainer.start()
     return trainer
 
@@ -170,6 +175,7 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
     # where none is bound, one where srun binds each task to cores of its own)
     mine = affinity() if trains else None
     sharing = ranks_sharing(mine, data.node_comm.allgather(mine))
+    token = comm.bcast(os.urandom(8).hex() if is_master else None, root=MASTER)  # names each node's fork server for this job
     try:
         problem = data_problem(comm, data, config.search.metric)
         if is_master:
@@ -187,7 +193,7 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
         return _fail(is_master, refused)
     try:
         if error is None and not is_master and config.train.isolation == "process":
-            trainer = start_trainer_process(config, data, problem, max(local_index, 0), sharing)
+            trainer = start_trainer_process(config, data, problem, max(local_index, 0), sharing, token)
         elif error is None and (not is_master or comm.size == 1):
             trainer_data = setup_trainer(config, data, problem, max(local_index, 0), sharing)
     except Exception as exc:  # a device that fails to start, say
@@ -224,6 +230,8 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
         serve(MPIWorkerChannel(comm, MASTER), trainer.evaluate)
     finally:
         trainer.close()
+        if trainer.server is not None:
+            trainer.server.close()
     return 0
 
 

@@ -114,6 +114,7 @@ class TrainConfig:
     class_weights: str = "none"  # "balanced": a classifier's loss weighs each class by its inverse frequency in the training split
     max_host_memory_gb: float = 0.0  # with isolation "process": a training whose process holds more (anonymous resident memory, or data it asks for past this) is stopped and recorded "crashed" with "memory", before the node's OOM killer wakes; 0: no limit
     isolation: str = "process"  # "process": a worker rank trains in a process of its own, so a training that dies (a signal, the OOM killer) or passes its time limit (plus 5 s) is recorded and the job goes on; "none": in the rank itself (a training that dies ends the job)
+    fork_server: str = "auto"  # with isolation "process": "on": a node's training processes are forked from one server process that imported torch once (no import per process, at the start or after a training dies: docs/architecture.md); "off": each is a fresh interpreter; "auto": on where no GPU is visible or the device is "cpu"
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,7 @@ _BOUNDS = {
     "train.max_host_memory_gb": (0.0, None),
     "train.workers_per_gpu": (0, None),
 }
-_CHOICES = {"data.mode": LOAD_MODES, "train.device": ("auto", "cpu", "cuda"), "train.precision": ("fp32", "tf32", "bf16"), "train.class_weights": ("none", "balanced"), "train.isolation": ("process", "none"), "ensemble.method": ("greedy", "top_k"), "ensemble.criterion": ("auto", "accuracy", "loss", "metric"), "search.mode": strategy_names(), "search.sampler": SAMPLERS, "search.breeding": ("blind", "model"), "search.selection": ("fitness", "ensemble"),
+_CHOICES = {"data.mode": LOAD_MODES, "train.device": ("auto", "cpu", "cuda"), "train.precision": ("fp32", "tf32", "bf16"), "train.class_weights": ("none", "balanced"), "train.isolation": ("process", "none"), "train.fork_server": ("auto", "on", "off"), "ensemble.method": ("greedy", "top_k"), "ensemble.criterion": ("auto", "accuracy", "loss", "metric"), "search.mode": strategy_names(), "search.sampler": SAMPLERS, "search.breeding": ("blind", "model"), "search.selection": ("fitness", "ensemble"),
             "search.second_objective": ("params", "latency")}
 
 

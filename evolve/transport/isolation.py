@@ -30,6 +30,7 @@ import numpy as np
 from data_bcast.layout import unpack_arrays
 from ensemble.results import Evaluation, failed_evaluation
 
+from .forkserver import ForkedProcess, ForkServer
 from .protocol import Task
 from .trainer_process import read_message, status_kb, write_message
 from .wire import WireError, unpack_result
@@ -63,9 +64,10 @@ class TrainerProcess:
     message's content (see :mod:`evolve.transport.trainer_process`) less the data's descriptor,
     ``data_fd`` the descriptor it is handed."""
 
-    def __init__(self, setup: dict, data_fd: int):
+    def __init__(self, setup: dict, data_fd: int, server: ForkServer | None = None):
         self.setup, self.data_fd = setup, data_fd
-        self.proc: subprocess.Popen | None = None
+        self.server = server  # the node's fork server (evolve.transport.forkserver); None: a fresh interpreter each start
+        self.proc: subprocess.Popen | ForkedProcess | None = None
         self.to_child = self.from_child = -1
         self.device: dict = {}
         self.last_line = ""  # its last line on stderr: said when it dies
@@ -84,9 +86,11 @@ class TrainerProcess:
         from_child, to_rank = os.pipe()
         fds = (from_rank, to_rank, self.data_fd)
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "evolve.transport.trainer_process", str(from_rank), str(to_rank), str(os.getpid())],
-                pass_fds=fds, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=trainer_environment(), close_fds=True)
+            self.proc = self._forked(fds) if self.server is not None else None
+            if self.proc is None:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "evolve.transport.trainer_process", str(from_rank), str(to_rank), str(os.getpid())],
+                    pass_fds=fds, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=trainer_environment(), close_fds=True)
         finally:
             os.close(from_rank)
             os.close(to_rank)
@@ -104,6 +108,21 @@ class TrainerProcess:
             raise TrainerError(ready["error"])
         self.device = ready["device"]
         return self.device
+
+    def _forked(self, fds: tuple[int, int, int]) -> ForkedProcess | None:
+        """The process, forked by the node's fork server; None (and no server from now on) if the server is gone."""
+        stderr_r, stderr_w = os.pipe()
+        try:
+            proc = self.server.start(trainer_environment(), (*fds, stderr_w))
+        except OSError as exc:
+            os.close(stderr_r)
+            print(f"evens: the fork server is gone ({exc}); training processes start as fresh interpreters", file=sys.stderr)
+            self.server = None
+            return None
+        finally:
+            os.close(stderr_w)
+        proc.stderr = os.fdopen(stderr_r, "rb")
+        return proc
 
     def _forward_stderr(self, stream) -> None:
         """What the process writes to stderr goes on to the rank's; its last line is kept."""

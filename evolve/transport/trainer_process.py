@@ -151,8 +151,9 @@ def memory_errors_crash(evaluate):
     return guarded
 
 
-def serve_tasks(read_fd: int, write_fd: int) -> int:
-    """Set up from the first message, then train each task as it comes; returns the exit status."""
+def serve_tasks(read_fd: int, write_fd: int, data_fd: int | None = None) -> int:
+    """Set up from the first message, then train each task as it comes; returns the exit status. ``data_fd``: the
+    node's data here, if not at the descriptor the set-up names (a process forked by the fork server)."""
     from data_bcast.layout import array_specs, pack_arrays
     from evolve.transport.protocol import Task, evaluate_safely
     from evolve.transport.wire import pack_result
@@ -161,7 +162,10 @@ def serve_tasks(read_fd: int, write_fd: int) -> int:
     if message is None or message[0] != b"S":
         return 1
     try:
-        evaluate, device = _set_up(json.loads(message[1]))
+        setup = json.loads(message[1])
+        if data_fd is not None:
+            setup["data"]["fd"] = data_fd
+        evaluate, device = _set_up(setup)
     except Exception as exc:  # the rank reports it as its start-up error, in one line
         write_message(write_fd, b"R", json.dumps({"error": f"{type(exc).__name__}: {exc}".splitlines()[0]}).encode())
         return 1
@@ -174,6 +178,43 @@ def serve_tasks(read_fd: int, write_fd: int) -> int:
         if arrays:
             write_message(write_fd, b"P", memoryview(pack_arrays(arrays)[1]))
     return 0
+
+
+def serve_forked(fds: list[int], env: dict, rank: int, cwd: str | None = None) -> int:
+    """A training process the fork server (evolve.transport.forkserver) forked for the rank ``rank``: with its
+    descriptors ``fds`` (from the rank, to the rank, the node's data, its stderr), its environment ``env`` and working
+    folder ``cwd``; it dies with that rank (not with the server, its parent). Returns the exit status."""
+    from_rank, to_rank, data_fd, stderr_fd = fds
+    if cwd:
+        os.chdir(cwd)
+    os.dup2(stderr_fd, 2)
+    os.close(stderr_fd)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.environ.clear()
+    os.environ.update(env)
+    die_with_rank(rank)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_IGN)  # the rank decides when to stop
+    return serve_tasks(from_rank, to_rank, data_fd)
+
+
+def die_with_rank(rank: int) -> None:
+    """End this process the moment the process ``rank`` (not its parent) ends; now if it has (a thread waits on its pidfd)."""
+    import select
+    import threading
+
+    try:
+        pidfd = os.pidfd_open(rank)
+    except ProcessLookupError:
+        os._exit(1)
+
+    def watch() -> None:
+        select.select([pidfd], [], [])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-rank", daemon=True).start()
 
 
 def main(argv: list[str]) -> int:
