@@ -130,6 +130,27 @@ def test_a_process_of_another_user_is_refused():
         server.close()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to be another user")
+def test_a_server_name_held_by_another_user_is_not_trusted():
+    token = os.urandom(6).hex()
+    squatter = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, socket, time
+        os.setgid(65534); os.setuid(65534)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.bind({forkserver.address(token)!r}); s.listen(4)
+        print("up", flush=True)
+        while True:
+            s.accept()
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert squatter.stdout.readline().strip() == "up"
+        with pytest.raises(forkserver.ForkServerError, match="another user"):
+            forkserver.connect(token, trainer_environment())
+    finally:
+        squatter.kill()
+        squatter.wait()
+
+
 def test_a_training_process_forked_trains_what_a_fresh_one_trains():
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from test_isolation import task, trainer_setup

@@ -267,9 +267,13 @@ def connect(token: str, env: dict) -> ForkServer:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             conn.connect(where)
-            return ForkServer(conn, starter, server)
         except OSError:
             conn.close()
+        else:
+            if not _peer_is_us(conn):  # a name taken by another user's process: not ours to hand descriptors to
+                conn.close()
+                raise ForkServerError("the fork server's name is held by another user's process")
+            return ForkServer(conn, starter, server)
         if not claimed:
             claimed, claim = True, socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             try:
