@@ -7,6 +7,9 @@ Two measures, each with both contenders in one launch, alternated so that a nois
   (:class:`evolve.transport.isolation.TrainerProcess`: the task as JSON down a pipe, the result and its
   predictions and weights back). The difference of the medians is what isolation adds to a task
   (issue 24's target: under 5 ms). The process's start (once per worker) is reported apart.
+* **The fork server** (``train.fork_server``): a training process's start forked from the node's server against a
+  fresh interpreter, and whole runs (``evens run examples/digits.toml`` at ``--ranks``) each way, alternated: their
+  wall time and the CPU they took (the machine's, from /proc/stat: run it on an otherwise quiet machine).
 * **Worker utilization of a real run** (``evens run examples/digits.toml`` at ``--ranks``: the demo's
   short trainings on the built-in digits): ``worker_utilization`` from ``evens report --json``, ``--launches`` alternated launches
   each way (target: no worse than "none" by more than 2 points).
@@ -32,7 +35,8 @@ from data_bcast.layout import pack_arrays
 from data_bcast.memory import NodeMemory
 from ensemble.problem import problem_for
 from ensemble.train import DeviceData
-from evolve.transport.isolation import TrainerProcess
+from evolve.transport import forkserver
+from evolve.transport.isolation import TrainerProcess, trainer_environment
 from evolve.transport.protocol import Task
 from evolve.transport.worker import trainer_for
 
@@ -68,6 +72,15 @@ def latency(n: int) -> dict:
     t0 = time.perf_counter()
     process.start()
     start_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    server = forkserver.connect(os.urandom(6).hex(), trainer_environment())
+    server_seconds = time.perf_counter() - t0
+    forked = TrainerProcess(setup, memory.fd, server)
+    t0 = time.perf_counter()
+    forked.start()
+    forked_seconds = time.perf_counter() - t0
+    forked.close()
+    server.close()
     times: dict[str, list[float]] = {"none": [], "process": []}
     try:
         for task in tasks(n):
@@ -80,8 +93,36 @@ def latency(n: int) -> dict:
         process.close()
         memory.close()
     med = {k: statistics.median(v) for k, v in times.items()}
-    return {"start_seconds": start_seconds, "median_ms": {k: 1e3 * v for k, v in med.items()},
+    return {"start_seconds": start_seconds, "server_seconds": server_seconds, "forked_seconds": forked_seconds,
+            "median_ms": {k: 1e3 * v for k, v in med.items()},
             "added_ms": 1e3 * (med["process"] - med["none"]), "ratio": med["process"] / med["none"]}
+
+
+def busy_seconds() -> float:
+    """CPU seconds the machine has spent busy (user, nice, system, irq, softirq: /proc/stat)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return sum(int(fields[i]) for i in (1, 2, 3, 6, 7)) / os.sysconf("SC_CLK_TCK")
+
+
+def fork_server_runs(ranks: int, launches: int, evaluations: int) -> dict:
+    """Runs with train.fork_server "on" and "off", alternated: wall seconds and machine CPU seconds of each."""
+    found: dict[str, dict[str, list[float]]] = {m: {"wall": [], "cpu": []} for m in ("on", "off")}
+    with tempfile.TemporaryDirectory() as scratch:
+        data = os.path.join(scratch, "digits.h5")
+        subprocess.run([sys.executable, "-m", "evolve", "make-digits", data], check=True, capture_output=True, cwd=harness.ROOT)
+        for launch in range(launches):
+            for mode in ("off", "on") if launch % 2 == 0 else ("on", "off"):
+                cmd = [harness.mpiexec(), "-n", str(ranks), sys.executable, "-m", "evolve", "run", "examples/digits.toml", "--quiet",
+                       "--out", os.path.join(scratch, f"run-{mode}-{launch}"), "--set", f"data.path={data}",
+                       "--set", f"search.evaluations={evaluations}", "--set", "train.threads=1", "--set", f"train.fork_server={mode}"]
+                cpu, wall = busy_seconds(), time.perf_counter()
+                subprocess.run(cmd, check=True, capture_output=True, cwd=harness.ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=900)
+                time.sleep(0.5)  # (the fork server ends a moment after the last rank)
+                found[mode]["wall"].append(time.perf_counter() - wall - 0.5)
+                found[mode]["cpu"].append(busy_seconds() - cpu)
+    med = {m: {k: statistics.median(v) for k, v in found[m].items()} for m in found}
+    return {"runs": found, "median": med, "cpu_ratio": med["on"]["cpu"] / med["off"]["cpu"], "wall_ratio": med["on"]["wall"] / med["off"]["wall"]}
 
 
 def utilization(ranks: int, launches: int, evaluations: int) -> dict:
@@ -117,12 +158,19 @@ def main() -> int:
     lat = latency(args.tasks)
     print(f"latency per task: in the rank {lat['median_ms']['none']:.1f} ms, in a training process {lat['median_ms']['process']:.1f} ms: "
           f"+{lat['added_ms']:.2f} ms (x{lat['ratio']:.3f}); the process started in {lat['start_seconds']:.2f} s (once per worker)")
+    print(f"a training process's start: a fresh interpreter {lat['start_seconds']:.2f} s, forked {lat['forked_seconds']:.3f} s "
+          f"(the node's fork server started once in {lat['server_seconds']:.2f} s)")
+    forks = fork_server_runs(args.ranks, args.launches, args.evaluations)
+    on, off = forks["median"]["on"], forks["median"]["off"]
+    print(f"runs at np={args.ranks} ({args.evaluations} networks), medians: fork server off {off['wall']:.2f} s wall, {off['cpu']:.2f} s CPU; "
+          f"on {on['wall']:.2f} s wall, {on['cpu']:.2f} s CPU: x{forks['wall_ratio']:.2f} wall, x{forks['cpu_ratio']:.2f} CPU")
     use = utilization(args.ranks, args.launches, args.evaluations)
     print(f"worker utilization at np={args.ranks}: none {use['utilization']['none']}, process {use['utilization']['process']}; "
           f"medians {use['median']['none']:.3f} and {use['median']['process']:.3f}: {use['points_lost']:+.1f} points lost")
     harness.emit({"added_ms_per_task": round(lat["added_ms"], 3), "process_start_seconds": round(lat["start_seconds"], 2),
                   "utilization_none": use["median"]["none"], "utilization_process": use["median"]["process"],
-                  "utilization_points_lost": round(use["points_lost"], 2)})
+                  "utilization_points_lost": round(use["points_lost"], 2), "forked_start_seconds": round(lat["forked_seconds"], 3),
+                  "fork_server_cpu_ratio": round(forks["cpu_ratio"], 3), "fork_server_wall_ratio": round(forks["wall_ratio"], 3)})
     return 0
 
 
