@@ -32,6 +32,7 @@ import sys
 
 _FRAME = struct.Struct("<cQ")
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
 
 
 def write_message(fd: int, kind: bytes, payload: bytes | memoryview = b"") -> None:
@@ -185,6 +186,10 @@ def serve_forked(fds: list[int], env: dict, rank: int, cwd: str | None = None) -
     descriptors ``fds`` (from the rank, to the rank, the node's data, its stderr), its environment ``env`` and working
     folder ``cwd``; it dies with that rank (not with the server, its parent). Returns the exit status."""
     from_rank, to_rank, data_fd, stderr_fd = fds
+    try:  # its name in top and ps -o comm (its command line stays the server's)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, b"evens-trainer")
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
     if cwd:
         os.chdir(cwd)
     os.dup2(stderr_fd, 2)
