@@ -69,6 +69,11 @@ def serve(where: str) -> int:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    import torch
+
+    if torch.cuda.is_initialized():  # (nothing here should have: a fork after it is unsafe) the ranks start fresh interpreters
+        print("evens: the fork server found CUDA initialised after its imports; it ends", file=sys.stderr)
+        return 3
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         listener.bind(where)
