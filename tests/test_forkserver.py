@@ -15,8 +15,7 @@ from conftest import ROOT
 from evolve.transport import forkserver
 from evolve.transport.isolation import TrainerProcess, trainer_environment
 
-pytestmark = [pytest.mark.skipif(not forkserver.supported(), reason="the fork server needs Linux (abstract sockets, pidfds)"),
-              pytest.mark.xdist_group("isolation")]
+pytestmark = pytest.mark.skipif(not forkserver.supported(), reason="the fork server needs Linux (abstract sockets, pidfds)")
 
 
 def servers(token: str) -> list[int]:
