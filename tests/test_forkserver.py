@@ -49,6 +49,16 @@ def until(condition, seconds: float = 20.0) -> bool:
     return condition()
 
 
+@pytest.fixture(scope="module")
+def shared():
+    """A server these tests share (its token, and this process's connection as a rank's), where its lifetime is not
+    what they test: each server started imports torch (seconds)."""
+    token = os.urandom(6).hex()
+    server = forkserver.connect(token, trainer_environment())
+    yield token, server
+    server.close()
+
+
 def test_the_ranks_of_a_node_share_one_server_which_ends_with_their_last_connection():
     token = os.urandom(6).hex()
     first = forkserver.connect(token, trainer_environment())
@@ -84,9 +94,8 @@ RANK = textwrap.dedent("""
 """)
 
 
-def test_a_forked_training_process_dies_with_its_rank_not_with_the_server():
-    token = os.urandom(6).hex()
-    keeper = forkserver.connect(token, trainer_environment())  # (another rank: the server outlives the one killed)
+def test_a_forked_training_process_dies_with_its_rank_not_with_the_server(shared):
+    token, keeper = shared  # (another rank: the server outlives the one killed)
     rank = subprocess.Popen([sys.executable, "-c", RANK, token], stdout=subprocess.PIPE, text=True, cwd=ROOT,
                             env=dict(os.environ, PYTHONPATH=ROOT))
     try:
@@ -100,13 +109,11 @@ def test_a_forked_training_process_dies_with_its_rank_not_with_the_server():
         assert alive(keeper._server.pid)
     finally:
         rank.kill()
-        keeper.close()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to be another user")
-def test_a_process_of_another_user_is_refused():
-    token = os.urandom(6).hex()
-    server = forkserver.connect(token, trainer_environment())
+def test_a_process_of_another_user_is_refused(shared):
+    token, server = shared
     probe = textwrap.dedent(f"""
         import os, socket, json
         os.setgid(65534); os.setuid(65534)
@@ -120,13 +127,10 @@ def test_a_process_of_another_user_is_refused():
         except (BrokenPipeError, ConnectionResetError):
             print("hung up")
     """)
-    try:
-        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-        assert out.stdout.strip() in ("b''", "hung up"), (out.stdout, out.stderr)  # the server hung up: no fork, no reply
-        with open(f"/proc/{server._server.pid}/task/{server._server.pid}/children") as f:
-            assert f.read().strip() == ""
-    finally:
-        server.close()
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() in ("b''", "hung up"), (out.stdout, out.stderr)  # the server hung up: no fork, no reply
+    with open(f"/proc/{server._server.pid}/task/{server._server.pid}/children") as f:
+        assert f.read().strip() == ""
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to be another user")
@@ -150,7 +154,7 @@ def test_a_server_name_held_by_another_user_is_not_trusted():
         squatter.wait()
 
 
-def test_a_training_process_forked_trains_what_a_fresh_one_trains():
+def test_a_training_process_forked_trains_what_a_fresh_one_trains(shared):
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from test_isolation import task, trainer_setup
 
@@ -161,7 +165,7 @@ def test_a_training_process_forked_trains_what_a_fresh_one_trains():
         arrays[f"{s}/x"] = (rng.normal(size=(len(y[s]), 1, 4, 4)) + y[s][:, None, None, None]).astype(np.float32)
         arrays[f"{s}/y"] = y[s]
     setup, memory = trainer_setup(arrays, "cpu")
-    server = forkserver.connect(os.urandom(6).hex(), trainer_environment())
+    server = shared[1]
     results = []
     try:
         for through in (server, None):
@@ -171,7 +175,6 @@ def test_a_training_process_forked_trains_what_a_fresh_one_trains():
             results.append(process.evaluate(task(1, "none")))
             process.close()
     finally:
-        server.close()
         memory.close()
     forked, fresh = results
     assert forked.status == fresh.status == "ok"
@@ -206,20 +209,15 @@ def test_a_rank_whose_server_is_gone_starts_fresh_interpreters(capfd):
         memory.close()
 
 
-def test_the_server_holds_no_mpi_and_ignores_the_stop_signals():
-    token = os.urandom(6).hex()
-    server = forkserver.connect(token, trainer_environment())
-    try:
-        pid = server._server.pid
-        with open(f"/proc/{pid}/maps") as f:
-            maps = f.read()
-        assert "libmpi" not in maps and "libcuda" not in maps
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-            os.kill(pid, sig)
-        time.sleep(0.5)
-        assert server._server.poll() is None  # a drain lets trainings end: the ranks decide
-    finally:
-        server.close()
+def test_the_server_holds_no_mpi_and_ignores_the_stop_signals(shared):
+    pid = shared[1]._server.pid
+    with open(f"/proc/{pid}/maps") as f:
+        maps = f.read()
+    assert "libmpi" not in maps and "libcuda" not in maps
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        os.kill(pid, sig)
+    time.sleep(0.5)
+    assert shared[1]._server.poll() is None  # a drain lets trainings end: the ranks decide
 
 
 @pytest.mark.parametrize("setting, device, visible, expected", [
