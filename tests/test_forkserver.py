@@ -182,14 +182,53 @@ def test_a_training_process_forked_trains_what_a_fresh_one_trains(shared):
     assert all(np.array_equal(forked.weights[k], fresh.weights[k]) for k in fresh.weights)
 
 
-def test_a_rank_whose_server_is_gone_starts_fresh_interpreters(capfd):
+def small_trainer_setup(seed: int):
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from test_isolation import task, trainer_setup
+    from test_isolation import trainer_setup
 
-    rng = np.random.default_rng(2)
+    rng = np.random.default_rng(seed)
     arrays = {f"{s}/{k}": v for s in ("train", "val", "test")
               for k, v in (("x", rng.normal(size=(30, 1, 4, 4)).astype(np.float32)), ("y", rng.integers(0, 3, 30)))}
-    setup, memory = trainer_setup(arrays, "cpu")
+    return trainer_setup(arrays, "cpu")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_a_forked_training_process_runs_on_its_ranks_cores(shared):
+    setup, memory = small_trainer_setup(3)
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(mine)})  # this rank bound to one core (srun's --cpu-bind), the server not
+    try:
+        process = TrainerProcess(setup, memory.fd, shared[1])
+        process.start()
+        assert isinstance(process.proc, forkserver.ForkedProcess)
+        assert os.sched_getaffinity(process.proc.pid) == {min(mine)}
+        assert os.sched_getaffinity(shared[1]._server.pid) != {min(mine)}
+        process.close()
+    finally:
+        os.sched_setaffinity(0, mine)
+        memory.close()
+
+
+def test_a_forked_process_that_cannot_take_its_ranks_cores_leaves_the_rank_to_fresh_interpreters(shared, monkeypatch, capfd):
+    from test_isolation import task
+
+    setup, memory = small_trainer_setup(4)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {4095})  # cores no process here may take (as a cgroup's cpuset)
+    process = TrainerProcess(setup, memory.fd, shared[1])
+    try:
+        process.start()
+        assert isinstance(process.proc, subprocess.Popen) and process.server is None
+        assert process.evaluate(task(1, "none")).status == "ok"
+        assert "cannot run on its rank's cores" in capfd.readouterr().err
+    finally:
+        process.close()
+        memory.close()
+
+
+def test_a_rank_whose_server_is_gone_starts_fresh_interpreters(capfd):
+    from test_isolation import task
+
+    setup, memory = small_trainer_setup(2)
     server = forkserver.connect(os.urandom(6).hex(), trainer_environment())
     process = TrainerProcess(setup, memory.fd, server)
     try:

@@ -16,7 +16,9 @@ pipes, the node's data and its stderr (descriptors over the socket), and its env
 * **Lifetime.** The server serves until every rank that connected has closed its connection (each keeps it
   for its life, to start a new training process after one dies), or until no rank connected within
   :data:`START_SECONDS`. It ignores the stop signals, as training processes do: a drain lets trainings end.
-* **A forked process** dies with its rank (it watches the rank's pidfd), not with the server. The rank
+* **A forked process** takes its rank's environment, working folder and cores (its CPU affinity: srun may bind each
+  task to cores of its own; one that cannot take them ends, and its rank starts fresh interpreters instead), and
+  dies with its rank (it watches the rank's pidfd), not with the server. The rank
   signals it through a pidfd the server sends (never a pid that may have been reused) and learns its exit
   status from the server, which reaps it.
 * **Fork safety.** The server never calls MPI or CUDA and runs no thread of its own; only imports happen
@@ -144,7 +146,7 @@ def _fork(conn: socket.socket, request: dict, fds: list[int], owners: dict, inhe
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             from .trainer_process import serve_forked
 
-            code = serve_forked(fds, request["env"], int(request["rank"]), request.get("cwd"))
+            code = serve_forked(fds, request["env"], int(request["rank"]), request.get("cwd"), request.get("cpus"))
         finally:
             os._exit(code)
     for fd in fds:
@@ -174,7 +176,8 @@ class ForkServer:
 
     def start(self, env: dict, fds: tuple[int, int, int, int]) -> ForkedProcess:
         """A training process with ``fds`` (to it, from it, the data, its stderr) and ``env``."""
-        socket.send_fds(self.conn, [json.dumps({"env": env, "rank": os.getpid(), "cwd": os.getcwd()}).encode()], list(fds))
+        request = {"env": env, "rank": os.getpid(), "cwd": os.getcwd(), "cpus": sorted(os.sched_getaffinity(0))}
+        socket.send_fds(self.conn, [json.dumps(request).encode()], list(fds))
         while True:
             message, got, _, _ = socket.recv_fds(self.conn, _MAX, 1)
             if not message:

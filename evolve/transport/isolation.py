@@ -101,6 +101,11 @@ class TrainerProcess:
         write_message(to_child, b"S", json.dumps({**self.setup, "data": {**self.setup["data"], "fd": self.data_fd}}).encode())
         message = self._wait(time.monotonic() + START_SECONDS)
         if message is None or message[0] != b"R":
+            if isinstance(self.proc, ForkedProcess):  # (it could not take the rank's cores, say): fresh interpreters from now on
+                print(f"evens: a training process forked by the fork server did not start ({self._death()}); training processes "
+                      "start as fresh interpreters", file=sys.stderr)
+                self.server = None
+                return self.start()
             raise TrainerError(f"the training process did not start: {self._death()}")
         ready = json.loads(message[1])
         if "error" in ready:

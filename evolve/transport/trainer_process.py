@@ -181,22 +181,29 @@ def serve_tasks(read_fd: int, write_fd: int, data_fd: int | None = None) -> int:
     return 0
 
 
-def serve_forked(fds: list[int], env: dict, rank: int, cwd: str | None = None) -> int:
+def serve_forked(fds: list[int], env: dict, rank: int, cwd: str | None = None, cpus: list[int] | None = None) -> int:
     """A training process the fork server (evolve.transport.forkserver) forked for the rank ``rank``: with its
-    descriptors ``fds`` (from the rank, to the rank, the node's data, its stderr), its environment ``env`` and working
-    folder ``cwd``; it dies with that rank (not with the server, its parent). Returns the exit status."""
+    descriptors ``fds`` (from the rank, to the rank, the node's data, its stderr), its environment ``env``, working
+    folder ``cwd`` and cores ``cpus`` (the rank's affinity); it dies with that rank (not with the server, its parent).
+    Returns the exit status (4: it could not take the rank's cores)."""
     from_rank, to_rank, data_fd, stderr_fd = fds
     try:  # its name in top and ps -o comm (its command line stays the server's)
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, b"evens-trainer")
     except (OSError, AttributeError):  # pragma: no cover - not Linux
         pass
-    if cwd:
-        os.chdir(cwd)
     os.dup2(stderr_fd, 2)
     os.close(stderr_fd)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
+    if cwd:
+        os.chdir(cwd)
+    if cpus:
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError as exc:  # (a cgroup that holds the server to other cores): the rank starts a fresh interpreter
+            print(f"evens: a forked training process cannot run on its rank's cores {cpus}: {exc}", file=sys.stderr)
+            return 4
     os.environ.clear()
     os.environ.update(env)
     die_with_rank(rank)
