@@ -133,6 +133,32 @@ def test_a_process_of_another_user_is_refused(shared):
         assert f.read().strip() == ""
 
 
+def test_a_request_the_server_cannot_read_is_refused_and_it_goes_on_serving(shared):
+    token, server = shared
+    import json
+    import socket
+
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    probe.connect(forkserver.address(token))
+    r, w = os.pipe()
+    for message, fds in ((b"not json", [r, w, r, w]), (json.dumps({"env": {}, "rank": os.getpid()}).encode(), [r])):
+        socket.send_fds(probe, [message], fds)
+        probe.settimeout(20)
+        assert "error" in json.loads(probe.recv(4096))
+    probe.close()
+    os.close(r)
+    os.close(w)
+    assert server._server.poll() is None
+    setup, memory = small_trainer_setup(5)
+    process = TrainerProcess(setup, memory.fd, server)
+    try:
+        process.start()
+        assert isinstance(process.proc, forkserver.ForkedProcess)
+    finally:
+        process.close()
+        memory.close()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to be another user")
 def test_a_server_name_held_by_another_user_is_not_trusted():
     token = os.urandom(6).hex()

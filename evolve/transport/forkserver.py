@@ -112,8 +112,31 @@ def serve(where: str) -> int:
                 for fd in fds:
                     os.close(fd)
                 continue
-            _fork(conn, json.loads(message), fds, owners, (listener, wake_r, wake_w, *conns))
+            request = _request(message, fds)
+            if request is None:  # (cut short, say: an environment past _MAX) the rank starts a fresh interpreter
+                for fd in fds:
+                    os.close(fd)
+                _reply(conn, {"error": "a request the fork server cannot read"})
+                continue
+            _fork(conn, request, fds, owners, (listener, wake_r, wake_w, *conns))
     return 0
+
+
+def _request(message: bytes, fds: list[int]) -> dict | None:
+    """A rank's request as :meth:`ForkServer.start` sends it, or None if it is not one."""
+    try:
+        request = json.loads(message)
+        ok = len(fds) == 4 and isinstance(request.get("env"), dict) and isinstance(request.get("rank"), int)
+    except (ValueError, AttributeError):
+        return None
+    return request if ok else None
+
+
+def _reply(conn: socket.socket, reply: dict, fds: tuple = ()) -> None:
+    try:
+        socket.send_fds(conn, [json.dumps(reply).encode()], list(fds)) if fds else conn.send(json.dumps(reply).encode())
+    except OSError:
+        pass
 
 
 def _reap(owners: dict[int, socket.socket]) -> None:
@@ -127,15 +150,12 @@ def _reap(owners: dict[int, socket.socket]) -> None:
             return
         conn = owners.pop(pid, None)
         if conn is not None:
-            try:
-                conn.send(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}).encode())
-            except OSError:
-                pass
+            _reply(conn, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
 def _fork(conn: socket.socket, request: dict, fds: list[int], owners: dict, inherited: tuple) -> None:
-    """Fork a training process for the rank at ``conn``: its descriptors are ``fds`` (to it, from it, the data,
-    its stderr), its environment ``request["env"]``; send the rank its pid and a pidfd."""
+    """Fork a training process for the rank at ``conn``: its descriptors are ``fds`` (from the rank, to the rank, the
+    node's data, its stderr), its environment ``request["env"]``; send the rank its pid and a pidfd."""
     pid = os.fork()
     if pid == 0:  # the training process
         code = 1
@@ -153,12 +173,8 @@ def _fork(conn: socket.socket, request: dict, fds: list[int], owners: dict, inhe
         os.close(fd)
     pidfd = os.pidfd_open(pid)
     owners[pid] = conn
-    try:
-        socket.send_fds(conn, [json.dumps({"pid": pid}).encode()], [pidfd])
-    except OSError:
-        pass
-    finally:
-        os.close(pidfd)
+    _reply(conn, {"pid": pid}, (pidfd,))
+    os.close(pidfd)
 
 
 # --- a rank's side ---------------------------------------------------------------------------------------
@@ -186,6 +202,8 @@ class ForkServer:
             if "exit" in reply:
                 self._codes[reply["exit"]] = reply["code"]
                 continue
+            if "error" in reply or not got:
+                raise ForkServerError(reply.get("error", "no pidfd with the fork server's reply"))
             return ForkedProcess(self, reply["pid"], got[0])
 
     def exit_code(self, pid: int, timeout: float) -> int | None:
