@@ -182,15 +182,9 @@ def test_a_server_name_held_by_another_user_is_not_trusted():
 
 def test_a_training_process_forked_trains_what_a_fresh_one_trains(shared):
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from test_isolation import task, trainer_setup
+    from test_isolation import blobs, task, trainer_setup
 
-    rng = np.random.default_rng(1)
-    y = {s: rng.integers(0, 3, n).astype(np.int64) for s, n in (("train", 60), ("val", 20), ("test", 20))}
-    arrays = {}
-    for s in ("train", "val", "test"):
-        arrays[f"{s}/x"] = (rng.normal(size=(len(y[s]), 1, 4, 4)) + y[s][:, None, None, None]).astype(np.float32)
-        arrays[f"{s}/y"] = y[s]
-    setup, memory = trainer_setup(arrays, "cpu")
+    setup, memory = trainer_setup(blobs(1), "cpu")
     server = shared[1]
     results = []
     try:
@@ -210,12 +204,9 @@ def test_a_training_process_forked_trains_what_a_fresh_one_trains(shared):
 
 def small_trainer_setup(seed: int):
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from test_isolation import trainer_setup
+    from test_isolation import blobs, trainer_setup
 
-    rng = np.random.default_rng(seed)
-    arrays = {f"{s}/{k}": v for s in ("train", "val", "test")
-              for k, v in (("x", rng.normal(size=(30, 1, 4, 4)).astype(np.float32)), ("y", rng.integers(0, 3, 30)))}
-    return trainer_setup(arrays, "cpu")
+    return trainer_setup(blobs(seed), "cpu")
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")

@@ -32,6 +32,17 @@ def trainer_setup(arrays: dict, prefer: str) -> tuple[dict, NodeMemory]:
     return setup, memory
 
 
+def blobs(seed: int) -> dict:
+    """Three classes of 4x4 samples, 60 / 20 / 20 rows, each class around its own mean."""
+    rng = np.random.default_rng(seed)
+    y = {s: rng.integers(0, 3, n).astype(np.int64) for s, n in (("train", 60), ("val", 20), ("test", 20))}
+    arrays = {}
+    for s in ("train", "val", "test"):
+        arrays[f"{s}/x"] = (rng.normal(size=(len(y[s]), 1, 4, 4)) + y[s][:, None, None, None]).astype(np.float32)
+        arrays[f"{s}/y"] = y[s]
+    return arrays
+
+
 @pytest.fixture(scope="module")
 def fork_server():
     """This process as a worker rank would reach its node's fork server (evolve.transport.forkserver)."""
@@ -45,13 +56,7 @@ def fork_server():
 @pytest.fixture(scope="module", params=["fresh interpreter", "fork server"])
 def trainer(request):
     server = request.getfixturevalue("fork_server") if request.param == "fork server" else None
-    rng = np.random.default_rng(0)
-    y = {s: rng.integers(0, 3, n).astype(np.int64) for s, n in (("train", 60), ("val", 20), ("test", 20))}
-    arrays = {}
-    for s in ("train", "val", "test"):
-        arrays[f"{s}/x"] = (rng.normal(size=(len(y[s]), 1, 4, 4)) + y[s][:, None, None, None]).astype(np.float32)
-        arrays[f"{s}/y"] = y[s]
-    setup, memory = trainer_setup(arrays, "cpu")
+    setup, memory = trainer_setup(blobs(0), "cpu")
     process = TrainerProcess(setup, memory.fd, server)
     assert process.start()["device"] == "cpu"
     yield process

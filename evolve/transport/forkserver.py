@@ -37,8 +37,9 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
+
+from .trainer_process import ignore_stop_signals
 
 START_SECONDS = 120.0  # for the server to import torch and listen; and, once up, for the first rank to connect
 PRELOAD = ("torch", "torch._dynamo", "torch.optim", "ensemble.train", "evolve.transport.worker", "evolve.transport.protocol",
@@ -65,8 +66,7 @@ def _peer_is_us(conn: socket.socket) -> bool:
 
 def serve(where: str) -> int:
     """The server's life: import :data:`PRELOAD`, listen at ``where``, fork a training process per request."""
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-        signal.signal(sig, signal.SIG_IGN)  # the ranks decide when to stop
+    ignore_stop_signals()
     import importlib
 
     for name in PRELOAD:
@@ -191,35 +191,42 @@ class ForkServer:
         self._codes: dict[int, int] = {}  # exit codes the server sent, by pid
 
     def start(self, env: dict, fds: tuple[int, int, int, int]) -> ForkedProcess:
-        """A training process with ``fds`` (to it, from it, the data, its stderr) and ``env``."""
+        """A training process with ``fds`` (from the rank, to the rank, the node's data, its stderr) and ``env``."""
         request = {"env": env, "rank": os.getpid(), "cwd": os.getcwd(), "cpus": sorted(os.sched_getaffinity(0))}
         socket.send_fds(self.conn, [json.dumps(request).encode()], list(fds))
-        while True:
-            message, got, _, _ = socket.recv_fds(self.conn, _MAX, 1)
-            if not message:
-                raise ForkServerError("the fork server ended")
-            reply = json.loads(message)
-            if "exit" in reply:
-                self._codes[reply["exit"]] = reply["code"]
-                continue
-            if "error" in reply or not got:
-                raise ForkServerError(reply.get("error", "no pidfd with the fork server's reply"))
-            return ForkedProcess(self, reply["pid"], got[0])
+        reply, got = self._receive(None)
+        if reply is None:
+            raise ForkServerError("the fork server ended")
+        if "error" in reply or not got:
+            raise ForkServerError(reply.get("error", "no pidfd with the fork server's reply"))
+        return ForkedProcess(self, reply["pid"], got[0])
 
     def exit_code(self, pid: int, timeout: float) -> int | None:
         """The exit code of ``pid`` (ended), as the server reaped it; None if none came within ``timeout``."""
         deadline = time.monotonic() + timeout
         while pid not in self._codes:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.conn], [], [], left)[0]:
+            if self._receive(max(0.0, deadline - time.monotonic()), until=pid)[0] is None:
                 return None
-            message = self.conn.recv(_MAX)
-            if not message:
-                return None
-            reply = json.loads(message)
-            if "exit" in reply:
-                self._codes[reply["exit"]] = reply["code"]
         return self._codes.pop(pid)
+
+    def _receive(self, timeout: float | None, until: int | None = None) -> tuple[dict | None, list[int]]:
+        """The server's next reply to a request, and the descriptors with it; the exit codes it sends meanwhile are
+        filed (:meth:`exit_code`), and with ``until`` the one of that pid ends the wait. (None, []) if the server
+        ended, or nothing came within ``timeout`` seconds (None: no limit)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and (left <= 0 or not select.select([self.conn], [], [], left)[0]):
+                return None, []
+            message, got, _, _ = socket.recv_fds(self.conn, _MAX, 1)
+            if not message:
+                return None, []
+            reply = json.loads(message)
+            if "exit" not in reply:
+                return reply, got
+            self._codes[reply["exit"]] = reply["code"]
+            if reply["exit"] == until:
+                return reply, got
 
     def close(self) -> None:
         for s in (self.conn, self._starter):
@@ -322,5 +329,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    threading.current_thread().name = "fork-server"
     sys.exit(main(sys.argv[1:]))

@@ -102,9 +102,7 @@ class TrainerProcess:
         message = self._wait(time.monotonic() + START_SECONDS)
         if message is None or message[0] != b"R":
             if isinstance(self.proc, ForkedProcess):  # (it could not take the rank's cores, say): fresh interpreters from now on
-                print(f"evens: a training process forked by the fork server did not start ({self._death()}); training processes "
-                      "start as fresh interpreters", file=sys.stderr)
-                self.server = None
+                self._without_server(f"a training process forked by the fork server did not start ({self._death()})")
                 return self.start()
             raise TrainerError(f"the training process did not start: {self._death()}")
         ready = json.loads(message[1])
@@ -121,13 +119,17 @@ class TrainerProcess:
             proc = self.server.start(trainer_environment(), (*fds, stderr_w))
         except OSError as exc:
             os.close(stderr_r)
-            print(f"evens: the fork server is gone ({exc}); training processes start as fresh interpreters", file=sys.stderr)
-            self.server = None
+            self._without_server(f"the fork server is gone ({exc})")
             return None
         finally:
             os.close(stderr_w)
         proc.stderr = os.fdopen(stderr_r, "rb")
         return proc
+
+    def _without_server(self, why: str) -> None:
+        """Start fresh interpreters from now on, saying ``why``."""
+        print(f"evens: {why}; training processes start as fresh interpreters", file=sys.stderr)
+        self.server = None
 
     def _forward_stderr(self, stream) -> None:
         """What the process writes to stderr goes on to the rank's; its last line is kept."""

@@ -207,8 +207,7 @@ def serve_forked(fds: list[int], env: dict, rank: int, cwd: str | None = None, c
     os.environ.clear()
     os.environ.update(env)
     die_with_rank(rank)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-        signal.signal(sig, signal.SIG_IGN)  # the rank decides when to stop
+    ignore_stop_signals()
     return serve_tasks(from_rank, to_rank, data_fd)
 
 
@@ -229,11 +228,17 @@ def die_with_rank(rank: int) -> None:
     threading.Thread(target=watch, name="die-with-rank", daemon=True).start()
 
 
+def ignore_stop_signals() -> None:
+    """Ignore SIGTERM, SIGINT and SIGUSR1 (Slurm signals every process of a step, Ctrl-C the process group): the rank
+    decides when to stop, and a drain lets trainings end."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def main(argv: list[str]) -> int:
     read_fd, write_fd, parent = (int(a) for a in argv[:3])
     die_with_parent(parent)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-        signal.signal(sig, signal.SIG_IGN)  # the rank decides when to stop
+    ignore_stop_signals()
     return serve_tasks(read_fd, write_fd)
 
 
