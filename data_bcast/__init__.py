@@ -6,8 +6,9 @@
 and its one shared copy), ``stream`` (the chunks, CRC-checked), ``shard`` (each node
 its own part of the training split in shard mode) and ``agreement`` (errors all ranks
 raise together). ``host`` maps a buffer's pages ahead of the data, ``checksum`` holds
-the CRC-32s, and ``convert`` writes the format from .npz files or the bundled digits
-demo set. Only ``nodes``, ``stream``, ``shard`` and ``agreement`` import mpi4py; this
+the CRC-32s, and ``convert`` writes the format from .npz files (read header first and in
+blocks by ``npz_members``) or the bundled digits demo set, under the exclusive temporary
+names of ``exclusive``. Only ``nodes``, ``stream``, ``shard`` and ``agreement`` import mpi4py; this
 package does not import them, so import ``data_bcast.broadcast`` for the broadcast.
 """
 from .h5file import DataError, DataPlan, inspect_file, write_dataset

@@ -1,15 +1,19 @@
 """Writers for the evens format: from ``.npz`` files (:func:`npz_to_h5`), and the offline demo sets."""
 from __future__ import annotations
 
+import math
 import os
 import sys
 import zipfile
-from typing import Callable
+from typing import Callable, Iterator
 
 import h5py
 import numpy as np
 
-from .h5file import MAX_CLASSES, SPLITS, DataError, first_line, write_dataset
+from .h5file import MAX_CLASSES, SPLITS, DataError, available_memory, first_line, physical_memory, write_dataset
+from .npz_members import Member, human_size, read_member, read_whole, row_blocks
+
+BLOCK_BYTES = 8 << 20  # x is read, checked and written this many stored bytes of rows at a time
 
 # An .npz key names a role, x or y, and a split, in either order and in any case: x_train, X_train,
 # train_x, x_valid, ...; plain x and y are train.
@@ -44,33 +48,54 @@ def npz_to_h5(src: str, dst: str, overwrite: bool = False, ignore_extra: bool = 
     length; ragged series (object arrays, or NaN-padded) are refused with how to pad them. Class
     labels other than 0..C-1 (strings, say) are written as class indices, with the labels as the
     dataset ``classes``. What the conversion decides for the user (labels encoded, splits the run will
-    hold out, keys left out) is said, one line each, through ``say``. The .npz is opened with
-    ``allow_pickle=False``: object arrays are refused, never executed. ``dst`` is never the input, and
-    replaces an existing file only with ``overwrite``.
+    hold out, keys left out) is said, one line each, through ``say``, once the file is written. Object
+    arrays are refused, never unpickled. Every array's header is checked before any data is read:
+    against the archive's sizes, the memory available (y is read whole), the free disk and this
+    machine's memory (the most evens run takes); x is then read, checked and written a block of rows
+    at a time. Running out of memory all the same is a one-line :class:`DataError`. ``dst`` is never
+    the input, replaces an existing file only with ``overwrite``, and is written under an exclusive
+    temporary name (:func:`write_dataset`).
 
     >>> npz_to_h5("mine.npz", "mine.h5")  # doctest: +SKIP
     {'train': 800, 'test': 200}
     """
+    notes: list[str] = []
+    try:
+        counts = _convert(src, dst, overwrite, ignore_extra, notes.append)
+    except MemoryError:
+        memory = available_memory()
+        room = f" ({human_size(memory)} available)" if memory is not None else ""
+        raise DataError(f"{src}: out of memory while converting it{room}; free memory, or convert it on a larger machine") from None
+    for line in notes:  # said once the file is written, so that none stands beside an error
+        say(line)
+    return counts
+
+
+def _convert(src: str, dst: str, overwrite: bool, ignore_extra: bool, say: Callable[[str], None]) -> dict[str, int]:
+    """npz_to_h5's work: every array's header checked before any data is read, y read whole, x in blocks."""
     with _open_npz(src) as npz:
         _check_destination(src, dst, overwrite)
         pairs = assign_keys(src, npz.files, ignore_extra, say)
-        splits = {split: (_features(src, kx, _load(npz, src, kx)), _load(npz, src, ky)) for split, (kx, ky) in pairs.items()}
-    _check_splits(src, pairs, splits)
-    _note_series_layout(src, pairs["train"][0], splits["train"][0].shape[1:], say)
-    ys, classes = _targets(src, dst, pairs, {split: y for split, (_, y) in splits.items()}, say)
-    splits = {split: (x, ys[split]) for split, (x, _) in splits.items()}
-    missing = [split for split in ("val", "test") if split not in splits]
-    if missing:
-        fractions = " and ".join(f"data.{split}_fraction" for split in missing)
-        folds = (" (or, without val and under 1,000 training rows, cross-validates them: data.folds = \"auto\")"
-                 if "val" in missing else "")
-        say(f"{src}: no {' or '.join(missing)} split; evens run takes {'it' if len(missing) == 1 else 'them'} from train, "
-            f"held out by {fractions} with data.split_seed{folds}")
-    try:
-        write_dataset(dst, splits, overwrite=overwrite, classes=classes)
-    except OSError as exc:
-        raise DataError(f"{dst}: cannot write it ({exc.strerror or first_line(exc)})") from None
-    return {split: len(y) for split, (_, y) in splits.items()}
+        members = {}
+        for kx, ky in pairs.values():
+            members[kx] = _x_member(src, kx, read_member(npz.zip, src, kx))
+            members[ky] = _refuse_objects(src, read_member(npz.zip, src, ky))
+        _check_splits(src, pairs, members)
+        _check_room(src, dst, [members[kx] for kx, _ in pairs.values()], [members[ky] for _, ky in pairs.values()])
+        train = members[pairs["train"][0]]
+        _note_series_layout(src, train.key, train.shape[1:], say)
+        ys = {split: read_whole(npz.zip, src, members[ky]) for split, (_, ky) in pairs.items()}
+        ys, classes = _targets(src, dst, pairs, ys, say)
+        missing = [split for split in ("val", "test") if split not in pairs]
+        if missing:
+            fractions = " and ".join(f"data.{split}_fraction" for split in missing)
+            folds = (" (or, without val and under 1,000 training rows, cross-validates them: data.folds = \"auto\")"
+                     if "val" in missing else "")
+            say(f"{src}: no {' or '.join(missing)} split; evens run takes {'it' if len(missing) == 1 else 'them'} from train, "
+                f"held out by {fractions} with data.split_seed{folds}")
+        xs = {split: CheckedRows(npz.zip, src, members[kx]) for split, (kx, _) in pairs.items()}
+        write_dataset(dst, {split: (xs[split], ys[split]) for split in pairs}, overwrite=overwrite, classes=classes)
+    return {split: len(y) for split, y in ys.items()}
 
 
 def _check_destination(src: str, dst: str, overwrite: bool) -> None:
@@ -142,33 +167,16 @@ PAD = ("pad every series to the longest length with zeros or its last value, or 
        "then save a float array of shape (N, C, L)")
 
 
-def _load(npz: np.lib.npyio.NpzFile, src: str, key: str) -> np.ndarray:
-    """One array of the archive; an object array is refused, as loading it would unpickle."""
-    try:
-        return npz[key]
-    except ValueError as exc:
-        if "allow_pickle" in str(exc):
-            shape = _stored_shape(npz, key)
-            what = f"an object array{f' of shape {shape}' if shape is not None else ''}"
-            if (key_meaning(key) or ("", ""))[1] == "x":
-                hint = f"save x as numbers (x.astype(np.float32)); series of different lengths cannot be stacked: {PAD}"
-            else:
-                hint = "save string labels with y.astype(str) and features as numbers"
-            raise DataError(f"{src}: cannot read {key}: it is {what}, which evens never loads (unpickling can run code); {hint}") from None
-        raise DataError(f"{src}: cannot read {key} ({first_line(exc)})") from None
-    except (OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{src}: cannot read {key} ({first_line(exc)})") from None
-
-
-def _stored_shape(npz: np.lib.npyio.NpzFile, key: str) -> tuple[int, ...] | None:
-    """The shape in ``key``'s .npy header, read without loading the array; None if the header is not a plain one."""
-    try:
-        with npz.zip.open(f"{key}.npy") as f:
-            version = np.lib.format.read_magic(f)
-            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}[version]
-            return tuple(read(f)[0])
-    except (KeyError, OSError, ValueError, zipfile.BadZipFile):
-        return None
+def _refuse_objects(src: str, member: Member) -> Member:
+    """``member``, unless it is an object array, which evens never loads (loading it would unpickle)."""
+    if member.dtype.hasobject:
+        what = f"an object array of shape {member.shape}"
+        if (key_meaning(member.key) or ("", ""))[1] == "x":
+            hint = f"save x as numbers (x.astype(np.float32)); series of different lengths cannot be stacked: {PAD}"
+        else:
+            hint = "save string labels with y.astype(str) and features as numbers"
+        raise DataError(f"{src}: cannot read {member.key}: it is {what}, which evens never loads (unpickling can run code); {hint}")
+    return member
 
 
 def assign_keys(src: str, keys: list[str], ignore_extra: bool, say: Callable[[str], None]) -> dict[str, tuple[str, str]]:
@@ -204,34 +212,78 @@ def assign_keys(src: str, keys: list[str], ignore_extra: bool, say: Callable[[st
     return pairs
 
 
-def _features(src: str, key: str, x: np.ndarray) -> np.ndarray:
-    """``x`` as it will be written: uint8 kept, other real numbers as finite float32, in C order."""
-    if x.ndim < 2:
-        hint = " (one feature: save x.reshape(-1, 1))" if x.ndim == 1 else ""
-        raise DataError(f"{src}: {key} has shape {x.shape}; x needs a row per sample, (N, F) or more{hint}")
-    if 0 in x.shape:
-        raise DataError(f"{src}: {key} has shape {x.shape}, with no values in it")
-    if x.dtype == np.uint8:
-        return np.ascontiguousarray(x)
-    if x.dtype.kind not in "biuf":
-        raise DataError(f"{src}: {key} holds {x.dtype}; x must hold real numbers (stored as float32, or uint8 kept as bytes)")
-    with np.errstate(over="ignore"):
-        x = np.ascontiguousarray(x, dtype=np.float32)
-    bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
-    if bad.any():
-        fix = ("series of different lengths padded with NaN? pad with zeros or each series' last value instead, "
-               "or truncate all to the shortest") if _nan_padded(x[bad]) else "fill in or drop those rows"
-        raise DataError(f"{src}: {key} holds NaN or infinite values (as float32) in {np.count_nonzero(bad)} rows, "
-                        f"first row {np.argmax(bad)}; evens needs finite values: {fix}")
-    return x
+def _x_member(src: str, key: str, member: Member) -> Member:
+    """``member`` if its header declares an x evens takes: a row per sample, some values, real numbers."""
+    _refuse_objects(src, member)
+    shape, dtype = member.shape, member.dtype
+    if len(shape) < 2:
+        hint = " (one feature: save x.reshape(-1, 1))" if len(shape) == 1 else ""
+        raise DataError(f"{src}: {key} has shape {shape}; x needs a row per sample, (N, F) or more{hint}")
+    if 0 in shape:
+        raise DataError(f"{src}: {key} has shape {shape}, with no values in it")
+    if dtype.kind not in "biuf":
+        raise DataError(f"{src}: {key} holds {dtype}; x must hold real numbers (stored as float32, or uint8 kept as bytes)")
+    return member
 
 
-def _nan_padded(rows: np.ndarray) -> bool:
-    """Whether series ``rows`` (N, C, L) end in NaN and hold none before: ragged series padded with NaN."""
+def _written_dtype(member: Member) -> np.dtype:
+    """x as evens writes it: uint8 kept, other real numbers as float32."""
+    return np.dtype(np.uint8) if member.dtype == np.uint8 else np.dtype(np.float32)
+
+
+def _block_rows(member: Member) -> int:
+    return max(1, min(member.shape[0], BLOCK_BYTES // max(1, member.row_bytes)))
+
+
+class CheckedRows:
+    """One split's x as :func:`write_dataset` takes it: its shape and dtype as written, and its rows in
+    blocks, converted and checked as they are read, so that x is never whole in memory (unless it is in
+    Fortran order, when it is read whole and converted a block at a time)."""
+
+    def __init__(self, archive: zipfile.ZipFile, src: str, member: Member):
+        self.archive, self.src, self.member = archive, src, member
+        self.shape, self.dtype = member.shape, _written_dtype(member)
+
+    def _stored_blocks(self) -> Iterator[np.ndarray]:
+        rows = _block_rows(self.member)
+        if self.member.in_rows:
+            yield from row_blocks(self.archive, self.src, self.member, rows)
+            return
+        whole = read_whole(self.archive, self.src, self.member)
+        for start in range(0, len(whole), rows):
+            yield whole[start : start + rows]
+
+    def blocks(self) -> Iterator[np.ndarray]:
+        """Rows in C order as float32 (uint8 kept); NaN or infinite values are an error naming the rows, once all are read."""
+        bad_rows, first_bad, start = 0, 0, 0
+        ends_in_nan, padded = False, True  # over all bad rows: ragged series padded with NaN?
+        for block in self._stored_blocks():
+            with np.errstate(over="ignore"):
+                x = np.ascontiguousarray(block, dtype=self.dtype)
+            bad = np.zeros(len(x), bool) if self.dtype == np.uint8 else ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+            if bad.any():
+                first_bad = first_bad if bad_rows else start + int(np.argmax(bad))
+                bad_rows += int(np.count_nonzero(bad))
+                ends, gaps = _nan_padding(x[bad])
+                ends_in_nan, padded = ends_in_nan or ends, padded and not gaps
+            elif not bad_rows:
+                yield x
+            start += len(block)
+        if bad_rows:
+            fix = ("series of different lengths padded with NaN? pad with zeros or each series' last value instead, "
+                   "or truncate all to the shortest") if ends_in_nan and padded else "fill in or drop those rows"
+            raise DataError(f"{self.src}: {self.member.key} holds NaN or infinite values (as float32) in {bad_rows} rows, "
+                            f"first row {first_bad}; evens needs finite values: {fix}")
+
+
+def _nan_padding(rows: np.ndarray) -> tuple[bool, bool]:
+    """Of series ``rows`` (N, C, L): whether any ends in NaN, and whether any is not NaN-padded (a NaN
+    before the end of a series that goes on, an infinity, or not a series at all)."""
     if rows.ndim != 3:
-        return False
+        return False, True
     nan = np.isnan(rows)
-    return bool(nan[..., -1].any() and np.isfinite(rows[~nan]).all() and (np.maximum.accumulate(nan, axis=-1) == nan).all())
+    gaps = not (np.isfinite(rows[~nan]).all() and (np.maximum.accumulate(nan, axis=-1) == nan).all())
+    return bool(nan[..., -1].any()), gaps
 
 
 def _note_series_layout(src: str, key: str, sample: tuple[int, ...], say: Callable[[str], None]) -> None:
@@ -241,19 +293,59 @@ def _note_series_layout(src: str, key: str, sample: tuple[int, ...], say: Callab
             f"{sample[0]} steps of {sample[1]} channels (channels last), save x.transpose(0, 2, 1)")
 
 
-def _check_splits(src: str, pairs: dict[str, tuple[str, str]], splits: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
-    """One row of y per row of x, and every split's samples like train's."""
-    train_x = pairs["train"][0]
-    shape, dtype = splits["train"][0].shape[1:], splits["train"][0].dtype
-    for split, (x, y) in splits.items():
-        kx, ky = pairs[split]
-        if y.ndim == 0 or len(x) != len(y):
-            raise DataError(f"{src}: {kx} has {len(x)} rows but {ky} has {len(y) if y.ndim else 'shape ()'}; "
+def _check_splits(src: str, pairs: dict[str, tuple[str, str]], members: dict[str, Member]) -> None:
+    """One row of y per row of x, and every split's samples like train's, as the headers declare them."""
+    train = members[pairs["train"][0]]
+    for kx, ky in pairs.values():
+        x, y = members[kx], members[ky]
+        if not y.shape or x.shape[0] != y.shape[0]:
+            raise DataError(f"{src}: {kx} has {x.shape[0]} rows but {ky} has {y.shape[0] if y.shape else 'shape ()'}; "
                             "y needs one row per row of x")
-        if x.shape[1:] != shape:
-            raise DataError(f"{src}: {kx} samples have shape {x.shape[1:]} but {train_x} samples have {shape}")
-        if x.dtype != dtype:
-            raise DataError(f"{src}: {kx} is stored as {x.dtype} but {train_x} as {dtype}; give every split's x one dtype")
+        if x.shape[1:] != train.shape[1:]:
+            raise DataError(f"{src}: {kx} samples have shape {x.shape[1:]} but {train.key} samples have {train.shape[1:]}")
+        if _written_dtype(x) != _written_dtype(train):
+            raise DataError(f"{src}: {kx} is stored as {_written_dtype(x)} but {train.key} as {_written_dtype(train)}; "
+                            "give every split's x one dtype")
+
+
+def _check_room(src: str, dst: str, xs: list[Member], ys: list[Member]) -> None:
+    """Refuse, before inflating anything, a conversion that would not fit in the memory available, on the
+    disk, or (as a dataset evens run takes) in this machine's memory.
+
+    Every y is read whole, with room for its labels to be sorted and encoded; each x in turn a block of
+    rows at a time (whole if it is in Fortran order), converted to float32 a block at a time."""
+    def block(x: Member) -> int:  # stored rows, as float32, and their finiteness
+        return _block_rows(x) * math.prod(x.shape[1:]) * (x.dtype.itemsize + 5)
+
+    y_costs = [(y.nbytes + 4 * max(y.nbytes, y.count * 8), y, "is read whole") for y in ys]
+    x_costs = [(block(x), x, "is read in blocks of rows") if x.in_rows else
+               (block(x) + x.nbytes, x, f"is read whole, being in Fortran order: save np.ascontiguousarray({x.key}) "
+                                        "and it is converted in blocks") for x in xs]
+    x_most = max(x_costs, key=lambda c: c[0])  # one x at a time
+    need = sum(c[0] for c in y_costs) + x_most[0]
+    memory = available_memory()
+    if memory is not None and need > memory:
+        _, member, how = max(y_costs + [x_most], key=lambda c: c[0])
+        raise DataError(f"{src}: converting it takes about {human_size(need)} of memory, more than the {human_size(memory)} "
+                        f"available; {member.key} ({member.shape} {member.dtype}, {human_size(member.nbytes)} inflated) {how}")
+    written = sum(x.count * _written_dtype(x).itemsize for x in xs) + sum(y.count * 8 for y in ys)
+    folder = os.path.dirname(os.path.abspath(dst))
+    free = _free_disk(folder)
+    if free is not None and written > free:
+        raise DataError(f"{dst}: the converted arrays take about {human_size(written)}, more than the {human_size(free)} free in {folder}")
+    if written > physical_memory() > 0:  # the bound evens run holds a dataset to on the node that reads it
+        raise DataError(f"{dst}: its arrays would take {human_size(written)}, more than this machine's {human_size(physical_memory())} "
+                        "of memory, and evens run refuses a dataset larger than the memory of the node that reads it; "
+                        "convert it on a node as large as those that will read it")
+
+
+def _free_disk(folder: str) -> int | None:
+    """Bytes an unprivileged user may still write in ``folder``'s file system; None if it cannot be told."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def _targets(src: str, dst: str, pairs: dict[str, tuple[str, str]], ys: dict[str, np.ndarray],

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
+from .exclusive import replacing
 from .layout import ArraySpec
 
 SPLITS = ("train", "val", "test")
@@ -220,6 +221,48 @@ def physical_memory() -> int:
         return 0
 
 
+def available_memory() -> int | None:
+    """Bytes this process can still take without swapping: the kernel's MemAvailable, or less under a
+    cgroup's memory limit (its usage less the page cache it can drop); None if nothing says."""
+    room = []
+    try:
+        with open("/proc/meminfo") as f:
+            room += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    for _, controllers, where in (line.split(":", 2) for line in lines if line.count(":") >= 2):
+        if controllers == "":  # cgroup v2: every ancestor's limit holds too
+            folder = "/sys/fs/cgroup" + where.rstrip("/")
+            while folder.startswith("/sys/fs/cgroup"):
+                room.append(_cgroup_room(folder, "memory.max", "memory.current", "inactive_file"))
+                folder = os.path.dirname(folder)
+        elif "memory" in controllers.split(","):  # v1; in a container the path may be the host's, the mount its own
+            for folder in {"/sys/fs/cgroup/memory" + where.rstrip("/"), "/sys/fs/cgroup/memory"}:
+                room.append(_cgroup_room(folder, "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"))
+    room = [r for r in room if r is not None]
+    return min(room) if room else None
+
+
+def _cgroup_room(folder: str, limit_file: str, usage_file: str, cache_field: str) -> int | None:
+    try:
+        with open(os.path.join(folder, limit_file)) as f:
+            limit = f.read().strip()
+        if limit == "max" or int(limit) >= 1 << 60:  # no limit here
+            return None
+        with open(os.path.join(folder, usage_file)) as f:
+            usage = int(f.read())
+        with open(os.path.join(folder, "memory.stat")) as f:
+            cache = next((int(line.split()[1]) for line in f if line.startswith(cache_field + " ")), 0)
+        return max(0, int(limit) - usage + cache)
+    except (OSError, ValueError):
+        return None
+
+
 def inspect_file(path: str, val_fraction: float = 0.15, test_fraction: float = 0.15, seed: int = 0,
                  allow_external: bool = False) -> DataPlan:
     """Validate ``path`` and plan the arrays to read. Raises :class:`DataError` with a one-line message.
@@ -321,43 +364,63 @@ def write_dataset(path: str, splits: dict[str, tuple[np.ndarray, np.ndarray]], o
     """Write ``{"train": (x, y), ...}`` in the evens format, atomically; refuse to replace a file unless asked.
 
     ``classes``: what each class index stands for (the original labels, strings or integers), written as
-    the dataset ``classes`` at the root."""
-    if os.path.exists(path) and not overwrite:
+    the dataset ``classes`` at the root. An ``x`` may also be given as its ``shape``, its ``dtype``
+    (float32 or uint8) and its rows in ``blocks()``, written as they come, so that it is never whole in
+    memory (what ``evens convert`` does). The file is written under an exclusive temporary name that
+    no planted file or symlink can redirect, then renamed over ``path`` (:mod:`data_bcast.exclusive`)."""
+    if os.path.lexists(path) and not overwrite:
         raise DataError(f"{path}: already exists; refusing to overwrite it")
     if "train" not in splits:
         raise DataError(f"{path}: a dataset needs a 'train' split")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise DataError(f"{path}: the folder {folder} does not exist")
-    tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["format"] = "evens-dataset"
-            f.attrs["format_version"] = 1
-            if classes is not None:
-                classes = np.asarray(classes)
-                text = classes.dtype.kind == "U"
-                f.create_dataset("classes", data=classes.astype(object) if text else classes, dtype=h5py.string_dtype() if text else None)
-            for split, (x, y) in splits.items():
-                if split not in SPLITS:
-                    raise DataError(f"{path}: unknown split '{split}' (expected {', '.join(SPLITS)})")
-                x = np.asarray(x)
-                if x.dtype != np.uint8:
-                    x = x.astype(np.float32, copy=False)
-                y = np.asarray(y)
-                if np.issubdtype(y.dtype, np.integer):
-                    y, y_ndims = y.astype(np.int64), (1,)
-                elif np.issubdtype(y.dtype, np.floating):
-                    y, y_ndims = y.astype(np.float32), (1, 2)
-                else:
-                    raise DataError(f"{path}: {split} y must hold integer labels or float targets, found {y.dtype}")
-                if y.ndim not in y_ndims or x.ndim < 2 or len(x) != len(y):
-                    need = "(N,)" if y_ndims == (1,) else "(N,) or (N, T)"
-                    raise DataError(f"{path}: {split} has x of shape {x.shape} and y of shape {y.shape}; need (N, ...) and {need}")
-                g = f.create_group(split)
-                g.create_dataset("x", data=x)
-                g.create_dataset("y", data=y)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        with replacing(path) as out, h5py.File(out, "w") as f:
+            _write_splits(f, path, splits, classes)
+    except OSError as exc:  # a full disk or a folder it may not write: the folder's problem, in one line
+        raise DataError(f"{path}: cannot write it ({exc.strerror or first_line(exc)})") from None
+
+
+def _write_splits(f: h5py.File, path: str, splits: dict[str, tuple[np.ndarray, np.ndarray]], classes: np.ndarray | None) -> None:
+    """The format's attributes, ``classes`` and each split's x and y, checked as they are written."""
+    f.attrs["format"] = "evens-dataset"
+    f.attrs["format_version"] = 1
+    if classes is not None:
+        classes = np.asarray(classes)
+        text = classes.dtype.kind == "U"
+        f.create_dataset("classes", data=classes.astype(object) if text else classes, dtype=h5py.string_dtype() if text else None)
+    for split, (x, y) in splits.items():
+        if split not in SPLITS:
+            raise DataError(f"{path}: unknown split '{split}' (expected {', '.join(SPLITS)})")
+        if not hasattr(x, "blocks"):
+            x = np.asarray(x)
+            if x.dtype != np.uint8:
+                x = x.astype(np.float32, copy=False)
+        y = np.asarray(y)
+        if np.issubdtype(y.dtype, np.integer):
+            y, y_ndims = y.astype(np.int64), (1,)
+        elif np.issubdtype(y.dtype, np.floating):
+            y, y_ndims = y.astype(np.float32), (1, 2)
+        else:
+            raise DataError(f"{path}: {split} y must hold integer labels or float targets, found {y.dtype}")
+        if y.ndim not in y_ndims or len(x.shape) < 2 or x.shape[0] != len(y):
+            need = "(N,)" if y_ndims == (1,) else "(N,) or (N, T)"
+            raise DataError(f"{path}: {split} has x of shape {x.shape} and y of shape {y.shape}; need (N, ...) and {need}")
+        g = f.create_group(split)
+        _write_x(g, x)
+        g.create_dataset("y", data=y)
+
+
+def _write_x(group: h5py.Group, x) -> None:
+    """``x`` as the dataset ``x`` of ``group``: an array at once, or a source of ``blocks()`` a block at a time."""
+    if not hasattr(x, "blocks"):
+        group.create_dataset("x", data=x)
+        return
+    ds = group.create_dataset("x", shape=x.shape, dtype=x.dtype)
+    start = 0
+    for block in x.blocks():
+        ds[start : start + len(block)] = block
+        start += len(block)
+    if start != x.shape[0]:  # pragma: no cover - a bug in the blocks' source
+        raise RuntimeError(f"{x.shape[0]} rows of x declared, {start} given")
