@@ -215,7 +215,9 @@ def check_seal(obj, what: str, own: tuple[str, ...] = (), arrays: dict | None = 
 
 
 def read_ensemble(group: h5py.Group, weights_of: str | list[int] = "all", dropped: list[str] | None = None) -> StoredEnsemble:
-    """Read an ensemble group; ``weights_of`` is "all", "none" or the member ids whose weights to load.
+    """Read an ensemble group; ``weights_of`` is "all", "none", "chosen" (the stored selection's members: ids and
+    weights from one reading of the group, so a run a job is checkpointing cannot give one version's ids and another's
+    weights) or the member ids whose weights to load.
 
     A damaged member (its attributes, predictions or weights) is an error naming it; with ``dropped`` (a
     list), it is left out of the hall of fame instead and a line saying why is appended there (with the
@@ -231,11 +233,12 @@ def read_ensemble(group: h5py.Group, weights_of: str | list[int] = "all", droppe
     problem = problem_from_dict(json.loads(group.attrs["problem"]))
     labels = {split: group["labels"][split][...] for split in ("val", "test")}
     check_seal(group["labels"], f"{group.name}/labels", arrays=labels)
-    wanted = None if weights_of == "all" else set() if weights_of == "none" else set(weights_of)
-    members = _read_members(group["members"], [int(i) for i in json.loads(group.attrs["members"])], wanted, dropped,
-                            (problem.outputs, len(labels["val"]), len(labels["test"])))
     selection = group.attrs["selection"]
     selection = Selection.from_dict(json.loads(selection)) if selection else None
+    wanted = (None if weights_of == "all" else set() if weights_of == "none"
+              else set(selection.ids if selection else ()) if weights_of == "chosen" else set(weights_of))
+    members = _read_members(group["members"], [int(i) for i in json.loads(group.attrs["members"])], wanted, dropped,
+                            (problem.outputs, len(labels["val"]), len(labels["test"])))
     if selection is not None and dropped and set(selection.path) - {m.id for m in members}:
         dropped.append("the chosen ensemble held it, so it is chosen again (by `evens select`, or the run's next checkpoint)")
         selection = None
@@ -364,6 +367,9 @@ def chosen_members(stored: StoredEnsemble, path: str, need_weights: bool = False
 
 
 def read_chosen(path: str) -> StoredEnsemble:
-    """The stored ensemble with the weights of its chosen members only (the rest stay on disk)."""
-    ids = [m.id for m, _ in chosen_members(read_stored(path, weights_of="none"), path)]
-    return read_stored(path, weights_of=ids)
+    """The stored ensemble with the weights of its chosen members only (the rest stay on disk); an error if the run
+    has none yet. One opening of the run file: a job replaces it by rename at each checkpoint, so the selection and
+    the weights read are one checkpoint's."""
+    stored = read_stored(path, weights_of="chosen")
+    chosen_members(stored, path)
+    return stored
