@@ -21,7 +21,10 @@ it and why; the rest are written with their weights renormalised to sum to 1, an
 what is missing with the weight it had. Nothing is exported when no member can be.
 
 The folder is filled under a hidden temporary name beside it and renamed into place when complete,
-so it is never seen half-written, and it never replaces anything: ``out`` must be new or empty.
+so it is never seen half-written, and it never replaces anything: ``out`` must be new or empty, and not
+a symbolic link. Each member is serialised in memory and written by Python, so a full disk is an
+OSError (never a C++ abort): the folder's failure, not the member's, and nothing is published. SIGTERM,
+SIGHUP and SIGINT remove the temporary folder too (:class:`ExportEnded`, KeyboardInterrupt).
 """
 from __future__ import annotations
 
@@ -33,8 +36,11 @@ import json
 import logging
 import os
 import shutil
+import signal
+import stat
 import sys
 import tempfile
+import threading
 import warnings
 from typing import Callable
 
@@ -98,12 +104,25 @@ def applied(models: list[nn.Module], problem: Problem) -> nn.Module:
 
 
 def check_destination(out: str) -> None:
-    """EnsembleError unless ``out`` is a new or empty folder: an export replaces nothing."""
-    if os.path.isdir(out):
-        if os.listdir(out):
-            raise EnsembleError(f"{out}: not empty; an export goes into a new or empty folder")
-    elif os.path.lexists(out):
+    """EnsembleError unless ``out`` names a new or empty folder that is not a symbolic link: an export replaces
+    nothing, and it is renamed into place at ``os.path.abspath(out)``, which this checks as the rename will see it."""
+    name = os.path.basename(out.rstrip(os.sep))
+    if name in ("", ".", ".."):  # "" and "." name the current folder, which the rename would replace
+        raise EnsembleError(f"{out!r}: not a folder's name; an export goes into a new or empty folder (--out NEW_FOLDER)")
+    target = os.path.abspath(out)
+    try:
+        mode = os.lstat(target).st_mode
+        empty = not stat.S_ISDIR(mode) or not os.listdir(target)
+    except FileNotFoundError:
+        return
+    except OSError as exc:  # a name longer than NAME_MAX, a file on the way where a folder should be, no permission
+        raise EnsembleError(f"{out}: cannot put an export there ({exc.strerror})") from None
+    if stat.S_ISLNK(mode):
+        raise EnsembleError(f"{out}: is a symbolic link; an export goes into a new or empty folder, not through a link")
+    if not stat.S_ISDIR(mode):
         raise EnsembleError(f"{out}: exists and is not a folder")
+    if not empty:
+        raise EnsembleError(f"{out}: not empty; an export goes into a new or empty folder")
 
 
 def check_format(file_format: str) -> None:
@@ -161,20 +180,23 @@ def _cudnn_flags_as_torch_starts():
             flag.fp32_precision = value
 
 
-def export_member(applied: Applied, sample_shape: tuple[int, ...], x_dtype: str, path: str, file_format: str) -> dict:
-    """Write one member to ``path`` and check it: read back, it must give the network's outputs on random inputs.
-    Returns what the manifest says of the file beyond its name; raises with the reason it cannot be exported."""
+def export_member(applied: Applied, sample_shape: tuple[int, ...], x_dtype: str, file_format: str) -> tuple[bytes, dict]:
+    """One member serialised in memory and checked: read back from those bytes, it must give the network's outputs
+    on random inputs. Returns the file's bytes and what the manifest says of it beyond its name; raises with the
+    reason it cannot be exported. Nothing touches the disk here, so the disk's failures are the caller's."""
     example = example_inputs(sample_shape, x_dtype, TRACE_ROWS, seed=0)
     check = example_inputs(sample_shape, x_dtype, CHECK_ROWS, seed=1)
     with _quietly(), _cudnn_flags_as_torch_starts(), torch.no_grad():
         program = torch.export.export(applied, (example,), dynamic_shapes=({0: torch.export.Dim("batch")},), strict=False)
         program.example_inputs = None  # random numbers: nothing the archive needs to carry
         if file_format == "pt2":
-            torch.export.save(program, path)
-            got = torch.export.load(path).module()(check).numpy()
+            buffer = io.BytesIO()
+            torch.export.save(program, buffer)
+            data = buffer.getvalue()
+            got = torch.export.load(io.BytesIO(data)).module()(check).numpy()
             extra = {"torch": torch.__version__}
         else:
-            got, extra = _onnx(program, path, check, output_name(applied.classification))
+            data, got, extra = _onnx(program, check, output_name(applied.classification))
         want = applied(check).numpy()
     if got.shape != want.shape:
         raise EnsembleError(f"read back, it gives outputs of shape {got.shape}, not {want.shape}")
@@ -183,7 +205,7 @@ def export_member(applied: Applied, sample_shape: tuple[int, ...], x_dtype: str,
     worst = float(np.max(apart, initial=0.0))
     if not worst <= TOLERANCE * max(1.0, float(np.nanmax(np.abs(want), initial=0.0))):
         raise EnsembleError(f"read back, it differs from the network by {worst:.3g} on random inputs")
-    return extra
+    return data, extra
 
 
 def reason(exc: BaseException) -> str:
@@ -201,8 +223,9 @@ def output_name(classification: bool) -> str:
     return "probabilities" if classification else "values"
 
 
-def _onnx(program, path: str, check: torch.Tensor, output: str) -> tuple[np.ndarray, dict]:
-    """``program`` as an ONNX model at ``path`` (one file, its batch dimension named), and its outputs for ``check``."""
+def _onnx(program, check: torch.Tensor, output: str) -> tuple[bytes, np.ndarray, dict]:
+    """``program`` as an ONNX model's bytes (one model, weights inside, its batch dimension named), and its
+    outputs for ``check``."""
     import onnxruntime
     from onnxscript import ir
 
@@ -211,10 +234,63 @@ def _onnx(program, path: str, check: torch.Tensor, output: str) -> tuple[np.ndar
     for value in (*graph.inputs, *graph.outputs):
         if isinstance(value.shape[0], ir.SymbolicDim):
             value.shape = ir.Shape(["batch", *value.shape[1:]])
-    onnx_program.save(path, external_data=False)
-    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    data = onnx_program.model_proto.SerializeToString()  # over protobuf's 2 GB: a ValueError, this member's
+    session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
     got = session.run(None, {INPUT: check.numpy()})[0]
-    return got, {"opset": int(onnx_program.model.opset_imports[""])}
+    return data, got, {"opset": int(onnx_program.model.opset_imports[""])}
+
+
+class ExportEnded(BaseException):
+    """SIGTERM or SIGHUP while exporting (a BaseException, as KeyboardInterrupt is: no ``except Exception`` in torch or
+    a user's code takes it for a member's failure). The temporary folder is removed before it leaves
+    :func:`export_ensemble`; a command ends with :attr:`status`, 128 + the signal, as ``evens predict`` does."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"ended by {signal.Signals(signum).name}; the unfinished export was removed")
+        self.status = 128 + signum
+
+
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+class _EndingSignals:
+    """While an export runs, SIGTERM and SIGHUP raise :class:`ExportEnded` and SIGINT KeyboardInterrupt where the
+    export is, so that it removes its temporary folder. While held (the folder being made, published or removed)
+    a signal waits instead. Off the main thread, where Python cannot set handlers, nothing changes."""
+
+    def __init__(self) -> None:
+        self.held, self.waiting = True, 0
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():  # a signal ignored (nohup, a background job) stays so
+            ignored = {sig for sig in ENDING_SIGNALS if signal.getsignal(sig) == signal.SIG_IGN}
+            self._previous = {sig: signal.signal(sig, self._note) for sig in ENDING_SIGNALS if sig not in ignored}
+
+    def _note(self, signum, frame) -> None:
+        if self.held:
+            self.waiting = self.waiting or signum
+            return
+        self.held = True  # one signal ends the export; its copies wait, and are dropped
+        raise _ended(signum)
+
+    def hold(self) -> None:
+        self.held = True
+
+    def release(self) -> None:
+        """Signals act again; one that came while held acts now."""
+        self.held, waiting, self.waiting = False, self.waiting, 0
+        if waiting:
+            self._note(waiting, None)
+
+    def restore(self) -> int:
+        """Put back the handlers found at the start; returns the signal that waited meanwhile (0: none)."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+        self._previous = {}
+        return self.waiting
+
+
+def _ended(signum: int) -> BaseException:
+    return KeyboardInterrupt() if signum == signal.SIGINT else ExportEnded(signum)
 
 
 def export_ensemble(run: str, out: str, file_format: str, model_path: str | None = None,
@@ -222,34 +298,94 @@ def export_ensemble(run: str, out: str, file_format: str, model_path: str | None
     """Export the ensemble of ``run`` (a run directory or run file) into the new or empty folder ``out``.
 
     Returns the manifest written. ``say`` takes the lines about importing a user's builder and about
-    members left out. EnsembleError in one line when nothing can be exported.
+    members left out. EnsembleError in one line when nothing can be exported, or ``out`` cannot be
+    written (refused before any member is captured, or a full disk on the way: then nothing is published);
+    :class:`ExportEnded` or KeyboardInterrupt on a signal, with nothing left behind.
     """
     check_format(file_format)
     check_destination(out)
     stored, chosen = read_members(run, model_path)
-    ensemble = build_ensemble(stored.problem, stored.sample_shape, stored.x_dtype, chosen, torch.device("cpu"), stored.selection, say)
-    networks = {m.id: m.network for m, _ in chosen}
-    parent = os.path.dirname(os.path.abspath(out))
+    signals, folder, made = None, "", []
     try:
-        os.makedirs(parent, exist_ok=True)
-        folder = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out))}.partial-", dir=parent)
-    except OSError as exc:
-        raise EnsembleError(f"{out}: cannot write there ({exc.strerror})") from None
-    try:
+        signals = _EndingSignals()  # held: a signal while the folder is made would leave it behind unnamed
+        folder, made = _partial_folder(out)  # the place is tried as it will be used, before any user code runs
+        signals.release()
+        ensemble = build_ensemble(stored.problem, stored.sample_shape, stored.x_dtype, chosen, torch.device("cpu"), stored.selection, say)
+        networks = {m.id: m.network for m, _ in chosen}
         written, missing = _export_members(ensemble, stored, networks, folder, file_format, say)
         if not written:
             raise EnsembleError(f"{run}: no member of the ensemble could be exported to {file_format} (each is named above)")
         manifest = build_manifest(run, file_format, stored, written, missing)
-        with open(os.path.join(folder, MANIFEST), "w") as f:
-            json.dump(manifest, f, indent=2)
-            f.write("\n")
+        _write_new(os.path.join(folder, MANIFEST), (json.dumps(manifest, indent=2) + "\n").encode())
+        signals.hold()
         _publish(folder, out)
     except BaseException as exc:
-        shutil.rmtree(folder, ignore_errors=True)
-        if isinstance(exc, OSError):  # a full disk, say
-            raise EnsembleError(f"{out}: cannot write the export ({exc.strerror or exc})") from None
+        waiting = 0
+        if signals is not None:
+            signals.hold()
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
+                _remove_empty(made)
+            waiting = signals.restore()
+        if waiting and not isinstance(exc, (ExportEnded, KeyboardInterrupt)):  # a signal during the cleanup says how it ends
+            raise _ended(waiting) from None
+        if isinstance(exc, OSError):  # a full disk, say: the folder's failure, and nothing was published
+            raise EnsembleError(f"{out}: cannot write the export ({exc.strerror or first_line(exc)}); nothing was written") from None
         raise
+    waiting = signals.restore()
+    if waiting:  # came while the folder was published: it acts now, as the caller's handler would have it act
+        signal.raise_signal(waiting)
     return manifest
+
+
+def _partial_folder(out: str) -> tuple[str, list[str]]:
+    """A new hidden folder beside ``out``, ``.<name>.partial-<random>``, its name cut to fit where ``out``'s fits;
+    and the folders above it made for it, deepest first (a failed export removes them again)."""
+    parent, name = os.path.split(os.path.abspath(out))
+    made, above = [], parent
+    while not os.path.lexists(above):
+        made.append(above)
+        above = os.path.dirname(above)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        prefix = f".{_fitting(name, _name_max(parent) - len('..partial-') - 8)}.partial-"  # mkdtemp adds 8 characters
+        return tempfile.mkdtemp(prefix=prefix, dir=parent), made
+    except OSError as exc:
+        _remove_empty(made)
+        raise EnsembleError(f"{out}: cannot write there ({exc.strerror or first_line(exc)})") from None
+
+
+def _remove_empty(folders: list[str]) -> None:
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+
+
+def _fitting(name: str, room: int) -> str:
+    """``name`` cut at a character to at most ``room`` bytes (never below one character)."""
+    while len(os.fsencode(name)) > room and len(name) > 1:
+        name = name[:-1]
+    return name
+
+
+def _name_max(folder: str) -> int:
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):  # not said
+        return 255
+
+
+def _write_new(path: str, data: bytes) -> None:
+    """``data`` as the new file ``path`` (never through a symlink, never over a file), flushed to the disk: a full
+    disk or quota is an OSError here, before anything is published."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _export_members(ensemble: Ensemble, stored: StoredEnsemble, networks: dict[int, dict], folder: str, file_format: str,
@@ -258,20 +394,19 @@ def _export_members(ensemble: Ensemble, stored: StoredEnsemble, networks: dict[i
     written, missing = [], []
     for member in ensemble.members:
         name, network = f"member-{member.id}.{file_format}", networks[member.id]
-        path = os.path.join(folder, name)
         try:
-            extra = export_member(applied(member.models, stored.problem), stored.sample_shape, stored.x_dtype, path, file_format)
-        except OSError:  # the folder's, not the member's (a full disk)
-            raise
+            data, extra = export_member(applied(member.models, stored.problem), stored.sample_shape, stored.x_dtype, file_format)
+        except SystemExit as exc:  # a user's forward pass that calls sys.exit: an error in one line, as a builder's is
+            raise EnsembleError(f"member #{member.id} ({_network_name(network)}) called sys.exit({exc.code!r}) while it was "
+                                f"exported to {file_format}; nothing was written") from None
         except Exception as exc:  # noqa: BLE001 -- torch.export's and the user's code: this member's failure, in one line
             why = reason(exc)
             say(f"evens: warning: member #{member.id} ({_network_name(network)}) cannot be exported to {file_format}, left out: {why}")
             missing.append({"id": member.id, "network": network, "run_weight": member.weight, "reason": why})
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(path)
             continue
-        written.append({"id": member.id, "file": name, "sha256": _sha256(path), **extra, "run_weight": member.weight, "network": network,
-                        "folds": len(member.models)})
+        _write_new(os.path.join(folder, name), data)  # an OSError: the folder's, not the member's (a full disk)
+        written.append({"id": member.id, "file": name, "sha256": hashlib.sha256(data).hexdigest(), **extra, "run_weight": member.weight,
+                        "network": network, "folds": len(member.models)})
     return written, missing
 
 
@@ -325,14 +460,6 @@ def _publish(folder: str, out: str) -> None:
         os.rename(folder, os.path.abspath(out))
     except OSError as exc:  # a file or a non-empty folder appeared there meanwhile
         raise EnsembleError(f"{out}: cannot put the export there ({exc.strerror}); nothing was replaced") from None
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _network_name(network: dict) -> str:

@@ -334,9 +334,17 @@ def _main(argv: list[str] | None) -> int:
             summary = reselect(args.run_dir, method=args.method, size=args.size, criterion=args.criterion, bags=args.bags)
             print(json.dumps(summary, indent=2, sort_keys=True) if args.json else format_summary(summary))
         elif args.command == "export":
-            from ensemble.export import MANIFEST, export_ensemble
+            try:  # a signal ends an export in one line, as predict's: 128 + the signal, its temporary folder removed
+                from ensemble.export import MANIFEST, ExportEnded, export_ensemble
 
-            manifest = export_ensemble(args.run_dir, args.out, args.file_format, args.model_path)
+                try:
+                    manifest = export_ensemble(args.run_dir, args.out, args.file_format, args.model_path)
+                except ExportEnded as exc:  # SIGTERM, SIGHUP
+                    print(f"evens: error: {exc}", file=sys.stderr)
+                    return exc.status
+            except KeyboardInterrupt:
+                print("evens: interrupted", file=sys.stderr)
+                return 130
             missing = ", ".join(f"#{m['id']}" for m in manifest["missing"])
             left_out = f"; left out {missing}, the others' weights renormalised to sum to 1" if missing else ""
             print(f"wrote {args.out}: {len(manifest['members'])} member(s) as {args.file_format} and {MANIFEST}{left_out}")
