@@ -15,6 +15,7 @@ from evolve.engine import memory
 from evolve.engine.loop import run_search, uses_median_rule
 from evolve.engine.state import SearchState
 from evolve.runfile import checkpoint
+from evolve.runfile.version import open_run
 from evolve.search.early_stop import MedianRule
 from evolve.transport.protocol import InProcessTransport
 
@@ -184,7 +185,8 @@ def test_the_report_streams_the_history_and_shows_what_reading_every_record_show
     everything, run = checkpoint.load(path)
     assert len(checkpoint.listing(path)) > 1 and any(r.status != "ok" for r in everything.records)
     state, _ = checkpoint.load(path, history=False)
-    top, failures = reporting.streamed_top_and_failures(path, state, run, k)
+    with open_run(path) as opened:
+        top, failures = reporting.streamed_top_and_failures(opened.history, state, run, k)
     assert top == reporting.top_networks(everything, run.space(), k)
     assert failures == reporting.failures_by_kind(everything) and set(failures) >= {"error", "diverged"}
     text = reporting.report(str(tmp_path / "run"), top=k)
@@ -251,7 +253,8 @@ def test_a_damaged_segment_leaves_no_half_written_csv(tmp_path):
     folder = tmp_path / "out"
     folder.mkdir()
     with pytest.raises(RunDirError, match="checksum|damaged"):
-        write_csv(str(folder / "runs.csv"), path, checkpoint.load(path, history=False)[0], info(), True)
+        with open_run(path) as opened:
+            write_csv(str(folder / "runs.csv"), path, checkpoint.load(path, history=False)[0], info(), opened.history)
     assert os.listdir(folder) == []
 
 

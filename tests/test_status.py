@@ -10,13 +10,13 @@ from fakes import SimulatedTransport, VirtualClock, search_config
 from test_checkpoint_report import finished_run
 
 from evolve.app.report import tally_of
-from evolve.app.rundir import read_run
 from evolve.app.runlock import RunLock
 from evolve.app.status import format_status, status, status_command
 from evolve.engine.loop import run_search
 from evolve.engine.state import SearchState
 from evolve.errors import RunDirError
-from evolve.runfile import checkpoint
+from evolve.runfile import checkpoint, version
+from evolve.runfile.version import read_run
 from evolve.search.space_config import parse_space
 
 
@@ -145,22 +145,22 @@ def test_status_of_a_missing_run_directory_is_one_line():
 
 
 def test_a_read_that_met_a_replacement_is_tried_again_and_damage_is_reported_at_once(tmp_path, monkeypatch):
-    """read_run (status and report beside a job): a load that failed while the job replaced the state file
+    """read_run (status and report beside a job): an opening that failed while the job replaced the state file
     is tried again; one that failed on a file nobody replaced is damage, and raises on the first try."""
     state, info = finished_run()
     path = os.path.join(save(tmp_path / "run", state, info), "checkpoint.h5")
-    load, tries = checkpoint.load, []
+    opening, tries = version.RunVersion, []
 
-    def replaced_while_reading(p, **kw):
+    def replaced_while_opening(p, segments=True):
         tries.append(1)
         if len(tries) < 3:
             checkpoint.save(p, state, info)  # the job checkpoints: a new state file under the same name
-            raise RunDirError(f"{p}: damaged checkpoint (segment gone)")
-        return load(p, **kw)
+            raise ValueError("segment seg-0.h5 cannot be read (No such file or directory)")
+        return opening(p, segments)
 
-    monkeypatch.setattr(checkpoint, "load", replaced_while_reading)
+    monkeypatch.setattr(version, "RunVersion", replaced_while_opening)
     assert len(read_run(path)[0].records) == len(state.records) and len(tries) == 3
-    monkeypatch.setattr(checkpoint, "load", lambda p, **kw: tries.append(1) or load(p, **kw))
+    monkeypatch.setattr(version, "RunVersion", lambda p, segments=True: tries.append(1) or opening(p, segments))
     with open(path, "r+b") as f:
         f.write(b"\xff" * 64)  # its superblock
     tries.clear()

@@ -26,13 +26,11 @@ from typing import TextIO
 from ensemble.results import kinds
 from evolve.engine.state import SearchState
 from evolve.errors import RunDirError
-from evolve.runfile.checkpoint import RunInfo, listing, segments_folder
+from evolve.runfile.checkpoint import RunInfo
 from evolve.runfile.history import History
 from evolve.runfile.tempfiles import exclusive_temp
 from evolve.search.records import Record
 from evolve.search.space import SearchSpace
-
-from .rundir import read_beside_a_job
 
 
 class Table:
@@ -112,14 +110,13 @@ def to_csv(state: SearchState, space: SearchSpace) -> str:
     return out.getvalue()
 
 
-def write_csv(csv_path: str, path: str, state: SearchState, info: RunInfo, streamed: bool) -> int:
+def write_csv(csv_path: str, path: str, state: SearchState, info: RunInfo, history: History | None) -> int:
     """``evens report --csv``: the CSV of every evaluation of the run whose state file is ``path`` to ``csv_path``
-    (``-``: standard output): from the history a slice at a time if ``streamed``, else from ``state``'s records. A
-    file is written under a temporary name and renamed when whole, so a failure (a damaged segment, a full disk)
-    leaves no half-written CSV. Returns the rows written."""
+    (``-``: standard output): from ``history`` (the segments of the checkpoint ``state`` was read from, held open: see
+    evolve.runfile.version) a slice at a time where given, else from ``state``'s records. A file is written under a
+    temporary name and renamed when whole, so a failure (a damaged segment, a full disk) leaves no half-written CSV.
+    Returns the rows written."""
     space = info.space()
-    # the segments opened first: a job's merge cannot take them from under the CSV
-    history = read_beside_a_job(path, lambda: History(segments_folder(path), listing(path))) if streamed else None
 
     def emit(out: TextIO) -> int:
         if history is None:
@@ -144,6 +141,3 @@ def write_csv(csv_path: str, path: str, state: SearchState, info: RunInfo, strea
         return rows
     except (KeyError, ValueError) as exc:  # a segment damaged past its CRC check
         raise RunDirError(f"{path}: damaged run file ({type(exc).__name__}: {exc})") from None
-    finally:
-        if history is not None:
-            history.close()

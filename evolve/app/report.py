@@ -14,15 +14,16 @@ from ensemble.results import kinds
 from evolve.engine.promotion import rung_count
 from evolve.engine.state import SearchState
 from evolve.errors import RunDirError
-from evolve.runfile.checkpoint import RunInfo, listing, segments_folder
+from evolve.runfile.checkpoint import RunInfo
 from evolve.runfile.history import History
+from evolve.runfile.version import damage_as_one_line, open_run
 from evolve.search.pareto import OBJECTIVES
 from evolve.search.records import Record, best_first
 from evolve.search.registry import capabilities
 from evolve.search.tally import Tally
 
 from .report_text import describe, format_failures, format_summary, format_top
-from .rundir import checkpoint_path, read_beside_a_job, read_run
+from .rundir import checkpoint_path
 
 
 def ensemble_scores(state: SearchState, info: RunInfo, problem: Problem) -> dict | None:
@@ -58,11 +59,12 @@ def tally_of(records: list[Record], info: RunInfo) -> Tally:
     return Tally.of(records, info.space(), rung_count(search.eta, search.min_budget) if search.promotion else 0, info.config.data.fold_count)
 
 
-def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None, tally: Tally | None = None, pareto: bool = True) -> dict:
+def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None, tally: Tally | None = None, pareto: bool = True,
+              history: History | None = None) -> dict:
     """The facts ``evens report --json`` prints: counts, best member, ensemble, time, utilization. From the account
     ``tally`` where given (the state file's: no history read), else from the state's records. A search of two
     objectives: its Pareto front too (``pareto``), whose members are read from ``run_dir``'s history where the state
-    does not hold every record."""
+    does not hold every record (from ``history``, the state's own checkpoint's segments held open, where given)."""
     problem = problem_from_dict(info.data["problem"])
     tally = tally if tally is not None else tally_of(state.records, info)
     hall = state.hall_of_fame
@@ -93,7 +95,7 @@ def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None, tal
         summary["promotion"] = halving_facts(tally, search)
     if capabilities(search.mode).objectives == 2 and pareto and (run_dir or not state.dropped):
         ids = state.strategy.get("front", [])
-        records = state.by_id() if not state.dropped else front_records(run_dir, state, info, ids)
+        records = state.by_id() if not state.dropped else front_records(run_dir, state, info, ids, history)
         summary["pareto"] = pareto_front(records, ids, search.second_objective, space)
     best = tally.best
     if best is not None:
@@ -143,21 +145,25 @@ def undefined_as_none(scores: dict) -> dict:
     return out
 
 
-def front_records(run_dir: str, state: SearchState, info: RunInfo, ids: list[int]) -> dict[int, Record]:
+def front_records(run_dir: str, state: SearchState, info: RunInfo, ids: list[int], history: History | None = None) -> dict[int, Record]:
     """The records of ``ids`` (a Pareto front's members), by id: those the state holds, the rest found in the run
-    file's segments by a scan of their ids a slice at a time, and only those read whole."""
+    file's segments by a scan of their ids a slice at a time, and only those read whole. ``history``: the segments of
+    the checkpoint ``state`` was read from, held open (else those of the run's checkpoint now, opened here)."""
     named = set(ids)
     mine = {r.id: r for r in state.records if r.id in named}
     wanted = np.asarray(sorted(named - set(mine)), dtype=np.int64)
     if not wanted.size:
         return mine
-    path = checkpoint_path(run_dir)
 
-    def read() -> list[Record]:
-        with History(segments_folder(path), listing(path)) as history:
-            at = [(seg, start + int(row)) for seg, start, c in history.slices(("id",)) for row in np.flatnonzero(np.isin(c["id"], wanted))]
-            return history.fetch(at, len(info.gene_names))
-    return {**{r.id: r for r in read_beside_a_job(path, read)}, **mine}
+    def read(history: History) -> list[Record]:
+        at = [(seg, start + int(row)) for seg, start, c in history.slices(("id",)) for row in np.flatnonzero(np.isin(c["id"], wanted))]
+        return history.fetch(at, len(info.gene_names))
+    path = checkpoint_path(run_dir)
+    if history is not None:
+        with damage_as_one_line(path):
+            return {**{r.id: r for r in read(history)}, **mine}
+    with open_run(path) as run, damage_as_one_line(path):
+        return {**{r.id: r for r in read(run.history)}, **mine}
 
 
 def pareto_front(records: dict[int, Record], ids: list[int], objective: str, space) -> list[dict]:
@@ -193,12 +199,11 @@ def _example(r: Record) -> str:
     return f"#{r.id}: {r.message}" if r.message else f"#{r.id}"
 
 
-def streamed_top_and_failures(path: str, state: SearchState, info: RunInfo, k: int) -> tuple[list[dict], dict[str, dict]]:
-    """What :func:`top_networks` and :func:`failures_by_kind` give, from the run file's segments a slice at a time:
-    the best ``k`` and the stored ensemble's members ranked, and each kind of failure counted with its first
-    example, reading whole records only for the rows shown (evolve.runfile.history). Memory does not grow with
-    the history."""
-    listed = listing(path)
+def streamed_top_and_failures(history: History, state: SearchState, info: RunInfo, k: int) -> tuple[list[dict], dict[str, dict]]:
+    """What :func:`top_networks` and :func:`failures_by_kind` give, from the run file's segments (``history``: those of
+    the checkpoint ``state`` was read from, held open) a slice at a time: the best ``k`` and the stored ensemble's
+    members ranked, and each kind of failure counted with its first example, reading whole records only for the rows
+    shown (evolve.runfile.history). Memory does not grow with the history."""
     weights = state.ensemble_weights()
     members = [state.hall_of_fame.by_id(i) for i in weights if i in state.hall_of_fame.ids]
     marks = np.asarray([standing(m.fitness, m.loss, m.id) for m in members], dtype=np.float64).reshape(-1, 3)
@@ -206,39 +211,38 @@ def streamed_top_and_failures(path: str, state: SearchState, info: RunInfo, k: i
     best = np.empty((0, 5))  # the k best so far: -fitness, loss, id, segment, row
     found: dict[int, tuple[int, int]] = {}  # member id -> where it is
     kinds: dict[str, list] = {}  # status -> [count, (segment, row) of its first]
-    with History(segments_folder(path), listed) as history:
-        for seg, start, c in history.slices(("status", "fitness", "metrics/val_loss", "id")):
-            ok = c["status"] == b"ok"
-            neg, loss, ids = -c["fitness"][ok], np.where(np.isnan(c["metrics/val_loss"][ok]), np.inf, c["metrics/val_loss"][ok]), c["id"][ok]
-            rows = np.flatnonzero(ok) + start
-            for j, (f, l, i) in enumerate(marks):
-                better[j] += int(np.count_nonzero((neg < f) | ((neg == f) & ((loss < l) | ((loss == l) & (ids < i))))))
-            for i, row in zip(ids.tolist(), rows.tolist()):
-                if i in weights:
-                    found[i] = (seg, row)
-            pool = np.concatenate([best, np.column_stack([neg, loss, ids, np.full(ids.size, seg), rows])])
-            best = pool[np.lexsort((pool[:, 2], pool[:, 1], pool[:, 0]))][:k]
-            failed = ~ok
-            for status in np.unique(c["status"][failed]).tolist():
-                first = int(np.flatnonzero(c["status"] == status)[0]) + start
-                entry = kinds.setdefault(status.decode(), [0, (seg, first)])
-                entry[0] += int(np.count_nonzero(c["status"] == status))
-        shown = [(int(s), int(r)) for s, r in best[:, 3:5]]
-        ranked = [(place, at) for place, at in enumerate(shown, 1)]
-        ranked += sorted((int(better[j]) + 1, found[m.id]) for j, m in enumerate(members) if m.id in found and better[j] + 1 > len(shown))
-        records = history.fetch([at for _, at in ranked] + [at for _, at in kinds.values()], len(info.gene_names))
+    for seg, start, c in history.slices(("status", "fitness", "metrics/val_loss", "id")):
+        ok = c["status"] == b"ok"
+        neg, loss, ids = -c["fitness"][ok], np.where(np.isnan(c["metrics/val_loss"][ok]), np.inf, c["metrics/val_loss"][ok]), c["id"][ok]
+        rows = np.flatnonzero(ok) + start
+        for j, (f, l, i) in enumerate(marks):
+            better[j] += int(np.count_nonzero((neg < f) | ((neg == f) & ((loss < l) | ((loss == l) & (ids < i))))))
+        for i, row in zip(ids.tolist(), rows.tolist()):
+            if i in weights:
+                found[i] = (seg, row)
+        pool = np.concatenate([best, np.column_stack([neg, loss, ids, np.full(ids.size, seg), rows])])
+        best = pool[np.lexsort((pool[:, 2], pool[:, 1], pool[:, 0]))][:k]
+        failed = ~ok
+        for status in np.unique(c["status"][failed]).tolist():
+            first = int(np.flatnonzero(c["status"] == status)[0]) + start
+            entry = kinds.setdefault(status.decode(), [0, (seg, first)])
+            entry[0] += int(np.count_nonzero(c["status"] == status))
+    shown = [(int(s), int(r)) for s, r in best[:, 3:5]]
+    ranked = [(place, at) for place, at in enumerate(shown, 1)]
+    ranked += sorted((int(better[j]) + 1, found[m.id]) for j, m in enumerate(members) if m.id in found and better[j] + 1 > len(shown))
+    records = history.fetch([at for _, at in ranked] + [at for _, at in kinds.values()], len(info.gene_names))
     space = info.space()
     top = [_top_row(r, place, weights, space) for (place, _), r in zip(ranked, records)]
     failures = {status: {"count": count, "example": _example(r)} for (status, (count, _)), r in zip(kinds.items(), records[len(ranked):])}
     return top, failures
 
 
-def plot_data(path: str, state: SearchState, info: RunInfo):
-    """What ``--plot``'s figures draw (evolve.app.plots.PlotData), from the run file's segments a slice at a time."""
+def plot_data(history: History, state: SearchState, info: RunInfo):
+    """What ``--plot``'s figures draw (evolve.app.plots.PlotData), from the run file's segments (``history``, held open) a
+    slice at a time."""
     from .plots import PlotData
 
-    with History(segments_folder(path), listing(path)) as history:
-        return PlotData.of(history.records(len(info.gene_names)), state.utilization)
+    return PlotData.of(history.records(len(info.gene_names)), state.utilization)
 
 
 def failures_by_kind(state: SearchState) -> dict[str, dict]:
@@ -256,16 +260,23 @@ def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | N
     """``evens report``: the summary, the top networks and the failures; optionally a CSV and figures. With ``csv_path``
     ``-``, the CSV goes to standard output as it is made, and nothing is returned."""
     path = checkpoint_path(run_dir)
-    state, info = read_run(path, history=False, memory=False)  # nothing here reads the master's memory
-    search = info.config.search
+    with open_run(path) as run:  # one checkpoint, its segments open: what a job writes meanwhile changes nothing read here
+        return _report(run, run_dir, as_json, top, csv_path, plot_dir, force)
+
+
+def _report(run, run_dir: str, as_json: bool, top: int, csv_path: str | None, plot_dir: str | None, force: bool) -> str | None:
+    """:func:`report` of the checkpoint ``run`` (evolve.runfile.version.RunVersion) holds open."""
+    path = run.path
+    state, info = run.load()  # the state file alone (nothing here reads the master's memory)
     if csv_path and csv_path != "-":
         _refuse_to_replace(csv_path, force)
-    streamed = state.tally is not None
-    if streamed:  # the summary from the run's account, the tables, the CSV and the figures a slice of the history at a time
-        summary = summarize(state, info, run_dir, state.tally)
-        summary["top"], summary["failures"] = read_beside_a_job(path, lambda: streamed_top_and_failures(path, state, info, top))
+    history = run.history if state.tally is not None else None
+    if history is not None:  # the summary from the run's account, the tables, the CSV and the figures a slice of the history at a time
+        summary = summarize(state, info, run_dir, state.tally, history=history)
+        with damage_as_one_line(path):
+            summary["top"], summary["failures"] = streamed_top_and_failures(history, state, info, top)
     else:  # a run file from before the account was kept: every record
-        state, info = read_run(path)
+        state, info = run.load(history=True)
         summary = summarize(state, info, run_dir)
         summary["top"] = top_networks(state, info.space(), top)
         summary["failures"] = failures_by_kind(state)
@@ -274,7 +285,7 @@ def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | N
     if csv_path:
         from .csv_table import write_csv
 
-        rows = write_csv(csv_path, path, state, info, streamed)
+        rows = write_csv(csv_path, path, state, info, history)
         if csv_path == "-":
             return None
         notes.append(f"wrote {csv_path}: {rows} evaluations")
@@ -285,7 +296,11 @@ def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | N
             _refuse_to_replace(os.path.join(plot_dir, name), force)
         search = info.config.search
         objective = OBJECTIVES[search.second_objective] if capabilities(search.mode).objectives == 2 else None
-        data = read_beside_a_job(path, lambda: plot_data(path, state, info)) if streamed else PlotData.of([state.records], state.utilization)
+        if history is not None:
+            with damage_as_one_line(path):
+                data = plot_data(history, state, info)
+        else:
+            data = PlotData.of([state.records], state.utilization)
         written = write_plots(data, summary, space, plot_dir, objective)
         notes.append(f"wrote {len(written)} figures: {', '.join(written)}")
     if as_json:

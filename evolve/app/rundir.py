@@ -10,13 +10,11 @@ import os
 import time
 from dataclasses import dataclass
 
-from data_bcast.h5file import DataError
-from evolve.errors import EvensError, RunDirError
-from evolve.runfile import checkpoint
+from evolve.errors import RunDirError
 from evolve.runfile.checkpoint import CHECKPOINT_NAME
 from evolve.runfile.tempfiles import exclusive_temp
 
-from .runlock import LOCK_NAME, RunLock
+from .runlock import LOCK_NAME, RunLock, describe_holder, lock_holder
 
 SUMMARY_NAME = "summary.json"
 
@@ -146,39 +144,22 @@ def checkpoint_path(run_dir: str) -> str:
         raise RunDirError(f"{run_dir}: no such run directory")
     path = os.path.join(run_dir, CHECKPOINT_NAME)
     if not os.path.isfile(path):
-        raise RunDirError(f"{run_dir}: no {CHECKPOINT_NAME} here; is this a run directory?")
+        raise RunDirError(no_checkpoint(run_dir))
     return path
 
 
-def _identity(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns
-
-
-def read_run(path: str, patience: float = 60.0, history: bool = True, memory: bool = True):
-    """The checkpoint at ``path`` without weights, for readers beside a job that may be writing it (status, report):
-    see :func:`read_beside_a_job`."""
-    return read_beside_a_job(path, lambda: checkpoint.load(path, weights=False, history=history, memory=memory), patience)
-
-
-def read_beside_a_job(path: str, read, patience: float = 60.0):
-    """``read()`` of the run whose state file is ``path``, tried again while it fails because a job replaced the file
-    in between (and removed the segments it no longer lists). A read that fails on a file nobody replaced is damage,
-    and raises at once (a RunDirError); so does one still failing after ``patience`` seconds of replacements."""
-    deadline = time.monotonic() + patience
-    while True:
-        before = _identity(path)
-        try:
-            return read()
-        except (OSError, KeyError, ValueError, DataError, EvensError) as exc:
-            if _identity(path) == before or time.monotonic() > deadline:
-                if isinstance(exc, EvensError):
-                    raise
-                raise RunDirError(f"{path}: damaged run file ({type(exc).__name__}: {exc})") from None
-            time.sleep(0.05)
+def no_checkpoint(run_dir: str) -> str:
+    """Why a run directory holds no checkpoint, in one line: a job that claimed it is starting, or one that claimed it
+    ended before its first checkpoint, or it is not a run directory."""
+    holder, gone = lock_holder(run_dir, time.time())
+    if holder:
+        return (f"{run_dir}: a job has claimed this run and is starting ({describe_holder(holder)}); it has written no "
+                f"{CHECKPOINT_NAME} yet, so try again after its first checkpoint")
+    if gone or os.path.exists(os.path.join(run_dir, CLAIM_NAME)):
+        by = f" ({describe_holder(gone)})" if gone else ""
+        return (f"{run_dir}: the job that claimed this run{by} ended before its first checkpoint, so it holds no run; "
+                f"`evens run CONFIG --out {run_dir}` starts a new one in it")
+    return f"{run_dir}: no {CHECKPOINT_NAME} here; is this a run directory?"
 
 
 def write_json(path: str, obj) -> None:

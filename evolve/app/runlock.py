@@ -37,7 +37,8 @@ def _parse(text: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in text.split() if "=" in part)
 
 
-def _describe(holder: dict[str, str]) -> str:
+def describe_holder(holder: dict[str, str]) -> str:
+    """A lock's holder in words: host, process, Slurm job and start."""
     where = f"host {holder.get('host', '?')}, process {holder.get('pid', '?')}"
     if "slurm_job" in holder:
         where += f", Slurm job {holder['slurm_job']}"
@@ -62,6 +63,23 @@ def holder_alive(holder: dict[str, str], mtime: float, now: float, stale_seconds
             return True
         return True
     return now - mtime < stale_seconds
+
+
+def lock_holder(run_dir: str, now: float) -> tuple[dict[str, str], dict[str, str]]:
+    """(the job holding the run, the job that held it and ended without letting it go), from the lock file alone (it is
+    never locked here, so a job starting meanwhile is never stopped): the file names its holder, and a job killed with
+    SIGKILL (or its node lost) leaves that name behind. A holder counts as alive as :func:`holder_alive` says, or when it
+    is this process."""
+    try:
+        with open(os.path.join(run_dir, LOCK_NAME), encoding="utf-8", errors="replace") as f:
+            holder = _parse(f.read())
+            mtime = os.fstat(f.fileno()).st_mtime
+    except OSError:
+        return {}, {}
+    if not holder:
+        return {}, {}
+    ours = holder.get("host") == socket.gethostname() and holder.get("pid") == str(os.getpid())
+    return (holder, {}) if ours or holder_alive(holder, mtime, now) else ({}, holder)
 
 
 def _check_own_file(path: str, st: os.stat_result) -> None:
@@ -103,13 +121,13 @@ class RunLock:
             except OSError as exc:
                 if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     holder = _parse(os.pread(fd, 4096, 0).decode("utf-8", "replace")) or holder
-                    raise RunDirError(f"{run_dir}: another job is using this run ({_describe(holder)}); "
+                    raise RunDirError(f"{run_dir}: another job is using this run ({describe_holder(holder)}); "
                                       "wait for it to end, or stop it first") from None
                 if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
                     raise RunDirError(f"{run_dir}: cannot lock the run ({exc.strerror or exc})") from None
                 flocked = False
             if not flocked and holder and holder_alive(holder, os.fstat(fd).st_mtime, time.time(), stale_seconds):
-                raise RunDirError(f"{run_dir}: another job is using this run ({_describe(holder)}); wait for it to "
+                raise RunDirError(f"{run_dir}: another job is using this run ({describe_holder(holder)}); wait for it to "
                                   f"end, or, if it is dead, delete {path}")
             os.ftruncate(fd, 0)
             os.pwrite(fd, _holder_text().encode(), 0)

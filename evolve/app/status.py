@@ -1,7 +1,7 @@
 """``evens status RUN_DIR``: what a running or finished search is doing, from its run directory alone.
 
 Safe while a job writes the run: it only reads. The checkpoint is replaced atomically, so a read
-sees the old one or the new one whole (see :func:`evolve.app.rundir.read_run`). Everything but the job's lock comes from the last checkpoint, and says so:
+sees the old one or the new one whole (see :mod:`evolve.runfile.version`). Everything but the job's lock comes from the last checkpoint, and says so:
 
 - whether a job holds the run (its host, process, Slurm job and start), or whether the run
   finished or stopped short of its budget;
@@ -12,7 +12,8 @@ sees the old one or the new one whole (see :func:`evolve.app.rundir.read_run`). 
   them, and the longest training (the run file holds the dispatcher's view, see
   :meth:`evolve.engine.dispatch.Dispatcher.view`);
 - the best network, the ensemble and failures by kind;
-- how long ago the checkpoint was written.
+- how long ago the checkpoint was written;
+- or, where a job has claimed the run and written no checkpoint yet, that it is starting (and which job).
 
 It never takes the run's lock, so it cannot stop a job from starting.
 """
@@ -20,35 +21,20 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from datetime import datetime
 
 from evolve.errors import RunDirError
 
-from .report import summarize
+from evolve.runfile.checkpoint import CHECKPOINT_NAME
+from evolve.runfile.version import read_run
+
+from .report import summarize, tally_of
 from .report_text import counted, format_halving, score_text
-from .rundir import checkpoint_path, read_run
-from .runlock import LOCK_NAME, holder_alive
+from .rundir import checkpoint_path
+from .runlock import lock_holder
 
 RECENT_SECONDS = 600.0
-
-
-def _holder(run_dir: str, now: float) -> tuple[dict[str, str], dict[str, str]]:
-    """(the job holding the run, the job that held it and ended without letting it go): the lock file names
-    its holder, and a job killed with SIGKILL (or its node lost) leaves that name behind. A holder counts as
-    alive when its process exists on this host, or on another host when the file's heartbeat (touched at
-    every checkpoint) is younger than runlock.STALE_SECONDS."""
-    try:
-        with open(os.path.join(run_dir, LOCK_NAME), encoding="utf-8", errors="replace") as f:
-            holder = dict(part.split("=", 1) for part in f.read().split() if "=" in part)
-            mtime = os.fstat(f.fileno()).st_mtime
-    except OSError:
-        return {}, {}
-    if not holder:
-        return {}, {}
-    ours = holder.get("host") == socket.gethostname() and holder.get("pid") == str(os.getpid())
-    return (holder, {}) if ours or holder_alive(holder, mtime, now) else ({}, holder)
 
 
 def _since(stamp: str | None) -> float | None:
@@ -61,13 +47,16 @@ def _since(stamp: str | None) -> float | None:
 
 def status(run_dir: str, now: float | None = None) -> dict:
     """The facts ``evens status --json`` prints."""
+    now = time.time() if now is None else now
+    holder, gone = lock_holder(run_dir, now)
+    if holder and not os.path.isfile(os.path.join(run_dir, CHECKPOINT_NAME)):
+        return _starting(run_dir, holder)
     path = checkpoint_path(run_dir)
     state, info = read_run(path, history=False, memory=False)  # the state file alone: its account of the history (evolve.search.tally)
-    if state.tally is None:  # a run file from before the account was kept
+    if state.tally is None:  # a job's first checkpoint, written before its first result, or a run file from before the account was kept
         state, info = read_run(path)
-    now = time.time() if now is None else now
+        state.tally = tally_of(state.records, info)
     summary = summarize(state, info, run_dir, state.tally, pareto=False)  # (status shows no Pareto front)
-    holder, gone = _holder(run_dir, now)
     view = state.dispatch
     saved_at = float(view.get("saved_at") or os.stat(path).st_mtime)
     done, budget = summary["evaluations"], summary["budget"]
@@ -116,6 +105,15 @@ def status(run_dir: str, now: float | None = None) -> dict:
             elif rate > 0:
                 facts["eta_seconds"] = max(0.0, left / rate * 60 - (now - saved_at))
     return facts
+
+
+def _starting(run_dir: str, holder: dict[str, str]) -> dict:
+    """The facts of a run that a job has claimed and not yet checkpointed: the job, and nothing of a search yet."""
+    return {"run_dir": run_dir, "job": _job_facts(holder), "ended_job": None, "state": "starting", "checkpoint_age_seconds": None,
+            "evaluations": 0, "budget": None, "per_minute_overall": None, "per_minute_recent": None, "recent_seconds": None,
+            "eta_seconds": None, "best": None, "ensemble": None, "metric": None, "failures": {}, "promotion": None,
+            "workers": _devices(run_dir), "workers_training": None, "tasks_queued": None, "longest_training": None,
+            "worker_utilization": None, "sessions": None, "chosen_on": None, "folds": None, "networks_open": None, "folds_back": None}
 
 
 def _devices(run_dir: str) -> int | None:
@@ -192,6 +190,9 @@ def _where(job: dict[str, str]) -> str:
 
 
 def format_status(s: dict) -> str:
+    if s["state"] == "starting":
+        return (f"{s['run_dir']}: a job holds the run ({_where(s['job'])}, since {s['job'].get('started', '?')}); it is starting "
+                "and has written no checkpoint yet")
     metric = s["metric"]
     if s["job"]:
         held = f"a job holds the run ({_where(s['job'])}, since {s['job'].get('started', '?')})"

@@ -132,9 +132,13 @@ def listing(path: str) -> list[Segment]:
     """The segments the state file at ``path`` lists now, in order (what :class:`evolve.runfile.history.History` opens);
     ``ValueError`` if its listing is damaged."""
     with h5py.File(path, "r") as f:
-        seg = f["segments"]
-        store.check_seal(seg, "/segments")
-        return _segments_in(seg)
+        return listed_in(f)
+
+
+def listed_in(f: h5py.File) -> list[Segment]:
+    """The segments the open state file ``f`` lists, in order; ``ValueError`` if its listing is damaged."""
+    store.check_seal(f["segments"], "/segments")
+    return _segments_in(f["segments"])
 
 
 # The state file this process last wrote, by path. If that file is still in place, the next checkpoint
@@ -338,21 +342,32 @@ def load(path: str, weights: bool = True, say: Callable[[str], None] | None = No
     ``proposed_hashes=False`` leaves the networks proposed in ``checkpoint.proposed`` (the memory as the state file holds
     it, for ``evens select`` to write back), where a resume reads them into the memory.
     """
+    with open_state_file(path) as f:
+        return load_open(f, path, weights, say, history, memory, proposed_hashes)
+
+
+def open_state_file(path: str) -> h5py.File:
+    """The state file at ``path``, open for reading; :class:`RunDirError` if it cannot be opened."""
     try:
-        f = h5py.File(path, "r")
+        return h5py.File(path, "r")
     except (OSError, FileNotFoundError) as exc:
         raise RunDirError(f"{path}: not a readable checkpoint ({exc})") from None
+
+
+def load_open(f: h5py.File, path: str, weights: bool = True, say: Callable[[str], None] | None = None, history: bool = True,
+              memory: bool = True, proposed_hashes: bool = True, segments=None) -> tuple[SearchState, RunInfo]:
+    """:func:`load` from the state file ``f``, open (at ``path``); with ``history``, the records from ``segments`` (a
+    :class:`evolve.runfile.history.History` of the segments ``f`` lists, open) where given, else from the files named."""
     dropped: list[str] = []
-    with f:
-        try:
-            _check_format(f, path)
-            state, info = _read(f, weights, dropped, history, memory)
-            if memory and proposed_hashes and not history:  # the networks proposed, where the memory keeps them in their own file
-                state.memory = proposed.filled(proposed.proposed_path(path), state.memory)
-            merge_into(path, state, len(info.gene_names))
-            _check_consistent(state, info)
-        except (KeyError, ValueError, TypeError, IndexError, AttributeError, OSError, RuntimeError) as exc:  # (h5py: RuntimeError for some damaged headers)
-            raise RunDirError(f"{path}: damaged checkpoint ({type(exc).__name__}: {exc})") from None
+    try:
+        check_format(f, path)
+        state, info = _read(f, weights, dropped, history, memory, segments)
+        if memory and proposed_hashes and not history:  # the networks proposed, where the memory keeps them in their own file
+            state.memory = proposed.filled(proposed.proposed_path(path), state.memory)
+        merge_into(path, state, len(info.gene_names))
+        _check_consistent(state, info)
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError, OSError, RuntimeError) as exc:  # (h5py: RuntimeError for some damaged headers)
+        raise RunDirError(f"{path}: damaged checkpoint ({type(exc).__name__}: {exc})") from None
     if dropped:
         (say or logging.getLogger("evens").warning)(_dropped_line(path, dropped, len(state.hall_of_fame)))
     return state, info
@@ -365,7 +380,7 @@ def _dropped_line(path: str, dropped: list[str], kept: int) -> str:
     return f"{path}: {'; '.join(members)}: dropped from the hall of fame, which keeps the other {kept} member{'s' * (kept != 1)}{notes}"
 
 
-def _check_format(f: h5py.File, path: str) -> None:
+def check_format(f: h5py.File, path: str) -> None:
     """``RunDirError`` unless ``f`` is a run file of this format; ``ValueError`` if its seal fails (checked
     first where there is one: a damaged version is damage, not another format)."""
     sealed = store.SEAL in f.attrs
@@ -421,14 +436,17 @@ def _tally(f: h5py.File, n_genes: int) -> Tally | None:
     return Tally.from_state(json.loads(f.attrs["tally"]), best)
 
 
-def _read(f: h5py.File, weights: bool, dropped: list[str], history: bool = True, master: bool = True) -> tuple[SearchState, RunInfo]:
-    """The run in ``f`` (whose format and seal :func:`_check_format` checked); damaged members are left out and
-    named in ``dropped``. Without ``history``, no records: see :func:`load`."""
-    store.check_seal(f["segments"], "/segments")
+def _read(f: h5py.File, weights: bool, dropped: list[str], history: bool = True, master: bool = True,
+          segments=None) -> tuple[SearchState, RunInfo]:
+    """The run in ``f`` (whose format and seal :func:`check_format` checked); damaged members are left out and
+    named in ``dropped``. Without ``history``, no records: see :func:`load`; ``segments``: see :func:`load_open`."""
     seg = f["segments"]
     folder = segments_folder(f.filename)
-    listed = _segments_in(seg)
-    data = snapshot(folder, listed) if history else []  # first, while a job writing the run has not yet removed what this file lists
+    listed = listed_in(f)
+    if segments is not None and segments.listed != listed:
+        raise ValueError("the segments given are not the ones this state file lists")
+    # the segments' bytes first, while a job writing the run has not yet removed what this file lists
+    data = (snapshot(folder, listed) if segments is None else segments.contents()) if history else []
     memory: dict[str, np.ndarray] = {}
     if master and "master" in f:
         store.check_seal(f["master"], "/master")

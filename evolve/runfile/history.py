@@ -40,6 +40,15 @@ class History(contextlib.AbstractContextManager):
             f.close()
         self._files = []
 
+    def contents(self) -> list[bytes]:
+        """Every segment's bytes, in order, for :func:`evolve.runfile.segments.read_segment` (which checks each against
+        its CRC-32): the whole history, from the files this holds open."""
+        out = []
+        for f in self._files:
+            f.seek(0)
+            out.append(f.read())
+        return out
+
     def _open(self, i: int) -> h5py.File:
         f = self._files[i]
         if i not in self._checked:
