@@ -28,7 +28,7 @@ from evolve.transport.isolation import TrainerError, TrainerProcess, trainer_env
 from evolve.transport.mpi_transport import MPIWorkerChannel, world
 from evolve.transport.worker import serve, trainer_for
 
-from .cli import STOP_SIGNALS, StopFlag
+from .process import STOP_SIGNALS, StopFlag
 from .local import affinity, ranks_sharing, trainer_threads, usable_cores
 from .log import LOG, setup_logging
 from .prepare import Prepared, check_same_data, prepare
@@ -112,7 +112,7 @@ def run_search(config_path: str | None, overrides: list[str], out: str | None = 
                verbose: bool = False, status_seconds: float = 60.0, stop: StopFlag | None = None) -> tuple[int, str | None]:
     """:func:`run`, with the run directory the master used (None on the workers, and where none was made).
 
-    ``stop`` counts the stop signals; make it before mpi4py starts MPI (:class:`~evolve.app.cli.StopFlag`
+    ``stop`` counts the stop signals; make it before mpi4py starts MPI (:class:`~evolve.app.process.StopFlag`
     says why). Without one, the signals are counted from here on."""
     stop = StopFlag() if stop is None else stop
     comm = world()
@@ -131,10 +131,14 @@ def run_search(config_path: str | None, overrides: list[str], out: str | None = 
     if error:
         return _fail(is_master, error), None
     try:
-        return _run_prepared(comm, config_dict, prepared, started, quiet, stop), prepared.run_dir if is_master else None
+        code = _run_prepared(comm, config_dict, prepared, started, quiet, stop)
     finally:
         if is_master:
             prepared.release()
+    # Every rank ends with the master's status (a worker's serve returns 0 after a stop too), so that
+    # run_search_from raises the same error everywhere; a rank that did not return normally aborted the job.
+    code = comm.bcast(code if is_master else None, root=MASTER)
+    return code, prepared.run_dir if is_master else None
 
 
 def _run_prepared(comm, config_dict: dict, prepared: Prepared | None, started: float, quiet: bool, stop: StopFlag) -> int:

@@ -31,7 +31,7 @@ from evolve.transport.mpi_transport import MPIMasterTransport, abort
 from evolve.transport.protocol import InProcessTransport
 from evolve.transport.worker import trainer_for
 
-from .cli import StopFlag
+from .process import StopFlag
 from .log import LOG
 from .prepare import AUTO_FOLDS_UNDER, Prepared, choice_labels, data_facts
 from .progress import Progress
