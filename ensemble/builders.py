@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from .models import NetworkSpec, build_network
-from .references import UserCodeError, add_model_path, first_line, import_by_name
+from .references import USER_FAILURES, UserCodeError, add_model_path, first_line, import_by_name
 from .specs import BUILDER, GENES, is_user_network
 
 __all__ = ["BuilderError", "add_model_path", "check_network", "import_builder", "import_builders", "network_from_settings"]
@@ -58,7 +58,7 @@ def network_from_settings(network: dict, sample_shape: tuple[int, ...], outputs:
     builder = import_builder(reference)
     try:
         model = builder(dict(network.get(GENES, {})), sample_shape, int(outputs))
-    except Exception as exc:  # noqa: BLE001 -- the user's code; its failure is this network's, in one line
+    except USER_FAILURES as exc:  # the user's code; its failure (sys.exit too) is this network's, in one line
         raise BuilderError(f"model builder {reference} raised {type(exc).__name__}: {first_line(exc)}") from None
     if not isinstance(model, nn.Module):
         raise BuilderError(f"model builder {reference} returned a {type(model).__name__}, not a torch.nn.Module")
@@ -72,7 +72,7 @@ def check_network(network: dict, sample_shape: tuple[int, ...], outputs: int) ->
     try:
         with torch.no_grad():
             out = model(torch.zeros((1, *tuple(sample_shape))))
-    except Exception as exc:  # noqa: BLE001 -- the user's forward pass
+    except USER_FAILURES as exc:  # the user's forward pass
         raise BuilderError(f"model builder {name}: a forward pass on one sample of shape {tuple(sample_shape)} raised "
                            f"{type(exc).__name__}: {first_line(exc)}") from None
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (1, int(outputs)):

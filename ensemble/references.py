@@ -20,6 +20,11 @@ class UserCodeError(Exception):
     """User code that cannot be used, in one line naming it and the problem."""
 
 
+# What a user's code may raise that is its own failure: SystemExit too (a module or a builder that calls
+# sys.exit), which would otherwise end the rank with a traceback and an MPI_Abort; not KeyboardInterrupt.
+USER_FAILURES = (Exception, SystemExit)
+
+
 def is_reference(text: str) -> bool:
     return isinstance(text, str) and bool(REFERENCE.match(text))
 
@@ -52,7 +57,7 @@ def import_by_name(reference: str, what: str = "model builder") -> Callable:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise _no_module(reference, what, exc.name or module_name) from None
-    except Exception as exc:  # noqa: BLE001 -- the user's module raised while importing; say what, in one line
+    except USER_FAILURES as exc:  # the user's module raised (or exited) while importing; say what, in one line
         raise UserCodeError(f"{what} {reference}: importing {module_name} raised {type(exc).__name__}: {first_line(exc)}") from None
     found = getattr(module, function, None)
     if found is None:
@@ -71,7 +76,7 @@ def find_by_name(reference: str, what: str = "model builder") -> None:
         found = importlib.util.find_spec(module_name)
     except ModuleNotFoundError as exc:
         raise _no_module(reference, what, exc.name or module_name) from None
-    except Exception as exc:  # noqa: BLE001 -- a parent package raised while importing
+    except USER_FAILURES as exc:  # a parent package raised (or exited) while importing
         raise UserCodeError(f"{what} {reference}: importing {module_name} raised {type(exc).__name__}: {first_line(exc)}") from None
     if found is None:
         raise _no_module(reference, what, module_name)

@@ -278,6 +278,14 @@ def test_evens_temporary_files_fit_wherever_their_target_fits(tmp_path):
     assert len(remove_stale(str(tmp_path))) == 2 and os.listdir(tmp_path) == []
 
 
+def test_a_builder_that_calls_sys_exit_during_an_export_is_one_line_and_exit_2(tmp_path, edge_run, monkeypatch, capsys):
+    path, nets = edge_run
+    monkeypatch.setenv("EDGE_BUILD", "exit")  # before: exit status 3, without a word
+    assert main(["export", path, "--format", "pt2", "--out", str(tmp_path / "new"), "--model-path", nets]) == 2
+    assert capsys.readouterr().err.splitlines() == [IMPORTING, "evens: error: member #0: model builder edge_nets:build raised SystemExit: 3"]
+    assert not [n for n in os.listdir(tmp_path) if "new" in n]
+
+
 def test_a_forward_pass_that_calls_sys_exit_while_captured_is_one_line_and_exit_2(tmp_path, edge_run, monkeypatch, capsys):
     path, nets = edge_run
     monkeypatch.setenv("EDGE_FORWARD", "exit")

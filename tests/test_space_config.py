@@ -250,6 +250,9 @@ def test_override_one_bound_of_a_default_range():
         ("data.split_seed=-3", "must be >= 0"),
         ("space.dropout={low = 0.0, high = nan}", "finite number"),
         ("space.learning_rate=[inf]", "finite number"),
+        ("search.seed=1\nsearch.evaluations=5", "holds more than one value"),  # the rest was dropped without a word
+        ("search.seed\nx=1", "not a dotted config key"),
+        ("search..seed=1", "not a dotted config key"),
     ],
 )
 def test_bad_overrides(override, message):

@@ -1,14 +1,15 @@
 """End to end: a search over a user's own network ([model] builder), its run file, report and predict."""
 import json
 import os
+import signal
 import subprocess
 import sys
 
 import h5py
 import numpy as np
 import pytest
-from cli_fixture import report
-from conftest import ROOT, evens_cmd, launch, write_blobs
+from cli_fixture import report, wait_for_checkpoint
+from conftest import ROOT, evens_cmd, launch, mpiexec, write_blobs
 
 from ensemble import load_ensemble
 
@@ -56,7 +57,7 @@ def test_a_search_over_a_users_network_records_its_genes_and_its_ensemble_predic
         config = json.loads(f.attrs["config"])
         member = next(iter(f["ensemble"]["members"].values()))
         network = json.loads(member.attrs["network"])
-    assert config["model"] == {"builder": "user_signal_nets:build", "path": MODELS}
+    assert config["model"] == {"builder": "user_signal_nets:build", "path": MODELS, "check_seconds": 60.0}
     assert network["builder"] == "user_signal_nets:build" and set(network["genes"]) == {"channels", "blocks", "kernel"}
     # predict imports the builder by name from what is importable; nothing is imported from a path in the file
     predict = evens_cmd() + ["predict", out, data, "--split", "test"]
@@ -117,8 +118,9 @@ def test_the_python_api_runs_a_search_with_a_builder_function_on_every_rank(tmp_
     proc = launch(3, [sys.executable, os.path.join(ROOT, "tests", "mpi", "prog_api_search.py"), cfg, out], timeout=240, cwd=ROOT,
                   env={"PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "tests"), MODELS])})
     assert proc.returncode == 0, proc.stderr
-    returned = {line["rank"]: line["returned"] for line in map(json.loads, (t for t in proc.stdout.splitlines() if t.startswith('{"rank"')))}
-    assert returned == {0: out, 1: None, 2: None}
+    lines = [json.loads(t) for t in proc.stdout.splitlines() if t.startswith('{"rank"')]
+    assert {line["rank"]: line["returned"] for line in lines} == {0: out, 1: None, 2: None}
+    assert all(line["handlers_kept"] for line in lines), lines  # the caller's signal handlers again, on every rank
     summary = report(out)
     assert summary["evaluations"] == 4 and {n["genome"]["channels"] for n in summary["top"]} <= {4, 6}
     with h5py.File(os.path.join(out, "checkpoint.h5")) as f:
@@ -129,8 +131,55 @@ def test_a_builder_defined_in_the_launching_script_is_refused_in_one_line(tmp_pa
     cfg, _ = user_config(tmp_path)
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "mpi", "prog_api_main_builder.py"), cfg, str(tmp_path / "run")],
                           capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
-    assert "ConfigError: model builder build is defined in the launching script (__main__)" in proc.stdout, proc.stdout + proc.stderr
+    assert "SearchFailed: the search ended with exit status 2" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == ["evens: error: model builder build is defined in the launching script (__main__); every "
+                                                "rank imports it by name, and predict does later: move it into a module and import it "
+                                                "from there"], proc.stderr
     assert not os.path.exists(tmp_path / "run")
+
+
+def test_a_search_that_a_signal_stops_raises_on_every_rank_and_leaves_the_handlers_as_found(tmp_path):
+    """SIGTERM to the whole job: every rank's run_search_from raises SearchFailed(75) (the workers' returned None before),
+    and every rank's SIGTERM, SIGINT and SIGUSR1 handlers are the caller's again (the workers' were left ignored)."""
+    cfg, _ = user_config(tmp_path)
+    out = str(tmp_path / "run")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "tests"), MODELS])}
+    proc = subprocess.Popen([mpiexec(), "-n", "3", sys.executable, os.path.join(ROOT, "tests", "mpi", "prog_api_stopped.py"), cfg, out],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_for_checkpoint(proc, out, 2, seconds=180)
+    os.killpg(proc.pid, signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    lines = [json.loads(t) for t in stdout.splitlines() if t.startswith('{"rank"')]
+    assert sorted(line["rank"] for line in lines) == [0, 1, 2], stdout + stderr
+    assert {line["status"] for line in lines} == {75}, stdout + stderr
+    assert all(line["handlers_kept"] for line in lines), stdout + stderr
+
+
+def test_a_config_built_in_code_runs_and_bad_overrides_are_one_line(tmp_path):
+    """A dict of the config's tables is a config; an override key that is not a dotted key (one holding '=' and a
+    newline, say) and a value that holds a second value are refused in one line, with SearchFailed(2)."""
+    cfg, _ = user_config(tmp_path, evaluations=2)
+    script = tmp_path / "api_dict.py"
+    script.write_text(
+        "import sys, tomllib\n"
+        "from evolve import SearchFailed, run_search_from\n"
+        "with open(sys.argv[1], 'rb') as f:\n"
+        "    tables = tomllib.load(f)  # built in code: the same tables as the file's\n"
+        "cases = {'dict': (tables, {}), 'key': (tables, {'search.seed=1\\nsearch.evaluations': 5})}\n"
+        "config, overrides = cases[sys.argv[3]]\n"
+        "try:\n"
+        "    print('returned', run_search_from(config, overrides=overrides, out=sys.argv[2], quiet=True))\n"
+        "except SearchFailed as exc:\n"
+        "    print('failed', exc.status)\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([ROOT, MODELS])}
+    run = lambda case: subprocess.run([sys.executable, str(script), str(cfg), str(tmp_path / case), case], capture_output=True, text=True,
+                                      timeout=240, cwd=str(tmp_path), env=env)
+    done = run("dict")
+    assert done.returncode == 0 and f"returned {tmp_path / 'dict'}" in done.stdout, done.stdout + done.stderr
+    assert report(str(tmp_path / "dict"))["evaluations"] == 2
+    bad = run("key")
+    assert "failed 2" in bad.stdout and len(bad.stderr.strip().splitlines()) == 1 and "not a dotted config key" in bad.stderr, bad.stderr
+    assert not os.path.exists(tmp_path / "key")
 
 
 def test_a_users_3d_cnn_searches_volumes_and_predicts(tmp_path):

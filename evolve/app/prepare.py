@@ -55,7 +55,7 @@ def prepare(config_path: str | None, overrides: list[str], out: str | None, resu
     leaves the directory as it found it).
     """
     if resume is None:
-        if config_path is None:
+        if config_path is None and not overrides:  # (the Python API's config built in code comes as overrides)
             raise ConfigError("evens run needs a CONFIG file, or --resume RUN_DIR")
         config = resolve_folds(_absolute_data_path(load_config(config_path, overrides)))
         check_trackers(config)

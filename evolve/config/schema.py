@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass, field, fields
 
@@ -123,6 +124,7 @@ class ModelConfig:
 
     builder: str = ""  # "module:function" called with (genes, sample_shape, outputs) for a torch.nn.Module; "": the built-in families
     path: str = ""  # a folder added to sys.path on every rank, so that your modules (the builder's, a metric's) import from it: in a config file, relative to its folder; stored absolute in the run
+    check_seconds: float = 60.0  # the master's check of your code (a builder's network for the middle genome, a metric, a loss), in a process of its own: longer is a hang, and the job ends in one line
 
 
 @dataclass(frozen=True)
@@ -206,6 +208,7 @@ _BOUNDS = {
     "search.drain_seconds": (0.0, None),
     "search.term_drain_seconds": (0.0, None),
     "search.hang_seconds": (0.0, None),
+    "model.check_seconds": (1.0, None),
     "search.prefetch": (0, 8),
     "search.brood": (1, 256),
     "search.eta": (2, 100),
@@ -321,9 +324,15 @@ def _space(raw: dict, builder: str = "") -> dict:
 def parse_value(text: str):
     """A ``--set`` value: a TOML literal if it is one, else the text itself."""
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        parsed = tomllib.loads(f"v = {text}")
     except tomllib.TOMLDecodeError:
         return text
+    if list(parsed) != ["v"]:  # "1\nsearch.seed = 2": the rest would be dropped without a word
+        raise ConfigError(f"--set value {text!r} holds more than one value; quote a text value")
+    return parsed["v"]
+
+
+OVERRIDE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_-]*)+")  # section.key, space.gene, space.gene.field
 
 
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
@@ -334,6 +343,8 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         key = key.strip()
         if not sep or not key:
             raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        if not OVERRIDE_KEY.fullmatch(key):
+            raise ConfigError(f"--set {item!r}: {key!r} is not a dotted config key (section.key, as search.evaluations)")
         parts = key.split(".")
         section = parts[0]
         if section not in SECTIONS and section != "space":
