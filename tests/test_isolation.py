@@ -1,5 +1,6 @@
 """Trainings isolated from their rank (issue 24, section 1): a training process that dies, or passes its
 time limit, is an evaluation with its cause, and the next task gets a fresh process."""
+import glob
 import os
 import time
 
@@ -99,18 +100,21 @@ def test_a_training_stuck_inside_forward_is_killed_at_its_time_limit(trainer):
     assert trainer.evaluate(task(5, "none")).status == "ok"
 
 
-@pytest.mark.parametrize("fault, words", [("huge", "memory: "), ("grow", "memory: its training process held")])
+@pytest.mark.parametrize("fault, words", [("huge", "memory: "), ("grow", "memory: its training process held"),
+                                          ("grow_shared", "memory: its training process held")])
 def test_a_training_past_its_memory_limit_is_crashed_with_memory_and_the_next_goes_on(trainer, fault, words):
     """train.max_host_memory_gb = 1: a request past it fails at once (RLIMIT_DATA), memory held past it
     is seen by the rank's watchdog (RssAnon) and the process killed, before the node's OOM killer."""
     limited = TrainerProcess({**trainer.setup, "max_host_memory_gb": 1.0}, trainer.data_fd, trainer.server)
     try:
         limited.start()
+        pid = limited.proc.pid
         ev = limited.evaluate(task(20, fault))
         assert ev.status == "crashed" and ev.message.startswith(words), ev.message
         assert limited.evaluate(task(21, "none")).status == "ok"
     finally:
         limited.close()
+    assert not glob.glob(f"/dev/shm/torch_{pid}_*"), "the killed process's shared memory is removed"
 
 
 def test_a_training_process_that_cannot_set_up_says_why_in_one_line(tmp_path):
@@ -173,7 +177,7 @@ epochs = {{low = 1, high = 2}}
     done = launch(3, evens_cmd() + ["run", str(cfg), "--out", out], timeout=240, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = noted.read_text().splitlines()
-    ranks = [line for line in lines if "trainer_process" not in line and "forkserver" not in line]
+    ranks = [line for line in lines if not any(other in line for other in ("trainer_process", "forkserver", "user_code"))]  # the ranks only
     assert len(ranks) == 3 and sorted(line[0] for line in ranks) == ["0", "0", "1"], lines  # the master imports torch; the workers not
     state, info = checkpoint.load(os.path.join(out, "checkpoint.h5"))
     space = info.space()

@@ -30,6 +30,7 @@ process as a fresh interpreter, as without it.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -171,6 +172,8 @@ def _fork(conn: socket.socket, request: dict, fds: list[int], owners: dict, inhe
             os._exit(code)
     for fd in fds:
         os.close(fd)
+    with contextlib.suppress(OSError):  # (the child does the same: whichever runs first) a process group of its own
+        os.setpgid(pid, pid)
     pidfd = os.pidfd_open(pid)
     owners[pid] = conn
     _reply(conn, {"pid": pid}, (pidfd,))

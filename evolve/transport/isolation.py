@@ -16,6 +16,8 @@ per worker, not once per training, while the data is broadcast (see evolve.app.d
 """
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
 import select
@@ -43,10 +45,17 @@ START_SECONDS = 600.0  # for a training process to start and set up (importing t
 MPI_VARIABLES = ("PMI_", "PMIX_", "HYDRA_", "MPIR_", "OMPI_", "MPICH_", "I_MPI_", "SLURM_PMI")
 
 
-def anonymous_resident_bytes(pid: int) -> int:
-    """RssAnon of ``pid`` in bytes: its own resident memory, without the file and shared-memory pages it
-    maps (the node's data); 0 where unknown."""
-    return status_kb(pid, "RssAnon") << 10
+def own_resident_bytes(pid: int, shared_data: int = 0) -> int:
+    """The resident memory of ``pid`` that is its own, in bytes: RssAnon, and its shared memory (RssShmem: what
+    ``share_memory_()`` or /dev/shm hold) past ``shared_data``, the node's data copy it maps; 0 where unknown."""
+    return (status_kb(pid, "RssAnon") << 10) + max(0, (status_kb(pid, "RssShmem") << 10) - shared_data)
+
+
+def remove_torch_shared_memory(pid: int) -> None:
+    """The /dev/shm files torch's shared tensors of the ended process ``pid`` left (named ``torch_<pid>_...``)."""
+    for path in glob.glob(f"/dev/shm/torch_{int(pid)}_*"):
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 class TrainerError(RuntimeError):
@@ -90,7 +99,8 @@ class TrainerProcess:
             if self.proc is None:
                 self.proc = subprocess.Popen(
                     [sys.executable, "-m", "evolve.transport.trainer_process", str(from_rank), str(to_rank), str(os.getpid())],
-                    pass_fds=fds, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=trainer_environment(), close_fds=True)
+                    pass_fds=fds, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=trainer_environment(), close_fds=True,
+                    process_group=0)  # a group of its own, killed whole (see _end)
         finally:
             os.close(from_rank)
             os.close(to_rank)
@@ -193,11 +203,11 @@ class TrainerProcess:
                 return None
 
     def _over_memory(self) -> bool:
-        """The watchdog of ``train.max_host_memory_gb``: kill the process if its anonymous resident memory
-        (its own, not the node's data it maps) is past the limit."""
+        """The watchdog of ``train.max_host_memory_gb``: kill the process if its own resident memory (anonymous and
+        shared, not the node's data it maps: :func:`own_resident_bytes`) is past the limit."""
         if not self.memory_limit:
             return False
-        resident = anonymous_resident_bytes(self.proc.pid)
+        resident = own_resident_bytes(self.proc.pid, int(self.setup["data"]["size"]))
         if resident <= self.memory_limit:
             return False
         self._end()
@@ -227,9 +237,15 @@ class TrainerProcess:
         """Kill the process (if alive), reap it and close the pipes; its exit status."""
         code = None
         if self.proc is not None:
-            if self.proc.poll() is None:
+            alive = self.proc.poll() is None
+            # Its process group: what a network's code started (a builder's subprocess, a data loader's workers) ends
+            # with it and lets go of the rank's pipes. (A group whose last member has gone keeps no id to reuse.)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            if alive:
                 self.proc.kill()
             code = self.proc.wait()
+            remove_torch_shared_memory(self.proc.pid)
         for fd in (self.to_child, self.from_child):
             if fd >= 0:
                 os.close(fd)

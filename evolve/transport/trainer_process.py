@@ -19,10 +19,12 @@ Messages on the pipes are frames of a kind byte, a length and that many bytes (:
 
 Nothing is pickled either way. Stop signals (SIGTERM, SIGINT, SIGUSR1: Slurm signals every process
 of a step, and Ctrl-C the whole process group) are ignored here: the rank decides, and a drain lets
-the training finish. The process dies with its rank (``PR_SET_PDEATHSIG``).
+the training finish. The process leads a process group of its own, and dies with its rank (a thread
+waits on the rank's pidfd), taking that group with it: what a network's code started ends too.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -31,7 +33,6 @@ import struct
 import sys
 
 _FRAME = struct.Struct("<cQ")
-PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 
 
@@ -71,13 +72,10 @@ def _read_exactly(fd: int, n: int) -> bytearray | None:
 
 
 def die_with_parent(parent: int) -> None:
-    """Be killed when the rank that started this process dies (Linux); end now if it already has."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # pragma: no cover - not Linux: the rank's end closes the pipes instead
-        pass
+    """End, with the processes this one starts, when the rank that started it dies; now if it already has."""
     if os.getppid() != parent:
         os._exit(1)
+    die_with_rank(parent)
 
 
 def _set_up(setup: dict):
@@ -187,6 +185,8 @@ def serve_forked(fds: list[int], env: dict, rank: int, cwd: str | None = None, c
     folder ``cwd`` and cores ``cpus`` (the rank's affinity); it dies with that rank (not with the server, its parent).
     Returns the exit status (4: it could not take the rank's cores)."""
     from_rank, to_rank, data_fd, stderr_fd = fds
+    with contextlib.suppress(OSError):  # a process group of its own, as a fresh interpreter's (the server does it too)
+        os.setpgid(0, 0)
     try:  # its name in top and ps -o comm (its command line stays the server's)
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, b"evens-trainer")
     except (OSError, AttributeError):  # pragma: no cover - not Linux
@@ -223,6 +223,8 @@ def die_with_rank(rank: int) -> None:
 
     def watch() -> None:
         select.select([pidfd], [], [])
+        if os.getpgid(0) == os.getpid():  # this process leads its group (the rank made it so): end it whole
+            os.killpg(0, signal.SIGKILL)
         os._exit(1)
 
     threading.Thread(target=watch, name="die-with-rank", daemon=True).start()

@@ -1,7 +1,7 @@
 """A user's network that misbehaves on purpose while it trains, by its ``fault`` gene (tests/test_isolation.py):
 kills its own process (SIGKILL, as the out-of-memory killer does), segfaults, calls ``os._exit(3)``,
 sleeps inside ``forward`` far past any time limit, asks for 400 GB at once (``huge``; ``cuda_huge`` on
-its GPU), or holds ever more memory (``grow``). In eval mode (evens' dry forward pass before the
+its GPU), or holds ever more memory (``grow``; ``grow_shared``: shared memory, as ``share_memory_()`` makes). In eval mode (evens' dry forward pass before the
 search) it behaves."""
 import ctypes
 import math
@@ -37,6 +37,11 @@ class Faulty(nn.Module):
                 for _ in range(128):
                     held.append(bytearray(64 << 20))
                     held[-1][:: 4096] = b"x" * len(held[-1][:: 4096])
+                    time.sleep(0.2)
+            elif self.fault == "grow_shared":  # the same in shared memory, which RssAnon and RLIMIT_DATA miss
+                held = []
+                for _ in range(128):
+                    held.append(torch.ones(16 << 20, dtype=torch.float32).share_memory_())
                     time.sleep(0.2)
         return self.inner(x)
 
