@@ -106,3 +106,27 @@ def test_garbage_and_flipped_bytes_end_the_log_without_an_error(tmp_path):
 def test_entries_for_another_number_of_genes_are_skipped(tmp_path):
     data = _log_bytes(tmp_path, [("sent", 1)])
     assert read_log(data, GENES + 1) == {}
+
+
+def test_results_that_came_back_after_the_checkpoint_are_redone_not_lost(tmp_path):
+    """A master killed between checkpoints: what came back since the last one died with it. Before, the log's 'done'
+    entries dropped those evaluations from the resumed run altogether ('0 evaluations done, 1 to redo' after 11
+    finished trainings); now they are pending again, with no attempt counted against them (they finished)."""
+    from types import SimpleNamespace
+
+    from evolve.runfile.inflight import merge_into
+
+    path = str(tmp_path / "checkpoint.h5")
+    log = InFlightLog(path)
+    for ident in (1, 2, 3):
+        log.sent(_pending(ident, attempts=0), 1)  # (it starts training: this job counts as one it is out at)
+    log.done(1)
+    log.done(3)
+    log.close()
+    returned = {}
+    assert read_log(open(inflight_path(path), "rb").read(), GENES, returned) == {2: _pending(2, 1)}
+    assert returned == {1: _pending(1, 0), 3: _pending(3, 0)}
+    state = SimpleNamespace(records=[SimpleNamespace(id=3)], recent_ids=[], pending=[], next_id=0)  # 3 was checkpointed
+    merge_into(path, state, GENES)
+    assert sorted((p.id, p.attempts) for p in state.pending) == [(1, 0), (2, 1)]
+    assert state.next_id == 3

@@ -1,9 +1,11 @@
 """The in-flight log: what went out, and what came back, since the last checkpoint.
 
-A job that dies (a worker killed by the out-of-memory killer ends the whole MPI job) leaves in
-``checkpoint.inflight`` the individuals that were out when it died, though they went out after the
-last checkpoint; :func:`merge_into` adds them to the pending ones with their attempts counted, so a
-network that kills its worker is not proposed again as new and sent out forever.
+A job that dies (a worker killed by the out-of-memory killer ends the whole MPI job, or the master is
+killed) leaves in ``checkpoint.inflight`` the individuals that were out when it died, though they went
+out after the last checkpoint; :func:`merge_into` adds them to the pending ones with their attempts
+counted, so a network that kills its worker is not proposed again as new and sent out forever. Those
+whose results came back after the last checkpoint are added too, with no attempt counted: their
+results died with the master, and they are redone.
 
 The master writes it for every evaluation, so it is binary and written in as few ``write`` calls as
 the guarantee allows: entries are noted in memory (:meth:`InFlightLog.sent`, :meth:`InFlightLog.done`)
@@ -96,9 +98,12 @@ class InFlightLog:
             self._fd = -1
 
 
-def read_log(data: bytes, n_genes: int) -> dict[int, Pending]:
-    """The individuals ``data`` (an in-flight log's bytes) says went out and never came back, by id."""
+def read_log(data: bytes, n_genes: int, returned: dict[int, Pending] | None = None) -> dict[int, Pending]:
+    """The individuals ``data`` (an in-flight log's bytes) says went out and never came back, by id; ``returned``, if
+    given, gets those that came back (recorded by the job after the checkpoint the log follows), each with the
+    attempts it had before it went out (it finished: no job death counts against it)."""
     sent: dict[int, Pending] = {}
+    returned = {} if returned is None else returned
     at = 0
     while at + _FRAME.size <= len(data):
         length, crc = _FRAME.unpack_from(data, at)
@@ -107,24 +112,28 @@ def read_log(data: bytes, n_genes: int) -> dict[int, Pending]:
             break  # a write the dying machine never finished: nothing after it counts
         at += _FRAME.size + length
         try:
-            _read_frame(frame, n_genes, sent)
+            _read_frame(frame, n_genes, sent, returned)
         except (struct.error, UnicodeDecodeError, ValueError):
             break  # whole and checksummed, yet not ours: trust nothing after it
     return sent
 
 
-def _read_frame(frame: bytes, n_genes: int, sent: dict[int, Pending]) -> None:
+def _read_frame(frame: bytes, n_genes: int, sent: dict[int, Pending], returned: dict[int, Pending]) -> None:
     at = 0
     while at < len(frame):
         kind = frame[at:at + 1]
         if kind == b"D":
             _, ident = _DONE.unpack_from(frame, at)
-            sent.pop(ident, None)
+            back = sent.pop(ident, None)
+            if back is not None:  # its last entry counted the job it trained in; it finished there
+                back.attempts = max(0, back.attempts - 1)
+                returned[ident] = back
             at += _DONE.size
         elif kind == b"S":
             individual, at = _read_sent(frame, at + 1)
             if len(individual.genome) == n_genes:
                 sent[individual.id] = individual
+                returned.pop(individual.id, None)
         else:
             raise ValueError(f"unknown entry {kind!r}")
 
@@ -153,8 +162,9 @@ def _read_sent(frame: bytes, at: int) -> tuple[Pending, int]:
 
 
 def merge_into(path: str, state, n_genes: int) -> None:
-    """Add what the in-flight log beside ``path`` says was out and never came back to ``state.pending``
-    (an individual already pending keeps the larger of the two attempt counts)."""
+    """Add to ``state.pending`` what the in-flight log beside ``path`` says was out and never came back, and what came
+    back after the checkpoint and is not in it (a SIGKILL between checkpoints: redone, not lost). An individual
+    already pending keeps the larger of the two attempt counts."""
     try:
         fd = os.open(inflight_path(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -165,7 +175,9 @@ def merge_into(path: str, state, n_genes: int) -> None:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
             raise RunDirError(f"{inflight_path(path)}: not a regular file")
         data = fh.read(_MAX_BYTES)
-    sent = read_log(data, n_genes)
+    returned: dict[int, Pending] = {}
+    sent = read_log(data, n_genes, returned)
+    sent.update((ident, individual) for ident, individual in returned.items() if ident not in sent)  # recorded, not saved
     if not sent:
         return
     # what the checkpoint recorded: every record, or without its history read the last checkpoint's, the only ones
