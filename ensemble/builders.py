@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from .models import NetworkSpec, build_network
-from .references import USER_FAILURES, UserCodeError, add_model_path, first_line, import_by_name
+from .references import USER_FAILURES, ModuleMissing, UserCodeError, add_model_path, first_line, import_by_name
 from .specs import BUILDER, GENES, is_user_network
 
 __all__ = ["BuilderError", "add_model_path", "check_network", "import_builder", "import_builders", "network_from_settings"]
@@ -38,12 +38,20 @@ def import_builder(reference: str) -> Builder:
     return import_by_name(reference, "model builder")
 
 
-def import_builders(networks, say: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> None:
+def import_builders(networks, say: Callable[[str], None] = lambda line: print(line, file=sys.stderr), made_with: str = "") -> None:
     """Import the builders that these network settings name, saying each module's name first (loading a
-    run made with a builder runs the builder's code); BuilderError in one line for one that cannot be."""
+    run made with a builder runs the builder's code); BuilderError in one line for one that cannot be.
+    ``made_with``: the folder the run's search imported them from (its ``model.path``), named in the error
+    when a module is not importable here; nothing is imported from it unless the caller added it."""
     for reference in sorted({n[BUILDER] for n in networks if is_user_network(n)}):
         say(f"evens: importing {reference.split(':')[0]} (the run's model builder {reference})")
-        import_builder(reference)
+        try:
+            import_builder(reference)
+        except ModuleMissing as exc:
+            if not made_with:
+                raise
+            raise exc.hinted(f"the run was made with model.path = {made_with}: give that folder as --model-path, "
+                             "or model_path= to load_ensemble") from None
 
 
 def network_from_settings(network: dict, sample_shape: tuple[int, ...], outputs: int) -> nn.Module:

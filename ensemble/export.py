@@ -310,7 +310,8 @@ def export_ensemble(run: str, out: str, file_format: str, model_path: str | None
         signals = _EndingSignals()  # held: a signal while the folder is made would leave it behind unnamed
         folder, made = _partial_folder(out)  # the place is tried as it will be used, before any user code runs
         signals.release()
-        ensemble = build_ensemble(stored.problem, stored.sample_shape, stored.x_dtype, chosen, torch.device("cpu"), stored.selection, say)
+        ensemble = build_ensemble(stored.problem, stored.sample_shape, stored.x_dtype, chosen, torch.device("cpu"), stored.selection, say,
+                                  stored.made_with)
         networks = {m.id: m.network for m, _ in chosen}
         written, missing = _export_members(ensemble, stored, networks, folder, file_format, say)
         if not written:

@@ -154,12 +154,13 @@ def _why(exc: BaseException) -> str:
 
 
 def build_ensemble(problem: Problem, sample_shape: tuple[int, ...], x_dtype: str, chosen: list[tuple[Member, float]],
-                   device: torch.device, selection: Selection | None = None, say: Callable[[str], None] | None = None) -> Ensemble:
+                   device: torch.device, selection: Selection | None = None, say: Callable[[str], None] | None = None,
+                   made_with: str = "") -> Ensemble:
     """An :class:`Ensemble` of the ``chosen`` (member, weight) pairs, rebuilt on ``device``. A member made by
     a user's builder imports that builder by name from what is importable, saying so first (to stderr,
-    or through ``say``)."""
+    or through ``say``); ``made_with`` (the run's ``model.path``) is named if its module is not importable."""
     try:
-        import_builders([m.network for m, _ in chosen], **({"say": say} if say is not None else {}))
+        import_builders([m.network for m, _ in chosen], **({"say": say} if say is not None else {}), made_with=made_with)
     except BuilderError as exc:
         raise EnsembleError(str(exc)) from None
     members = [LoadedMember(m.id, w, rebuild(m, problem, sample_shape, device)) for m, w in chosen]
@@ -176,7 +177,7 @@ def load_ensemble(path: str, device: str | torch.device = "auto", model_path: st
     stored, chosen = read_members(path, model_path)
     if not isinstance(device, torch.device):
         device = choose_device(0, device)
-    return build_ensemble(stored.problem, stored.sample_shape, stored.x_dtype, chosen, device, stored.selection)
+    return build_ensemble(stored.problem, stored.sample_shape, stored.x_dtype, chosen, device, stored.selection, made_with=stored.made_with)
 
 
 def read_members(path: str, model_path: str | None = None) -> tuple[StoredEnsemble, list]:

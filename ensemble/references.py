@@ -20,6 +20,18 @@ class UserCodeError(Exception):
     """User code that cannot be used, in one line naming it and the problem."""
 
 
+class ModuleMissing(UserCodeError):
+    """User code whose module is not importable here; ``reference``, ``what`` and ``missing`` name it, so that
+    a caller that knows where the code came from (a run's stored ``model.path``) can say so."""
+
+    def __init__(self, reference: str, what: str, missing: str, hint: str = "install it, or give its folder as model.path or --model-path"):
+        super().__init__(f"{what} {reference}: no module named {missing!r} ({hint})")
+        self.reference, self.what, self.missing = reference, what, missing
+
+    def hinted(self, hint: str) -> ModuleMissing:
+        return ModuleMissing(self.reference, self.what, self.missing, hint)
+
+
 # What a user's code may raise that is its own failure: SystemExit too (a module or a builder that calls
 # sys.exit), which would otherwise end the rank with a traceback and an MPI_Abort; not KeyboardInterrupt.
 USER_FAILURES = (Exception, SystemExit)
@@ -45,9 +57,8 @@ def _module_name(reference: str, what: str) -> str:
     return reference.split(":")[0]
 
 
-def _no_module(reference: str, what: str, missing: str) -> UserCodeError:
-    return UserCodeError(f"{what} {reference}: no module named {missing!r} (install it, or give its folder as "
-                         "model.path or --model-path)")
+def _no_module(reference: str, what: str, missing: str) -> ModuleMissing:
+    return ModuleMissing(reference, what, missing)
 
 
 def import_by_name(reference: str, what: str = "model builder") -> Callable:

@@ -31,6 +31,7 @@ drop them without rewriting the rest. A damaged member is named; a run can leave
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import zlib
@@ -70,6 +71,7 @@ class StoredEnsemble:
     test_y: np.ndarray
     hall_of_fame: HallOfFame
     selection: Selection | None = None
+    made_with: str = ""  # the run's model.path: where its search imported a builder from (named in errors, never imported from)
 
 
 def write_ensemble(group: h5py.Group, stored: StoredEnsemble) -> None:
@@ -347,9 +349,19 @@ def read_stored(path: str, weights_of="all") -> StoredEnsemble:
         if GROUP not in f:
             raise EnsembleError(f"{file}: holds no ensemble (a run file from an older evens, or not a run file)")
         try:
-            return read_ensemble(f[GROUP], weights_of)
+            stored = read_ensemble(f[GROUP], weights_of)
         except (KeyError, ValueError, TypeError, AttributeError, OSError, RuntimeError) as exc:  # (h5py: RuntimeError for some damaged headers)
             raise EnsembleError(f"{file}: damaged ensemble ({type(exc).__name__}: {exc})") from None
+        return dataclasses.replace(stored, made_with=_model_path(f))
+
+
+def _model_path(f: h5py.File) -> str:
+    """The ``model.path`` in a run file's config (JSON, read as text only), or "" where there is none or it is not text."""
+    try:
+        path = json.loads(f.attrs["config"])["model"]["path"]
+    except (KeyError, ValueError, TypeError, OSError):
+        return ""
+    return path if isinstance(path, str) else ""
 
 
 def chosen_members(stored: StoredEnsemble, path: str, need_weights: bool = False) -> list[tuple[Member, float]]:

@@ -120,12 +120,22 @@ def test_the_search_optimises_a_users_metric_and_the_report_and_predict_show_it(
     assert proc.returncode == 0 and "top2_accuracy" in proc.stdout, proc.stderr
     with h5py.File(tmp_path / "p.h5") as f:
         assert float(f.attrs["top2_accuracy"]) == s["ensemble"]["test_top2_accuracy"]
-    # choosing the ensemble again by the run's metric imports it: from --model-path, or a one-line error
+    # choosing the ensemble again by the run's metric imports it only from --model-path, saying so first; never from
+    # what else is importable, nor from the current folder (which `python -m` puts first on sys.path)
     select = evens_cmd() + ["select", out, "--size", "3"]
-    proc = subprocess.run(select, capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert proc.returncode == 2 and "no module named 'user_metrics'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "user_metrics.py").write_text(f"open({str(planted / 'ran')!r}, 'w').close()\n")
+    for cwd, extra in ((ROOT, {"PYTHONPATH": os.pathsep.join([ROOT, MODELS])}), (planted, {"PYTHONPATH": ROOT})):
+        proc = subprocess.run(select, capture_output=True, text=True, timeout=60, cwd=cwd, env={**os.environ, **extra})
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+        assert proc.stderr.splitlines() == [f"evens: error: {out}: the run's search.metric user_metrics:top2_accuracy is code of yours, and "
+                                            "evens select imports no code that a run file names unless told where from: give --model-path "
+                                            "DIR, the folder of user_metrics"], proc.stderr
+    assert not (planted / "ran").exists()
     proc = subprocess.run(select + ["--model-path", MODELS], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[0] == "evens: importing user_metrics (the run's metric user_metrics:top2_accuracy)", proc.stderr
 
 
 @pytest.mark.e2e

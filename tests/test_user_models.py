@@ -62,8 +62,12 @@ def test_a_search_over_a_users_network_records_its_genes_and_its_ensemble_predic
     # predict imports the builder by name from what is importable; nothing is imported from a path in the file
     predict = evens_cmd() + ["predict", out, data, "--split", "test"]
     proc = launch(2, predict + ["--out", str(tmp_path / "none.h5")], timeout=120, cwd=ROOT)
-    assert proc.returncode == 2 and "no module named 'user_signal_nets' (install it, or give its folder as model.path or --model-path)" in proc.stderr
+    assert proc.returncode == 2 and (f"no module named 'user_signal_nets' (the run was made with model.path = {MODELS}: give that folder "
+                                     "as --model-path, or model_path= to load_ensemble)") in proc.stderr, proc.stderr
     assert not os.path.exists(tmp_path / "none.h5")
+    # nor from the current folder, which `python -m` puts on sys.path: standing in the builder's own folder is not asking
+    proc = launch(2, predict + ["--out", str(tmp_path / "none.h5")], timeout=120, cwd=MODELS)
+    assert proc.returncode == 2 and "no module named 'user_signal_nets' (the run was made with" in proc.stderr, proc.stderr
     proc = launch(2, predict + ["--out", str(tmp_path / "p.h5"), "--model-path", MODELS], timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("evens: importing user_signal_nets (the run's model builder user_signal_nets:build)") == 1

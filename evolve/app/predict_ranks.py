@@ -219,12 +219,14 @@ def _predict(comm, ending, job, stored, chosen, x_name, y_name, writer, run_dir,
 
     job = comm.bcast(job, root=ROOT)
     mine = share_members(comm, job, stored, chosen)
+    made_with = comm.bcast(stored.made_with if comm.rank == ROOT else None, root=ROOT)  # named if a builder is not importable
     problem = problem_from_dict(job.problem)
     ensemble, error = None, None
     try:
         local, here = node_rank(comm)
         say = (lambda line: print(line, file=sys.stderr)) if comm.rank == ROOT else (lambda line: None)  # noqa: E731
-        ensemble = build_ensemble(problem, job.sample_shape, job.x_dtype, mine, take_device(device, local, here), say=say)
+        ensemble = build_ensemble(problem, job.sample_shape, job.x_dtype, mine, take_device(device, local, here), say=say,
+                                  made_with=made_with)
     except (EnsembleError, ValueError, RuntimeError) as exc:
         debug_traceback()
         error = f"{run_file(run_dir)}: {first_line(exc)}"  # a member's spec or weights, as the run file holds them
