@@ -12,6 +12,9 @@
     evens make-diabetes data/diabetes.h5
     evens make-signals data/signals.h5
     evens convert my_data.npz my_data.h5
+
+Each command is a row of :data:`COMMANDS`: a function that adds its parser and options, and one that runs it.
+The parser (:func:`build_parser`) and the dispatch (:func:`main`) both come from that table, in its order.
 """
 from __future__ import annotations
 
@@ -19,6 +22,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
+from functools import partial
+from typing import NamedTuple
 
 from evolve import __version__, errors
 from evolve.errors import EvensError, debug_traceback
@@ -36,12 +42,18 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def build_parser() -> Parser:
-    parser = Parser(prog="evens", description="Evolutionary search for neural networks across MPI ranks, averaged into an ensemble.")
-    parser.add_argument("--version", action="version", version=f"evens {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+class Command(NamedTuple):
+    """One ``evens`` command: ``add(sub, name)`` adds its parser to the subparsers and returns it; ``handle(args)``
+    runs it and returns the exit status."""
 
-    run = sub.add_parser("run", help="run or resume a search (launch with mpiexec or srun)")
+    name: str
+    add: Callable[..., Parser]
+    handle: Callable[[argparse.Namespace], int]
+    collective: bool = False  # every rank runs it, through collective(), which reports its errors; else one process
+
+
+def _add_run(sub, name: str) -> Parser:
+    run = sub.add_parser(name, help="run or resume a search (launch with mpiexec or srun)")
     run.add_argument("config", nargs="?", help="TOML config file (optional with --resume)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. search.evaluations=40")
     run.add_argument("--out", help="new run directory (default: runs/<config>-<time>)")
@@ -50,20 +62,57 @@ def build_parser() -> Parser:
     run.add_argument("--verbose", action="store_true", help="also every evaluation, each worker's device, and workers' own logs")
     run.add_argument("--status-seconds", type=float, default=60.0, metavar="S",
                      help="between status lines when the output is not a terminal (default 60)")
+    return run
 
-    rep = sub.add_parser("report", help="summarise a run directory: top networks, failures, the ensemble; CSV and figures")
+
+def _run(args) -> int:
+    stop = StopFlag()  # before collective imports mpi4py, which starts MPI
+
+    def on_every_rank() -> int:
+        from . import driver
+
+        return driver.run(args.config, args.overrides, out=args.out, resume=args.resume, quiet=args.quiet, verbose=args.verbose,
+                          status_seconds=args.status_seconds, stop=stop)
+
+    return collective(on_every_rank)
+
+
+def _add_report(sub, name: str) -> Parser:
+    rep = sub.add_parser(name, help="summarise a run directory: top networks, failures, the ensemble; CSV and figures")
     rep.add_argument("run_dir")
     rep.add_argument("--json", action="store_true", help="print one JSON object")
     rep.add_argument("--top", type=int, default=10, help="networks in the table of the best (default 10)")
     rep.add_argument("--csv", metavar="FILE", help="also write one row per evaluation to FILE ('-' for standard output)")
     rep.add_argument("--plot", metavar="DIR", help="also write PNG figures into DIR (needs matplotlib: evens[plot])")
     rep.add_argument("--force", action="store_true", help="replace an existing --csv FILE or figures")
+    return rep
 
-    st = sub.add_parser("status", help="what a running or finished search is doing (safe while a job writes it)")
+
+def _report(args) -> int:
+    from .report import report
+
+    text = report(args.run_dir, as_json=args.json, top=args.top, csv_path=args.csv, plot_dir=args.plot, force=args.force)
+    if text is not None:  # (None: the CSV went to standard output)
+        print(text)
+    return 0
+
+
+def _add_status(sub, name: str) -> Parser:
+    st = sub.add_parser(name, help="what a running or finished search is doing (safe while a job writes it)")
     st.add_argument("run_dir")
     st.add_argument("--json", action="store_true", help="print one JSON object")
+    return st
 
-    sel = sub.add_parser("select", help="choose a run's ensemble again from its hall of fame, without training")
+
+def _status(args) -> int:
+    from .status import status_command
+
+    print(status_command(args.run_dir, as_json=args.json))
+    return 0
+
+
+def _add_select(sub, name: str) -> Parser:
+    sel = sub.add_parser(name, help="choose a run's ensemble again from its hall of fame, without training")
     sel.add_argument("run_dir")
     sel.add_argument("--method", choices=("greedy", "top_k"), help="default: the run's ensemble.method")
     sel.add_argument("--size", type=int, help="picks (greedy) or members (top_k); default: the run's ensemble.size")
@@ -74,8 +123,24 @@ def build_parser() -> Parser:
                                               "default: the run's ensemble.bags")
     sel.add_argument("--json", action="store_true", help="print the new summary as one JSON object")
     sel.add_argument("--model-path", metavar="DIR", help="a run whose search.metric is your function: a folder to import its module from")
+    return sel
 
-    pred = sub.add_parser("predict", help="apply a run's ensemble to new data (one process, or members spread over mpiexec ranks)")
+
+def _select(args) -> int:
+    from .report_text import format_summary
+    from .reselect import reselect
+
+    if args.model_path:
+        from ensemble.references import add_model_path
+
+        add_model_path(args.model_path)
+    summary = reselect(args.run_dir, method=args.method, size=args.size, criterion=args.criterion, bags=args.bags)
+    print(json.dumps(summary, indent=2, sort_keys=True) if args.json else format_summary(summary))
+    return 0
+
+
+def _add_predict(sub, name: str) -> Parser:
+    pred = sub.add_parser(name, help="apply a run's ensemble to new data (one process, or members spread over mpiexec ranks)")
     pred.add_argument("run_dir")
     pred.add_argument("input", help="HDF5 file with a dataset x at its root, or a file in the data format with --split")
     pred.add_argument("--out", required=True, help="HDF5 file to write (refused if it exists, unless --force)")
@@ -84,15 +149,52 @@ def build_parser() -> Parser:
     pred.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: a GPU per rank if there are any")
     pred.add_argument("--force", action="store_true", help="replace OUT if it exists")
     pred.add_argument("--model-path", metavar="DIR", help="a run made with a model builder: a folder to import the builder's module from")
+    return pred
 
-    exp = sub.add_parser("export", help="write a run's ensemble for plain PyTorch (.pt2) or ONNX Runtime, with a JSON manifest")
+
+def _predict(args) -> int:
+    def on_every_rank() -> int:
+        from .predict_ranks import run_predict
+
+        code, line = run_predict(args.run_dir, args.input, args.out, args.split, args.batch_size, args.device, args.force,
+                                 args.model_path)
+        if line and launcher_rank() == 0:
+            print(f"evens: {line}", file=sys.stderr if code else sys.stdout, flush=True)
+        return code
+
+    return collective(on_every_rank)
+
+
+def _add_export(sub, name: str) -> Parser:
+    exp = sub.add_parser(name, help="write a run's ensemble for plain PyTorch (.pt2) or ONNX Runtime, with a JSON manifest")
     exp.add_argument("run_dir")
     exp.add_argument("--format", dest="file_format", choices=("pt2", "onnx"), required=True,
                      help="pt2: torch.export archives (torch.export.load); onnx: ONNX models (needs evens[export])")
     exp.add_argument("--out", required=True, metavar="DIR", help="a new or empty folder to write (nothing is replaced)")
     exp.add_argument("--model-path", metavar="DIR", help="a run made with a model builder: a folder to import the builder's module from")
+    return exp
 
-    sim = sub.add_parser("simulate", help="project how many workers a search keeps busy (a simulation: nothing is trained)")
+
+def _export(args) -> int:
+    try:  # a signal ends an export in one line, as predict's: 128 + the signal, its temporary folder removed
+        from ensemble.export import MANIFEST, ExportEnded, export_ensemble
+
+        try:
+            manifest = export_ensemble(args.run_dir, args.out, args.file_format, args.model_path)
+        except ExportEnded as exc:  # SIGTERM, SIGHUP
+            print(f"evens: error: {exc}", file=sys.stderr)
+            return exc.status
+    except KeyboardInterrupt:
+        print("evens: interrupted", file=sys.stderr)
+        return 130
+    missing = ", ".join(f"#{m['id']}" for m in manifest["missing"])
+    left_out = f"; left out {missing}, the others' weights renormalised to sum to 1" if missing else ""
+    print(f"wrote {args.out}: {len(manifest['members'])} member(s) as {args.file_format} and {MANIFEST}{left_out}")
+    return 0
+
+
+def _add_simulate(sub, name: str) -> Parser:
+    sim = sub.add_parser(name, help="project how many workers a search keeps busy (a simulation: nothing is trained)")
     sim.add_argument("config", help="TOML config: its search mode, population and space are simulated")
     sim.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     sim.add_argument("--workers", type=int, required=True)
@@ -100,11 +202,21 @@ def build_parser() -> Parser:
     sim.add_argument("--sigma", type=float, default=0.5, help="lognormal shape of training times (default 0.5)")
     sim.add_argument("--evaluations", type=int, help="default: five per worker")
     sim.add_argument("--master-us", type=float, help="the master's CPU per result in microseconds (default: measured here)")
+    # (a lambda: argparse names its type in the error, "invalid <lambda> value")
     sim.add_argument("--hours", type=lambda text: [float(h) for h in text.split(",")], default=[12.0, 72.0],
                      help="campaign lengths to project the master's memory, the run file and a resume for (default 12,72)")
     sim.add_argument("--json", action="store_true")
+    return sim
 
-    keys = """keys of the .npz (any case: x_train or X_train; split first works too: train_x):
+
+def _simulate(args) -> int:
+    from .simulate_command import simulate_command
+
+    print(simulate_command(args))
+    return 0
+
+
+_CONVERT_KEYS = """keys of the .npz (any case: x_train or X_train; split first works too: train_x):
   train  x_train, y_train   or just x, y      also x_training
   val    x_val, y_val       optional          also x_valid, x_validation
   test   x_test, y_test     optional          also x_testing
@@ -117,40 +229,83 @@ x: (N, ...) numbers, stored as float32 (uint8 kept as bytes); NaN and infinities
 y: integers or strings are class labels: labels other than 0..C-1 are written as class
   indices 0..C-1 in sorted order, and the original labels as the dataset classes.
   Floats are regression targets, kept as they are."""
-    conv = sub.add_parser("convert", help="convert an .npz file (x_train, y_train, ...) to the evens HDF5 format",
-                          epilog=keys, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _add_convert(sub, name: str) -> Parser:
+    conv = sub.add_parser(name, help="convert an .npz file (x_train, y_train, ...) to the evens HDF5 format",
+                          epilog=_CONVERT_KEYS, formatter_class=argparse.RawDescriptionHelpFormatter)
     conv.add_argument("src", help="an .npz file, as numpy.savez writes")
     conv.add_argument("dst", help="the HDF5 file to write")
     conv.add_argument("--force", action="store_true", help="replace DST if it exists")
     conv.add_argument("--ignore-extra", action="store_true", help="leave out keys that name no split instead of refusing them")
+    return conv
 
-    for name, what in (("digits", "write scikit-learn's bundled digits (classification, 10 classes)"),
-                       ("diabetes", "write scikit-learn's bundled diabetes data (regression)"),
-                       ("signals", "generate 1-D signals (2 x 128 samples, 5 classes of motifs at random places among distractors)"),
-                       ("shapes", "generate small images (1 x 16 x 16, 6 classes of shapes at random places, angles and sizes)")):
-        demo = sub.add_parser(f"make-{name}", help=f"{what} as an evens dataset")
-        demo.add_argument("dst")
-        demo.add_argument("--seed", type=int, default=0)
-        demo.add_argument("--force", action="store_true", help="replace DST if it exists")
-    for command in sub.choices.values():
-        command.add_argument("--debug", action="store_true", help="show the traceback behind an error message")
+
+def _convert(args) -> int:
+    from data_bcast.convert import npz_to_h5
+
+    counts = npz_to_h5(args.src, args.dst, overwrite=args.force, ignore_extra=args.ignore_extra, say=print)
+    print(f"wrote {args.dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return 0
+
+
+def _add_make(sub, name: str, what: str) -> Parser:
+    demo = sub.add_parser(name, help=f"{what} as an evens dataset")
+    demo.add_argument("dst")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--force", action="store_true", help="replace DST if it exists")
+    return demo
+
+
+def _make(writer: str, args) -> int:
+    """A demo dataset, written by WRITER: "module.function" in data_bcast, imported only when the command runs."""
+    import importlib
+
+    from data_bcast.h5file import DataError
+
+    module, function = writer.split(".")
+    write = getattr(importlib.import_module(f"data_bcast.{module}"), function)
+    folder = os.path.dirname(os.path.abspath(args.dst))
+    try:
+        os.makedirs(folder, exist_ok=True)  # `evens make-digits data/digits.h5` on a fresh clone
+    except OSError as exc:
+        raise DataError(f"{args.dst}: cannot create the folder {folder} ({exc.strerror})") from None
+    counts = write(args.dst, seed=args.seed, overwrite=args.force)
+    print(f"wrote {args.dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return 0
+
+
+def _demo(name: str, what: str, writer: str) -> Command:
+    """``evens make-NAME DST``: WHAT, as an evens dataset, by WRITER (see :func:`_make`)."""
+    return Command(f"make-{name}", partial(_add_make, what=what), partial(_make, writer))
+
+
+# The commands, in the order `evens --help` lists them. A new command: its adder and handler, and a row here.
+COMMANDS: tuple[Command, ...] = (
+    Command("run", _add_run, _run, collective=True),
+    Command("report", _add_report, _report),
+    Command("status", _add_status, _status),
+    Command("select", _add_select, _select),
+    Command("predict", _add_predict, _predict, collective=True),
+    Command("export", _add_export, _export),
+    Command("simulate", _add_simulate, _simulate),
+    Command("convert", _add_convert, _convert),
+    _demo("digits", "write scikit-learn's bundled digits (classification, 10 classes)", "convert.write_digits"),
+    _demo("diabetes", "write scikit-learn's bundled diabetes data (regression)", "convert.write_diabetes"),
+    _demo("signals", "generate 1-D signals (2 x 128 samples, 5 classes of motifs at random places among distractors)",
+          "synthetic.write_signals"),
+    _demo("shapes", "generate small images (1 x 16 x 16, 6 classes of shapes at random places, angles and sizes)",
+          "synthetic.write_shapes"),
+)
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="evens", description="Evolutionary search for neural networks across MPI ranks, averaged into an ensemble.")
+    parser.add_argument("--version", action="version", version=f"evens {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for command in COMMANDS:
+        command.add(sub, command.name).add_argument("--debug", action="store_true", help="show the traceback behind an error message")
     return parser
-
-
-def _run(args, stop: StopFlag) -> int:
-    from . import driver
-
-    return driver.run(args.config, args.overrides, out=args.out, resume=args.resume, quiet=args.quiet, verbose=args.verbose,
-                      status_seconds=args.status_seconds, stop=stop)
-
-
-def _predict(args) -> int:
-    from .predict_ranks import run_predict
-
-    code, line = run_predict(args.run_dir, args.input, args.out, args.split, args.batch_size, args.device, args.force, args.model_path)
-    if line and launcher_rank() == 0:
-        print(f"evens: {line}", file=sys.stderr if code else sys.stdout, flush=True)
-    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,77 +321,19 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     errors.DEBUG = args.debug
-    if args.command == "run":
-        stop = StopFlag()  # before collective imports mpi4py, which starts MPI
-        return collective(lambda: _run(args, stop))
-    if args.command == "predict":
-        return collective(lambda: _predict(args))
+    command = next(c for c in COMMANDS if c.name == args.command)
+    if command.collective:
+        return command.handle(args)
     from data_bcast.h5file import DataError
     from ensemble.references import UserCodeError
     from ensemble.store import EnsembleError
 
     try:
-        if args.command == "report":
-            from .report import report
-
-            text = report(args.run_dir, as_json=args.json, top=args.top, csv_path=args.csv, plot_dir=args.plot, force=args.force)
-            if text is not None:  # (None: the CSV went to standard output)
-                print(text)
-        elif args.command == "status":
-            from .status import status_command
-
-            print(status_command(args.run_dir, as_json=args.json))
-        elif args.command == "select":
-            from .report_text import format_summary
-            from .reselect import reselect
-
-            if args.model_path:
-                from ensemble.references import add_model_path
-
-                add_model_path(args.model_path)
-            summary = reselect(args.run_dir, method=args.method, size=args.size, criterion=args.criterion, bags=args.bags)
-            print(json.dumps(summary, indent=2, sort_keys=True) if args.json else format_summary(summary))
-        elif args.command == "export":
-            try:  # a signal ends an export in one line, as predict's: 128 + the signal, its temporary folder removed
-                from ensemble.export import MANIFEST, ExportEnded, export_ensemble
-
-                try:
-                    manifest = export_ensemble(args.run_dir, args.out, args.file_format, args.model_path)
-                except ExportEnded as exc:  # SIGTERM, SIGHUP
-                    print(f"evens: error: {exc}", file=sys.stderr)
-                    return exc.status
-            except KeyboardInterrupt:
-                print("evens: interrupted", file=sys.stderr)
-                return 130
-            missing = ", ".join(f"#{m['id']}" for m in manifest["missing"])
-            left_out = f"; left out {missing}, the others' weights renormalised to sum to 1" if missing else ""
-            print(f"wrote {args.out}: {len(manifest['members'])} member(s) as {args.file_format} and {MANIFEST}{left_out}")
-        elif args.command == "simulate":
-            from .simulate_command import simulate_command
-
-            print(simulate_command(args))
-        elif args.command == "convert":
-            from data_bcast.convert import npz_to_h5
-
-            counts = npz_to_h5(args.src, args.dst, overwrite=args.force, ignore_extra=args.ignore_extra, say=print)
-            print(f"wrote {args.dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-        elif args.command in ("make-digits", "make-diabetes", "make-signals", "make-shapes"):
-            from data_bcast import convert, synthetic
-
-            write = {"make-digits": convert.write_digits, "make-diabetes": convert.write_diabetes, "make-signals": synthetic.write_signals,
-                     "make-shapes": synthetic.write_shapes}[args.command]
-            folder = os.path.dirname(os.path.abspath(args.dst))
-            try:
-                os.makedirs(folder, exist_ok=True)  # `evens make-digits data/digits.h5` on a fresh clone
-            except OSError as exc:
-                raise DataError(f"{args.dst}: cannot create the folder {folder} ({exc.strerror})") from None
-            counts = write(args.dst, seed=args.seed, overwrite=args.force)
-            print(f"wrote {args.dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        return command.handle(args)
     except (EvensError, DataError, EnsembleError, UserCodeError) as exc:
         debug_traceback()
         print(f"evens: error: {exc}", file=sys.stderr)
         return 2
-    return 0
 
 
 if __name__ == "__main__":
