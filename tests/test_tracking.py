@@ -1,16 +1,18 @@
 """``[track] tensorboard``: each evaluation and the ensemble reach RUN_DIR/tensorboard/, read back as TensorBoard reads them."""
+import copy
 import dataclasses
 import glob
 import math
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import ROOT, evens_cmd, launch, tiny_search
 from fakes import PROBLEM, TEST_Y, VAL_Y, run_on, search_config
 
-from evolve.app.tracking import FOLDER, Untracked, _masked_crc32c, check_trackers, open_tracker
+from evolve.app.tracking import FOLDER, Untracked, _Events, _masked_crc32c, check_trackers, open_tracker
 from evolve.config.schema import TrackConfig
 from evolve.engine.state import SearchState
 from evolve.errors import ConfigError
@@ -22,16 +24,19 @@ def tracked(evaluations: int, **search):
     return dataclasses.replace(config, track=TrackConfig(tensorboard=True))
 
 
-def search(run_dir, config, state=None) -> SearchState:
-    """A session of an in-process search (3 simulated workers) with the tracker on its callbacks, as evens run enters it."""
+def search(run_dir, config, state=None, workers=3, saved=lambda state: None) -> SearchState:
+    """A session of an in-process search (3 simulated workers) with the tracker on its callbacks, as evens run enters it;
+    ``saved(state)`` after each checkpoint's save."""
     state = state or SearchState.fresh(0, config.ensemble.candidates)
     track = open_tracker(config, str(run_dir), config.space, PROBLEM, state, say=print)
 
     def save(state):  # as the run's checkpoint does: the ensemble chosen again from the hall of fame
         state.selection = config.choose_ensemble(state.hall_of_fame.members, PROBLEM, VAL_Y, TEST_Y)
+        saved(state)
 
     try:
-        run_on(3, state, config.space, config, on_result=track.results(lambda record, state: None), checkpoint=track.checkpoints(save))
+        run_on(workers, state, config.space, config, on_result=track.results(lambda record, state: None),
+               checkpoint=track.checkpoints(save))
         save(state)
         track.ensemble(state, always=True)
     finally:
@@ -113,6 +118,93 @@ def test_a_resume_appends_to_the_runs_and_counts_on(tmp_path):
     found = read(runs / "search")
     assert scalars(found, "evaluation/id") == {step: r.id for step, r in enumerate(state.records, 1)}
     assert len(os.listdir(runs / "trials")) == 10
+
+
+def served(folder) -> tuple[list[str], dict] | None:
+    """The runs and the search's scalars (tag -> [(step, value)]) as ``tensorboard --logdir`` shows them where tensorboard's
+    data server is installed (its default loader then, RustBoard); None without it."""
+    from tensorboard.context import RequestContext
+    from tensorboard.data import provider, server_ingester
+    from tensorboard.util import grpc_util
+
+    try:
+        binary = server_ingester.get_server_binary()
+    except server_ingester.NoDataServerError:
+        return None
+    ingester = server_ingester.SubprocessServerDataIngester(binary, str(folder), reload_interval=0,
+                                                            channel_creds_type=grpc_util.ChannelCredsType.LOCAL)
+    ingester.start()
+    try:
+        context, deadline = RequestContext(), time.monotonic() + 60
+        while True:  # it loads once, each run at once, after it has listed them
+            found = ingester.data_provider.read_scalars(context, experiment_id="", plugin_name="scalars", downsample=10**6,
+                                                        run_tag_filter=provider.RunTagFilter(runs=["search"]))
+            if found.get("search", {}).get("evaluation/id") or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        runs = sorted(run.run_name for run in ingester.data_provider.list_runs(context, experiment_id=""))
+        return runs, {tag: [(d.step, d.value) for d in data] for tag, data in found.get("search", {}).items()}
+    finally:
+        ingester._stdin_handle.close()  # (the server ends when its stdin does)
+
+
+def test_a_resume_after_a_kill_shows_each_evaluation_once(tmp_path):
+    """SIGKILL between checkpoints: the session had written evaluations that the checkpoint it is resumed from does
+    not hold. The resume goes on at the step after the checkpoint's count, and TensorBoard shows each step once, with
+    the resumed session's values, and no trial of a lost evaluation: read as ``tensorboard --logdir`` reads (the
+    multiplexer purging orphaned data, as with --load_fast=false; the data server where installed), and by one left
+    running across the kill. A resume that lost nothing keeps everything."""
+    multiplexer = pytest.importorskip("tensorboard.backend.event_processing.plugin_event_multiplexer")
+    from tensorboard.util import tensor_util
+
+    runs = tmp_path / FOLDER
+    running = multiplexer.EventMultiplexer(tensor_size_guidance={"scalars": 0})  # a TensorBoard left running
+    kept = []
+
+    def checkpoint(state):  # the last checkpoint before the kill: the one saved with 7 recorded
+        if state.recorded <= 7:
+            kept[:] = [copy.deepcopy(state)]
+
+    lost = search(tmp_path, tracked(11), saved=checkpoint)  # wrote 11, of which the checkpoint holds 7
+    checkpointed = kept[0]
+    assert (checkpointed.recorded, len(lost.records)) == (7, 11)
+    (written,) = glob.glob(str(runs / "search" / "*tfevents*"))
+    with open(written, "ab") as f:  # a series only the lost evaluations have (a failure's count), and the kill cut a record
+        events = _Events()
+        f.write(events.scalars(11, time.time(), {"status/error": 1.0}) + events.scalars(12, time.time(), {"evaluation/id": 99.0})[:30])
+    running.AddRunsFromDirectory(str(runs))
+    running.Reload()
+
+    def shown(accumulators) -> tuple[list[str], dict]:
+        accumulators.AddRunsFromDirectory(str(runs))
+        accumulators.Reload()
+        series = {tag: [(e.step, tensor_util.make_ndarray(e.tensor_proto).item()) for e in accumulators.Tensors("search", tag)]
+                  for tag in accumulators.Runs()["search"]["tensors"]}
+        return sorted(accumulators.Runs()), {tag: points for tag, points in series.items() if points}  # (a purged series: none)
+
+    def assert_each_once(state, view) -> None:
+        names, scalar = view
+        steps = {step: r for step, r in enumerate(state.records, 1)}
+        assert scalar["evaluation/id"] == [(step, r.id) for step, r in steps.items()]  # each step once, the resumed values
+        assert scalar["status/ok"] == [(step, step) for step in steps]
+        assert scalar["evaluation/val_accuracy"] == [(step, pytest.approx(r.metrics["val_accuracy"])) for step, r in steps.items()]
+        assert "status/error" not in scalar
+        for tag, points in scalar.items():
+            assert [step for step, _ in points] == sorted({step for step, _ in points}) and points[-1][0] <= len(steps), tag
+        assert names == ["search"] + [f"trials/{r.id:06d}" for r in sorted(state.records, key=lambda r: r.id)]  # no lost trial
+
+    resumed = search(tmp_path, tracked(9), checkpointed, workers=2)  # (on 2 workers: another network at step 9)
+    assert [r.id for r in resumed.records[7:]] != [r.id for r in lost.records[7:9]]
+    assert_each_once(resumed, shown(multiplexer.EventMultiplexer(tensor_size_guidance={"scalars": 0})))
+    assert_each_once(resumed, shown(running))  # what the running one held of the lost session is dropped (SessionLog START)
+    rustboard = served(runs)
+    if rustboard is not None:
+        assert_each_once(resumed, rustboard)
+
+    again = search(tmp_path, tracked(10), copy.deepcopy(resumed))  # a resume from a checkpoint that holds everything
+    assert_each_once(again, shown(multiplexer.EventMultiplexer(tensor_size_guidance={"scalars": 0})))
+    last = max(scalars(read(runs / "search"), "ensemble/members"))
+    assert last == 10 and 9 in scalars(read(runs / "search"), "ensemble/members")  # the last session's ensemble is kept
 
 
 def test_off_it_writes_nothing(tmp_path):

@@ -11,9 +11,22 @@ The master writes two kinds of TensorBoard run (a run is a folder); ``tensorboar
                    genes, decoded as the CSV shows them, and the status as hyperparameters; the metrics at step
                    epochs_done; the validation curve by epoch (curve/val_<metric>)
 
-The step is the count of evaluations recorded, not the id: results arrive out of id order, and
-TensorBoard's loader drops a series' later points when an earlier step comes (which also makes a run
-resumed after a crash replace what its lost checkpoint had not kept).
+The step is the count of evaluations recorded, not the id: results arrive out of id order. A session
+killed between checkpoints (SIGKILL, a lost node) has written evaluations that the checkpoint its resume
+starts from does not hold; that resume goes on at the step after the checkpoint's count, and first
+removes what is not in the run: it cuts each of evens' own search files before its first point past that
+count (or before a record the kill cut short), and removes the trials of the evaluations the checkpoint
+did not record (those to redo, and ids from its next id on; a trial's folder only if nothing else is in
+it; the writer thread does this before it writes, while the search goes on: about 1 s per 100,000
+evaluations the search files hold). TensorBoard started after the resume then shows each evaluation
+once, with either of its loaders (the data server, which ``tensorboard --logdir`` uses when it is
+installed, or the Python one). For a TensorBoard left running across the kill, which holds the lost
+points already, each session's file opens with a SessionLog START at its first step: the Python loader
+(``--load_fast=false``) drops what it holds from that step on (a series only the lost evaluations had
+stays listed, empty); the data server ignores it, and drops a series' points only when an earlier step
+of that series comes, so it shows a lost point of a series the resumed session has not written again
+until it is restarted. Both loaders read a run's files in the order of their names: a session's file is
+named to come after the others', also on a host whose clock is behind.
 
 The search loop only hands each result to a writer thread (1 us); the thread makes the events and
 writes them (about 80 us of CPU per evaluation, besides the file system's own time). It writes the
@@ -34,7 +47,7 @@ import struct
 import threading
 import time
 from collections import Counter
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from ensemble.hall_of_fame import standing
 from ensemble.problem import Problem
@@ -146,7 +159,8 @@ class TensorBoardTracker:
         self._selection = None
         self.sent = 0  # items queued; the writer counts those it wrote
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._writer = _Writer(folder, space, problem, statuses, _Members(keep or 4 * state.hall_of_fame.capacity, members), say)
+        self._writer = _Writer(folder, space, problem, statuses, _Members(keep or 4 * state.hall_of_fame.capacity, members), say,
+                               _Kept(state.recorded, state.next_id, frozenset(p.id for p in state.pending)))
         self._thread = threading.Thread(target=self._writer.run, args=(self._queue,), name="evens-tensorboard", daemon=True)
         self._thread.start()
 
@@ -187,11 +201,21 @@ class TensorBoardTracker:
                              f"after {CLOSE_SECONDS:g} s; {self.folder} lacks them")
 
 
+class _Kept(NamedTuple):
+    """What the run holds as a session starts (its checkpoint's): the rest of what the runs show was written by a session
+    killed before it saved it."""
+
+    recorded: int  # evaluations recorded: the search's points at later steps are lost
+    next_id: int  # evaluations from this id on were never recorded
+    redone: frozenset  # the ids that were out (or came back after the checkpoint): redone, not recorded
+
+
 class _Writer:
     """The writer thread's side: events made from results and ensembles, written to the runs' files."""
 
-    def __init__(self, folder: str, space: SearchSpace, problem: Problem, statuses: Counter, members: _Members, say: Callable[[str], None]):
-        self.folder, self.space, self.say = folder, space, say
+    def __init__(self, folder: str, space: SearchSpace, problem: Problem, statuses: Counter, members: _Members, say: Callable[[str], None],
+                 kept: _Kept):
+        self.folder, self.space, self.say, self.kept = folder, space, say, kept
         self.key, self.higher = problem.metric_key, problem.higher_is_better
         self.members = members  # an ensemble's members' own metrics, for its table
         self.statuses = statuses
@@ -204,9 +228,12 @@ class _Writer:
             self.events = _Events()
             for run in ("search", "trials"):
                 os.makedirs(os.path.join(self.folder, run), exist_ok=True)
-            name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.{next(_SESSIONS)}.evens"
-            self.search = open(os.path.join(self.folder, "search", name), "ab")
-            self.search.write(self.events.file_version())
+            self.forget_lost()
+            search = os.path.join(self.folder, "search")
+            name = f"events.out.tfevents.{_stamp(search)}.{socket.gethostname()}.{os.getpid()}.{next(_SESSIONS)}.evens"
+            self.search = open(os.path.join(search, name), "ab")
+            self.search.write(self.events.file_version() + self.events.session_log_start(self.kept.recorded + 1))
+            self.search.flush()
             while True:
                 batch = [results.get()]
                 while True:  # what came meanwhile, then one flush: TensorBoard sees it at once, at one write per batch
@@ -229,6 +256,32 @@ class _Writer:
             self.say(f"warning: tensorboard: {type(exc).__name__}: {exc}; {self.folder} gets nothing more from this session")
             if self.search is not None:
                 self.search.close()
+
+    def forget_lost(self) -> None:
+        """Remove what a session killed before its checkpoint wrote past it (see the module's doc): evens' own files only."""
+        kept = self.kept
+        search = os.path.join(self.folder, "search")
+        for name in sorted(os.listdir(search)):
+            if name.startswith("events.out.tfevents.") and name.endswith(".evens"):
+                path = os.path.join(search, name)
+                length = self.events.kept_length(path, kept.recorded)
+                if length is not None:
+                    os.truncate(path, length)
+        trials = os.path.join(self.folder, "trials")
+        for name in os.listdir(trials):
+            if not (name.isascii() and name.isdigit() and name == f"{int(name):06d}"):
+                continue
+            ident = int(name)
+            if ident >= kept.next_id or ident in kept.redone:
+                folder = os.path.join(trials, name)
+                try:
+                    os.remove(os.path.join(folder, f"events.out.tfevents.{name}.evens"))
+                except FileNotFoundError:
+                    pass
+                try:
+                    os.rmdir(folder)
+                except OSError:  # something else is in it: not evens' to remove
+                    pass
 
     def shown(self, fitness: float) -> float:
         """A fitness in the metric's own units (fitness is minus the metric where lower is better)."""
@@ -278,6 +331,13 @@ class _Writer:
         self.search.write(self.events.text(step, now, "ensemble/table", caption + "\n\n" + "\n".join(rows)))
 
 
+def _stamp(folder: str) -> int:
+    """A session file's time in its name: now, or past the latest of the folder's event files if that is not earlier
+    (a host whose clock is behind, or two sessions in one second), so that the file comes last by name."""
+    parts = [name.split(".")[3] for name in os.listdir(folder) if name.startswith("events.out.tfevents.") and name.count(".") >= 4]
+    return max([int(time.time())] + [int(part) + 1 for part in parts if part.isascii() and part.isdigit()])
+
+
 def _number(value) -> str:
     return "-" if value is None else f"{value:.4g}"
 
@@ -307,6 +367,37 @@ class _Events:
 
     def file_version(self) -> bytes:
         return self.framed(self.Event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def session_log_start(self, step: int) -> bytes:
+        """A SessionLog START at ``step``: TensorBoard's Python loader drops the points it holds from that step on
+        (the first START of a run drops nothing)."""
+        event = self.Event(wall_time=time.time(), step=step)
+        event.session_log.status = self.event_pb2.SessionLog.START
+        return self.framed(event)
+
+    def kept_length(self, path: str, last: int) -> int | None:
+        """How much of the event file ``path`` to keep: its records up to the first at a step past ``last``, or to one
+        that the file's end cuts short; None: all of it (also from a record whose framing is not a TFRecord's, which
+        ends the reading: not evens' to judge)."""
+        at, parse, crc = 0, self.Event.FromString, self.crc
+        with open(path, "rb") as f:
+            while header := f.read(12):
+                if len(header) < 12:
+                    return at
+                if struct.unpack_from("<I", header, 8)[0] != crc(header[:8]):
+                    return None
+                size = struct.unpack_from("<Q", header)[0]
+                record = f.read(size + 4)
+                if len(record) < size + 4:
+                    return at
+                try:
+                    step = parse(record[:size]).step
+                except Exception:  # (protobuf's DecodeError)
+                    return None
+                if step > last:
+                    return at
+                at += 12 + size + 4
+        return None
 
     def scalars(self, step: int, when: float, values: dict) -> bytes:
         """One event holding every finite value (a failed evaluation's -inf fitness is left out)."""
