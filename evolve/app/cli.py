@@ -130,11 +130,7 @@ def _select(args) -> int:
     from .report_text import format_summary
     from .reselect import reselect
 
-    if args.model_path:
-        from ensemble.references import add_model_path
-
-        add_model_path(args.model_path)
-    summary = reselect(args.run_dir, method=args.method, size=args.size, criterion=args.criterion, bags=args.bags)
+    summary = reselect(args.run_dir, args.model_path, method=args.method, size=args.size, criterion=args.criterion, bags=args.bags)
     print(json.dumps(summary, indent=2, sort_keys=True) if args.json else format_summary(summary))
     return 0
 
