@@ -191,13 +191,13 @@ def test_the_in_flight_log_adds_what_was_out_when_the_job_died(tmp_path):
     log.sent(Pending(id=6, genome=list(state.records[0].genome), parents=(0, 1), operators="crossover+redo", attempts=2))  # redone: out at a second death
     log.sent(Pending(id=7, genome=list(state.records[1].genome), parents=(2, 3), operators="mutation", attempts=1))
     log.sent(Pending(id=8, genome=list(state.records[2].genome), parents=(2, 3), operators="mutation", attempts=1))
-    log.done(8)  # came back, never checkpointed: not to blame
+    log.done(8)  # came back, never checkpointed: redone, and not to blame
     log.close()
     with open(checkpoint.inflight_path(path), "a") as fh:
         fh.write('{"sent": 9, "genome": [1.0')  # a line the dying job never finished
     loaded, _ = checkpoint.load(path)
-    assert {p.id: p.attempts for p in loaded.pending} == {6: 2, 7: 1}
-    assert loaded.next_id == 8
+    assert {p.id: p.attempts for p in loaded.pending} == {6: 2, 7: 1, 8: 0}
+    assert loaded.next_id == 9  # past every id the log names
     assert [p.genome for p in loaded.pending if p.id == 7] == [list(state.records[1].genome)]
 
     log = checkpoint.InFlightLog(path)
