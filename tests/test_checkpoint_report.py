@@ -158,20 +158,20 @@ def test_not_a_checkpoint(tmp_path):
 def test_summary_ensemble_is_the_weighted_mean_of_its_members():
     state, info = finished_run(k=3)
     s = summarize(state, info, "somewhere")
-    e = s["ensemble"]
+    e = s.ensemble
     sel = state.selection
-    assert e["members"] == sel.ids and e["weights"] == sel.weights and e["method"] == "greedy" and e["size"] == 3
-    members = [state.hall_of_fame.by_id(i) for i in e["members"]]
-    mean = sum(w * m.test_pred.astype(np.float64) for w, m in zip(e["weights"], members))
-    assert e["test_accuracy"] == PROBLEM.scores(mean, TEST_Y)["accuracy"]
-    out = combine(PROBLEM, [m.test_pred for m in members], e["weights"], len(TEST_Y))
-    assert e["test_accuracy"] == PROBLEM.scores(ensemble_prediction(PROBLEM, out), TEST_Y)["accuracy"]
-    assert e["curve"]["path"] == list(sel.path) and len(e["curve"]["val"]) == len(sel.path) >= 3  # 8 bags of up to 3 picks
+    assert e.members == sel.ids and e.weights == sel.weights and e.method == "greedy" and e.size == 3
+    members = [state.hall_of_fame.by_id(i) for i in e.members]
+    mean = sum(w * m.test_pred.astype(np.float64) for w, m in zip(e.weights, members))
+    assert e.score("test", "accuracy") == PROBLEM.scores(mean, TEST_Y)["accuracy"]
+    out = combine(PROBLEM, [m.test_pred for m in members], e.weights, len(TEST_Y))
+    assert e.score("test", "accuracy") == PROBLEM.scores(ensemble_prediction(PROBLEM, out), TEST_Y)["accuracy"]
+    assert e.curve.path == list(sel.path) and len(e.curve.val) == len(sel.path) >= 3  # 8 bags of up to 3 picks
     best = max(state.records, key=lambda r: (r.fitness, -r.id))
-    assert s["best"]["id"] == best.id and s["best"]["test_accuracy"] == best.metrics["test_accuracy"]
-    assert s["evaluations"] == 12 and s["wall_seconds"] == 3.5 and s["problem"] == "classification"
-    genes = set(s["best"]["genome"])  # the active genes: an mlp has no kernel size, only an rnn a cell
-    assert {"family", "depth", "learning_rate"} <= genes <= set(GENE_NAMES) and ("cell" in genes) == (s["best"]["genome"]["family"] == "rnn")
+    assert s.best.id == best.id and s.best.score("test", "accuracy") == best.metrics["test_accuracy"]
+    assert s.evaluations == 12 and s.wall_seconds == 3.5 and s.problem == "classification"
+    genes = set(s.best.genome)  # the active genes: an mlp has no kernel size, only an rnn a cell
+    assert {"family", "depth", "learning_rate"} <= genes <= set(GENE_NAMES) and ("cell" in genes) == (s.best.genome["family"] == "rnn")
     text = format_summary(s)
     assert f"best network #{best.id}" in text and "ensemble (greedy" in text and "ensemble curve" in text
 
@@ -180,8 +180,8 @@ def test_summary_uses_the_configured_ensemble():
     state, info = finished_run(k=4)
     info.config = info.config.with_overrides(["ensemble.size=2", "ensemble.method='top_k'"])
     state.selection = select_for_run(state.hall_of_fame, info)
-    e = summarize(state, info)["ensemble"]
-    assert e["members"] == state.hall_of_fame.ids[:2] and e["method"] == "top_k" and e["weights"] == [0.5, 0.5]
+    e = summarize(state, info).ensemble
+    assert e.members == state.hall_of_fame.ids[:2] and e.method == "top_k" and e.weights == [0.5, 0.5]
 
 
 def test_claiming_run_directories(tmp_path):

@@ -182,14 +182,14 @@ def test_the_report_counts_networks_and_says_what_each_rung_did():
     for r in state.records:
         tally.tell(r)
     facts = halving_facts(tally, config(18).search)
-    assert networks(state.records) == 18 and facts["stages"] == len(state.records) > 18
-    rungs = facts["rungs"]
-    assert [r["stages"] for r in rungs] == [sum(r.rung == i for r in state.records) for i in range(3)]
-    assert [r["promoted"] for r in rungs[:2]] == [rungs[1]["stages"], rungs[2]["stages"]]
-    assert facts["carried_on"] == rungs[1]["stages"] + rungs[2]["stages"] and facts["trained_again"] == 0  # one worker holds them all
+    assert networks(state.records) == 18 and facts.stages == len(state.records) > 18
+    rungs = facts.rungs
+    assert [r.stages for r in rungs] == [sum(r.rung == i for r in state.records) for i in range(3)]
+    assert [r.promoted for r in rungs[:2]] == [rungs[1].stages, rungs[2].stages]
+    assert facts.carried_on == rungs[1].stages + rungs[2].stages and facts.trained_again == 0  # one worker holds them all
     line = format_halving(facts)
-    assert line.startswith(f"successive halving (eta 3): rung 0: 18, {rungs[0]['promoted']} promoted; rung 1: {rungs[1]['stages']},")
-    assert f"rung 2: {rungs[2]['stages']} whole trainings" in line
+    assert line.startswith(f"successive halving (eta 3): rung 0: 18, {rungs[0].promoted} promoted; rung 1: {rungs[1].stages},")
+    assert f"rung 2: {rungs[2].stages} whole trainings" in line
 
 
 def test_model_breeding_learns_the_rung_of_each_result_and_scores_children_at_the_highest():

@@ -82,5 +82,5 @@ def test_the_live_ensemble_is_chosen_from_the_hall_as_it_is_and_ends_on_the_summ
     assert len(lines) == budget and any(stale)  # the checkpoint's ensemble went stale during the run
     shown = [line.split("| ensemble ")[1].split(" |")[0] for line in lines]
     assert shown == [score_text(v, "rmse") for v in expected]
-    summary = summarize(state, info)["ensemble"]
-    assert shown[-1] == score_text(summary["val_rmse"], "rmse")
+    summary = summarize(state, info).ensemble
+    assert shown[-1] == score_text(summary.score("val", "rmse"), "rmse")

@@ -218,17 +218,18 @@ def test_report_lists_the_front_sorted_by_fitness():
     info = run_info(30)
     state.selection = select_for_run(state.hall_of_fame, info)
     summary = summarize(state, info, "runs/x")
-    front = summary["pareto"]
+    front = summary.to_dict()["pareto"]  # as the JSON holds it
     assert [m["fitness"] for m in front] == sorted((m["fitness"] for m in front), reverse=True)
     assert {m["id"] for m in front} == set(state.strategy["front"])
     for m in front:
         assert set(m) == {"id", "fitness", "params", "network", "genome"} and " depth " in m["network"]
         assert not any(o["fitness"] >= m["fitness"] and o["params"] <= m["params"] and o is not m for o in front)
-    json.dumps(summary)  # plain JSON
+    json.dumps(summary.to_dict())  # plain JSON
     text = format_summary(summary)
     assert f"pareto front ({len(front)} networks: val accuracy against parameters)" in text
     assert f"#{front[0]['id']}" in text.split("pareto front")[1]
-    assert "pareto" not in summarize(*finished_async_run())  # other modes have no front
+    other = summarize(*finished_async_run())
+    assert other.pareto is None and "pareto" not in other.to_dict()  # other modes have no front
 
 
 def finished_async_run():

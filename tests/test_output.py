@@ -5,6 +5,7 @@ import io
 import math
 import os
 import subprocess
+from dataclasses import replace
 
 import pytest
 from cli_fixture import SMALL
@@ -12,10 +13,11 @@ from conftest import ROOT, evens_cmd, launch
 from test_checkpoint_report import finished_run
 
 from evolve.app.progress import Progress
-from evolve.app.report import summarize
+from evolve.app.report import summarize, top_networks
 from evolve.app.report_text import format_summary, format_top
 from evolve.app.simulate_command import simulate_command
 from evolve.app.status import format_status
+from evolve.app.summary import Curve, EarlyStopping, Summary
 
 pytestmark = pytest.mark.xdist_group("output")  # one process: the module's run is made once
 
@@ -24,15 +26,14 @@ SIGPIPE_STATUS = 141  # 128 + SIGPIPE: what a shell reports for `yes | head`
 
 # --- defect 9: wording and precision -------------------------------------------------------------
 
-def one_pick_summary() -> dict:
+def one_pick_summary() -> Summary:
     state, info = finished_run(budget=12)
     s = summarize(state, info)
-    e = s["ensemble"]
-    e.update(picks=1, members=e["members"][:1], weights=[1.0], val_accuracy=1.0, test_accuracy=0.5)
-    e["curve"] = {**e["curve"], "path": e["curve"]["path"][:1], "val": [1.0], "test": [0.5]}
-    s["best"].update(val_accuracy=1.0, test_accuracy=1.0)
-    s["early_stopping"] = {"stopped": 1, "epochs_saved": 1, "epochs_trained": 5}
-    return s
+    e, b = s.ensemble, s.best
+    e = replace(e, picks=1, members=e.members[:1], weights=[1.0], metrics={**e.metrics, "val_accuracy": 1.0, "test_accuracy": 0.5},
+                curve=Curve(path=e.curve.path[:1], val=[1.0], test=[0.5], metric=e.curve.metric))
+    b = replace(b, metrics={**b.metrics, "val_accuracy": 1.0, "test_accuracy": 1.0})
+    return replace(s, ensemble=e, best=b, early_stopping=EarlyStopping(stopped=1, epochs_saved=1, epochs_trained=5))
 
 
 def test_the_summary_says_one_network_and_one_pick_in_the_singular():
@@ -45,10 +46,12 @@ def test_the_summary_says_one_network_and_one_pick_in_the_singular():
 def test_an_accuracy_of_one_prints_with_four_decimals_like_the_others():
     s = one_pick_summary()
     text = format_summary(s)
-    assert f"best network #{s['best']['id']}: val 1.0000  test 1.0000" in text
+    assert f"best network #{s.best.id}: val 1.0000  test 1.0000" in text
     assert "val 1.0000  test 0.5000" in text
-    top = [{"id": 3, "rank": 1, "ensemble_weight": 1.0, "val_accuracy": 1.0, "test_accuracy": 0.98765, "params": 1234, "seconds": 1.25,
-            "network": "mlp"}]
+    state, info = finished_run(budget=12)
+    t = top_networks(state, info.space(), 1)[0]
+    metrics = {**t.metrics, "val_accuracy": 1.0, "test_accuracy": 0.98765, "params": 1234}
+    top = [replace(t, id=3, rank=1, ensemble_weight=1.0, metrics=metrics, seconds=1.25, network="mlp")]
     row = format_top(top, "accuracy", 10, 1)[-1]
     assert " 1.0000 " in row and " 0.9877 " in row
 
@@ -63,8 +66,8 @@ def test_the_live_status_line_prints_scores_with_four_decimals():
 def test_status_prints_one_network_in_the_singular_and_scores_with_four_decimals():
     s = one_pick_summary()
     facts = {"run_dir": "r", "job": None, "state": "finished", "checkpoint_age_seconds": 3.0, "evaluations": 12, "budget": 12,
-             "per_minute_recent": None, "recent_seconds": None, "per_minute_overall": 1.0, "eta_seconds": None, "best": s["best"],
-             "ensemble": s["ensemble"], "metric": "accuracy", "failures": {}, "workers": 2, "workers_training": 0, "tasks_queued": 0,
+             "per_minute_recent": None, "recent_seconds": None, "per_minute_overall": 1.0, "eta_seconds": None, "best": s.best.to_dict(),
+             "ensemble": s.ensemble.to_dict(), "metric": "accuracy", "failures": {}, "workers": 2, "workers_training": 0, "tasks_queued": 0,
              "longest_training": None, "worker_utilization": 0.5, "sessions": 1}
     text = format_status(facts)
     assert "best network: #" in text and "val 1.0000  test 1.0000" in text

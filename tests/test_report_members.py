@@ -60,10 +60,10 @@ def test_networks_tied_on_fitness_rank_by_validation_loss_then_id():
     assert later.id > first.id
     later.fitness = first.fitness  # a tie at the top, as accuracy on a small validation split gives
     later.metrics = {**later.metrics, "val_loss": first.metrics["val_loss"] / 2}
-    assert summarize(state, info)["best"]["id"] == later.id
-    assert [t["id"] for t in top_networks(state, info.space(), 2)][:2] == [later.id, first.id]
+    assert summarize(state, info).best.id == later.id
+    assert [t.id for t in top_networks(state, info.space(), 2)][:2] == [later.id, first.id]
     later.metrics["val_loss"] = first.metrics["val_loss"]  # equal loss too: the earlier id
-    assert summarize(state, info)["best"]["id"] == first.id
+    assert summarize(state, info).best.id == first.id
 
 
 def test_best_first_puts_a_record_without_a_validation_loss_after_one_with_it():

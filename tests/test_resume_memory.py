@@ -299,7 +299,7 @@ def test_a_pareto_front_is_read_from_its_members_rows_only(tmp_path, monkeypatch
     first_session(path, search_config(40, 6, 3, 0, checkpoint_seconds=5, mode="nsga2"))
     everything, run = checkpoint.load(path)
     assert len(everything.strategy["front"]) > 1
-    expected = reporting.summarize(everything, run, str(folder))["pareto"]
+    expected = reporting.summarize(everything, run, str(folder)).to_dict()["pareto"]
 
     def no_snapshot(*args):
         raise AssertionError("the whole history was read")
@@ -308,4 +308,4 @@ def test_a_pareto_front_is_read_from_its_members_rows_only(tmp_path, monkeypatch
         m.setattr(segments, "snapshot", no_snapshot)
         m.setattr(checkpoint, "snapshot", no_snapshot)
         assert reporting.report(str(folder), as_json=True) and json.loads(reporting.report(str(folder), as_json=True))["pareto"] == expected
-        assert reselect(str(folder), size=2)["pareto"] == expected
+        assert reselect(str(folder), size=2).to_dict()["pareto"] == expected

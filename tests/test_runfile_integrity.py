@@ -184,7 +184,7 @@ def test_evens_select_drops_a_damaged_member_and_chooses_again_and_predict_names
     assert "\n" not in str(err.value) and "evens select" in str(err.value)
     summary = reselect(run_dir)
     assert f"member {chosen}" in capsys.readouterr().err
-    assert chosen not in summary["ensemble"]["members"]
+    assert chosen not in summary.ensemble.members
     checkpoint._written.clear()
     after, _ = checkpoint.load(path)  # the drop is saved: nothing left to say
     assert chosen not in after.hall_of_fame.ids and len(after.hall_of_fame) == len(before.hall_of_fame) - 1

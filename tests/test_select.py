@@ -213,7 +213,7 @@ def test_evens_select_chooses_again_by_log_loss_and_the_run_keeps_the_setting(tm
     assert linfo.config.ensemble.criterion == "loss" and linfo.config.ensemble.bags == 8
     expected = select_ensemble(list(state.hall_of_fame), problem_from_dict(info.data["problem"]), info.val_y, info.test_y,
                                "greedy", linfo.config.ensemble.size, criterion="loss", bags=8, seed=info.config.search.seed)
-    assert loaded.selection == expected and summary["ensemble"]["members"] == expected.ids
+    assert loaded.selection == expected and summary.ensemble.members == expected.ids
     with pytest.raises(Exception, match="criterion"):
         reselect(str(folder), criterion="nonsense")
 

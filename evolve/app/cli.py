@@ -131,7 +131,7 @@ def _select(args) -> int:
     from .reselect import reselect
 
     summary = reselect(args.run_dir, args.model_path, method=args.method, size=args.size, criterion=args.criterion, bags=args.bags)
-    print(json.dumps(summary, indent=2, sort_keys=True) if args.json else format_summary(summary))
+    print(json.dumps(summary.to_dict(), indent=2, sort_keys=True) if args.json else format_summary(summary))
     return 0
 
 

@@ -33,6 +33,8 @@ from evolve.errors import EvensError
 from evolve.search.records import Record, best_first
 from evolve.search.space import Choice, SearchSpace
 
+from .summary import BestNetwork, EnsembleFacts, ParetoMember, Summary
+
 COLOURS = {"ok": "#1f77b4", "stopped": "#9e9e9e", "timeout": "#ff7f0e", "diverged": "#d62728", "error": "#8c1a1a",
            "crashed": "#000000"}
 TOP = 200  # networks in the parallel coordinates, at most
@@ -177,17 +179,17 @@ def plot_search(plt, data: PlotData, metric: str, rows: str = "validation"):
     return fig
 
 
-def plot_ensemble(plt, ensemble: dict, best: dict | None, metric: str, rows: str = "validation"):
-    curve = ensemble["curve"]
-    picks = list(range(1, len(curve["val"]) + 1))
+def plot_ensemble(plt, ensemble: EnsembleFacts, best: BestNetwork | None, metric: str, rows: str = "validation"):
+    curve = ensemble.curve
+    picks = list(range(1, len(curve.val) + 1))
     fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
-    ax.plot(picks, curve["val"], "o-", label=f"ensemble, {rows}")
-    ax.plot(picks, curve["test"], "s-", label="ensemble, test")
+    ax.plot(picks, curve.val, "o-", label=f"ensemble, {rows}")
+    ax.plot(picks, curve.test, "s-", label="ensemble, test")
     if best:
         key = "accuracy" if metric == "accuracy" else "rmse"
-        ax.axhline(best[f"test_{key}"], color="grey", linestyle="--", label=f"best single network #{best['id']}, test")
-    ax.axvline(ensemble["picks"], color="black", linestyle=":", label=f"kept: {ensemble['picks']} picks")
-    ax.set_xlabel(f"members picked ({ensemble['method']}; a network may be picked more than once)")
+        ax.axhline(best.score("test", key), color="grey", linestyle="--", label=f"best single network #{best.id}, test")
+    ax.axvline(ensemble.picks, color="black", linestyle=":", label=f"kept: {ensemble.picks} picks")
+    ax.set_xlabel(f"members picked ({ensemble.method}; a network may be picked more than once)")
     ax.set_ylabel(f"{'accuracy (higher is better)' if metric == 'accuracy' else 'RMSE (lower is better)'}")
     ax.set_title("The ensemble as members are added")
     if len(picks) <= 20:  # bagged selection pools up to bags x size picks: let matplotlib place the ticks
@@ -222,12 +224,12 @@ def plot_workers(plt, data: PlotData):
     return fig
 
 
-def plot_pareto(plt, data: PlotData, front: list[dict], key: str, metric: str, rows: str = "validation"):
+def plot_pareto(plt, data: PlotData, front: list[ParetoMember], key: str, metric: str, rows: str = "validation"):
     ok = [r for r in data.records if r.status == "ok" and key in r.metrics]
     fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
     ax.scatter([r.metrics[key] for r in ok], [_value(metric, r.fitness) for r in ok], s=14, alpha=0.5, color="#9e9e9e",
                label=f"all networks ({len(ok):,}{' drawn' if data.sampled else ''})")
-    pts = sorted((m[key], _value(metric, m["fitness"])) for m in front)
+    pts = sorted((m.cost, _value(metric, m.fitness)) for m in front)
     ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color="#d62728", label=f"Pareto front ({len(front)})")
     ax.set_xscale("log")
     ax.set_xlabel("trainable parameters (log scale, fewer is better)" if key == "params"
@@ -309,17 +311,17 @@ def _ticks(gene) -> list[tuple[float, str]]:
     return [(_position(gene, v), f"{v:.3g}") for v in (domain.low, middle, domain.high)]
 
 
-def write_plots(data: PlotData, summary: dict, space: SearchSpace, folder: str, objective: str | None) -> list[str]:
+def write_plots(data: PlotData, summary: Summary, space: SearchSpace, folder: str, objective: str | None) -> list[str]:
     """Write the figures into ``folder`` (created if missing); returns the paths written."""
     plt = _pyplot()
     if not data.total:
-        raise EvensError(f"{summary['run_dir']}: no evaluations yet, nothing to plot")
+        raise EvensError(f"{summary.run_dir}: no evaluations yet, nothing to plot")
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as exc:
         raise EvensError(f"{folder}: cannot create the folder ({exc.strerror or exc})") from None
-    metric = summary["metric"]
-    rows = "out-of-fold" if (summary.get("chosen_on") or {}).get("folds") else "validation"  # what the choices were made on
+    metric = summary.metric
+    rows = "out-of-fold" if summary.chosen_on.folds else "validation"  # what the choices were made on
     written: list[str] = []
 
     def save(fig, name: str) -> None:
@@ -328,11 +330,11 @@ def write_plots(data: PlotData, summary: dict, space: SearchSpace, folder: str, 
         written.append(os.path.join(folder, name))
 
     save(plot_search(plt, data, metric, rows), "search.png")
-    if summary["ensemble"]:
-        save(plot_ensemble(plt, summary["ensemble"], summary["best"], metric, rows), "ensemble.png")
+    if summary.ensemble:
+        save(plot_ensemble(plt, summary.ensemble, summary.best, metric, rows), "ensemble.png")
     save(plot_workers(plt, data), "workers.png")
-    if summary.get("pareto") and objective:
-        save(plot_pareto(plt, data, summary["pareto"], objective, metric, rows), "pareto.png")
+    if summary.pareto and objective:
+        save(plot_pareto(plt, data, summary.pareto, objective, metric, rows), "pareto.png")
     if data.top:
         save(plot_hyperparameters(plt, data, space, metric, rows), "hyperparameters.png")
     return written

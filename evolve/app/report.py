@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import replace
 
 import numpy as np
 
@@ -24,33 +25,30 @@ from evolve.search.tally import Tally
 
 from .report_text import describe, format_failures, format_summary, format_top
 from .rundir import checkpoint_path
+from .summary import (BestNetwork, ChosenOn, Curve, EarlyStopping, EnsembleFacts, Failure, Hall, Halving, ParetoMember, Rung,
+                      SearchMetric, Summary, TopNetwork)
 
 
-def ensemble_scores(state: SearchState, info: RunInfo, problem: Problem) -> dict | None:
+def ensemble_scores(state: SearchState, info: RunInfo, problem: Problem) -> EnsembleFacts | None:
     """The stored ensemble's members, weights, metrics on val and test, mean test uncertainty and curve."""
     sel = state.selection
     if sel is None:
         return None
     members = [state.hall_of_fame.by_id(i) for i in sel.ids]
-    result = {
-        "method": sel.method,
-        "size": sel.size,
-        "picks": sel.picks,
-        "members": sel.ids,
-        "weights": sel.weights,
-        "curve": {"path": list(sel.path), "val": list(sel.curve_val), "test": list(sel.curve_test), "metric": problem.metric_key},
-    }
+    metrics: dict[str, float | None] = {}
     for split, y in (("val", info.val_y), ("test", info.test_y)):
         preds = [m.val_pred if split == "val" else m.test_pred for m in members]
         combined = combine(problem, preds, sel.weights, len(y))
         # a user's metric is the selection curve's (reading a run imports none of the user's code)
-        result.update(undefined_as_none({f"{split}_{k}": v for k, v in problem.scores(ensemble_prediction(problem, combined), y, user=False).items()}))
-        result.setdefault(f"{split}_{problem.metric_key}", (sel.curve_val if split == "val" else sel.curve_test)[sel.picks - 1])
+        scores = problem.scores(ensemble_prediction(problem, combined), y, user=False)
+        metrics.update(undefined_as_none({f"{split}_{k}": v for k, v in scores.items()}))
+        metrics.setdefault(f"{split}_{problem.metric_key}", (sel.curve_val if split == "val" else sel.curve_test)[sel.picks - 1])
         if split == "test":
-            result["test_uncertainty"] = mean_uncertainty(problem, combined)
-            if problem.kind == "classification":
-                result["test_calibration"] = problem.calibration(ensemble_prediction(problem, combined), y)
-    return result
+            uncertainty = mean_uncertainty(problem, combined)
+            calibration = problem.calibration(ensemble_prediction(problem, combined), y) if problem.kind == "classification" else None
+    return EnsembleFacts(method=sel.method, size=sel.size, picks=sel.picks, members=sel.ids, weights=sel.weights,
+                         curve=Curve(path=list(sel.path), val=list(sel.curve_val), test=list(sel.curve_test), metric=problem.metric_key),
+                         metrics=metrics, test_uncertainty=uncertainty, test_calibration=calibration)
 
 
 def tally_of(records: list[Record], info: RunInfo) -> Tally:
@@ -60,79 +58,81 @@ def tally_of(records: list[Record], info: RunInfo) -> Tally:
 
 
 def summarize(state: SearchState, info: RunInfo, run_dir: str | None = None, tally: Tally | None = None, pareto: bool = True,
-              history: History | None = None) -> dict:
-    """The facts ``evens report --json`` prints: counts, best member, ensemble, time, utilization. From the account
+              history: History | None = None) -> Summary:
+    """The facts ``evens report --json`` prints (its ``to_dict()``): counts, best member, ensemble, time, utilization. From the account
     ``tally`` where given (the state file's: no history read), else from the state's records. A search of two
     objectives: its Pareto front too (``pareto``), whose members are read from ``run_dir``'s history where the state
     does not hold every record (from ``history``, the state's own checkpoint's segments held open, where given)."""
     problem = problem_from_dict(info.data["problem"])
     tally = tally if tally is not None else tally_of(state.records, info)
     hall = state.hall_of_fame
-    summary = {
-        "run_dir": run_dir,
-        "problem": problem.kind,
-        "metric": "accuracy" if problem.kind == "classification" else "rmse",  # the headline of the tables and figures
-        "search_metric": {"name": problem.metric, "key": problem.metric_key, "higher_is_better": problem.higher_is_better},
-        "evaluations": tally.networks,  # networks: with successive halving, a network's stages are one
-        "budget": info.config.search.evaluations,
-        "status_counts": dict(tally.statuses),
-        "pending": len(state.pending),
-        "wall_seconds": info.wall_seconds,
-        "worker_utilization": state.utilization,
-        "sessions": info.sessions,
-        "space": info.preset,
-        "data": info.data,
-        "hall_of_fame": {"members": len(hall), "capacity": hall.capacity, "ids": hall.ids},
-        "chosen_on": chosen_on(info, problem),
-        "best": None,
-        "ensemble": ensemble_scores(state, info, problem),
-    }
     space = info.space()
-    if tally.stopped:
-        summary["early_stopping"] = {"stopped": tally.stopped, "epochs_saved": tally.epochs_saved, "epochs_trained": tally.epochs_trained}
     search = info.config.search
-    if search.promotion:
-        summary["promotion"] = halving_facts(tally, search)
+    front = None
     if capabilities(search.mode).objectives == 2 and pareto and (run_dir or not state.dropped):
         ids = state.strategy.get("front", [])
         records = state.by_id() if not state.dropped else front_records(run_dir, state, info, ids, history)
-        summary["pareto"] = pareto_front(records, ids, search.second_objective, space)
-    best = tally.best
-    if best is not None:
-        summary["best"] = {**record_facts(best), "genome": space.decode(best.genome)}
-        kept = hall.by_id(best.id) if best.id in hall.ids else None
-        if problem.kind == "classification" and kept is not None:
-            summary["best"]["test_calibration"] = problem.calibration(kept.test_pred, info.test_y)
-    return summary
+        front = pareto_front(records, ids, search.second_objective, space)
+    best = None
+    if tally.best is not None:
+        kept = hall.by_id(tally.best.id) if tally.best.id in hall.ids else None
+        calibration = problem.calibration(kept.test_pred, info.test_y) if problem.kind == "classification" and kept is not None else None
+        best = BestNetwork(**record_facts(tally.best), genome=space.decode(tally.best.genome), test_calibration=calibration)
+    stopping = None
+    if tally.stopped:
+        stopping = EarlyStopping(stopped=tally.stopped, epochs_saved=tally.epochs_saved, epochs_trained=tally.epochs_trained)
+    return Summary(
+        run_dir=run_dir,
+        problem=problem.kind,
+        metric="accuracy" if problem.kind == "classification" else "rmse",
+        search_metric=SearchMetric(name=problem.metric, key=problem.metric_key, higher_is_better=problem.higher_is_better),
+        evaluations=tally.networks,
+        budget=search.evaluations,
+        status_counts=dict(tally.statuses),
+        pending=len(state.pending),
+        wall_seconds=info.wall_seconds,
+        worker_utilization=state.utilization,
+        sessions=info.sessions,
+        space=info.preset,
+        data=info.data,
+        hall_of_fame=Hall(members=len(hall), capacity=hall.capacity, ids=hall.ids),
+        chosen_on=chosen_on(info, problem),
+        best=best,
+        ensemble=ensemble_scores(state, info, problem),
+        early_stopping=stopping,
+        promotion=halving_facts(tally, search) if search.promotion else None,
+        pareto=front,
+    )
 
 
-def halving_facts(tally: Tally, search) -> dict:
+def halving_facts(tally: Tally, search) -> Halving:
     """Successive halving's account: each rung's stages and how many went on, and how the promotions trained."""
-    return {"eta": search.eta, "min_budget": search.min_budget, "rungs": [{"rung": i, "stages": n, "promoted": up} for i, (n, up) in enumerate(tally.at_rung)],
-            "stages": tally.records, "carried_on": tally.carried_on, "trained_again": tally.trained_again, "epochs_trained": tally.epochs_trained}
+    rungs = [Rung(rung=i, stages=n, promoted=up) for i, (n, up) in enumerate(tally.at_rung)]
+    return Halving(eta=search.eta, min_budget=search.min_budget, rungs=rungs, stages=tally.records, carried_on=tally.carried_on,
+                   trained_again=tally.trained_again, epochs_trained=tally.epochs_trained)
 
 
-def chosen_on(info: RunInfo, problem: Problem) -> dict:
+def chosen_on(info: RunInfo, problem: Problem) -> ChosenOn:
     """The rows that decided which networks were kept and what the ensemble is: how many, which, and (for a
     classification) the standard error of an accuracy measured on them, at most 0.5 / sqrt(rows)."""
     rows, folds = len(info.val_y), info.config.data.fold_count
-    facts = {"rows": rows, "folds": folds, "split": "training rows, out of fold" if folds else "validation rows",
-             "word": "oof" if folds else "val"}
-    if problem.kind == "classification" and rows:
-        facts["accuracy_se_max"] = 0.5 / math.sqrt(rows)
-    return facts
+    se_max = 0.5 / math.sqrt(rows) if problem.kind == "classification" and rows else None
+    return ChosenOn(rows=rows, folds=folds, split="training rows, out of fold" if folds else "validation rows",
+                    word="oof" if folds else "val", accuracy_se_max=se_max)
 
 
 SCALARS = ("integer", "real", "label", "text")
 
 
 def record_facts(r: Record) -> dict:
-    """A record as the report shows it: each of its one-value fields (kinds of Record), and its metrics flat."""
+    """A record's facts as :class:`~evolve.app.summary.NetworkFacts` takes them: each of its one-value fields (kinds of
+    Record), and ``metrics``, its metrics with an undefined R² as None."""
     facts = {name: getattr(r, name) for name, kind in kinds(Record).items() if kind in SCALARS}
+    metrics = {}
     for name, kind in kinds(Record).items():
         if kind == "named":
-            facts.update(getattr(r, name))
-    return undefined_as_none(facts)
+            metrics.update(getattr(r, name))
+    return {**facts, "metrics": undefined_as_none(metrics)}
 
 
 def undefined_as_none(scores: dict) -> dict:
@@ -166,7 +166,7 @@ def front_records(run_dir: str, state: SearchState, info: RunInfo, ids: list[int
         return {**{r.id: r for r in read(run.history)}, **mine}
 
 
-def pareto_front(records: dict[int, Record], ids: list[int], objective: str, space) -> list[dict]:
+def pareto_front(records: dict[int, Record], ids: list[int], objective: str, space) -> list[ParetoMember]:
     """The NSGA-II run's Pareto front over every successful evaluation (``ids``, kept by the strategy; ``records`` holds
     them), by fitness: each member's id, fitness, second objective and network."""
     key = OBJECTIVES[objective]
@@ -174,11 +174,11 @@ def pareto_front(records: dict[int, Record], ids: list[int], objective: str, spa
     for ident in ids:
         r = records[ident]
         genome = space.decode(r.genome)
-        front.append({"id": r.id, "fitness": r.fitness, key: r.metrics[key], "network": describe(genome), "genome": genome})
-    return sorted(front, key=lambda m: (-m["fitness"], m["id"]))
+        front.append(ParetoMember(id=r.id, fitness=r.fitness, objective=key, cost=r.metrics[key], network=describe(genome), genome=genome))
+    return sorted(front, key=lambda m: (-m.fitness, m.id))
 
 
-def top_networks(state: SearchState, space, k: int) -> list[dict]:
+def top_networks(state: SearchState, space, k: int) -> list[TopNetwork]:
     """The ``k`` best successful networks, then every member of the stored ensemble ranked below them (a
     bagged greedy ensemble often takes a few): id, ``rank`` among the successful networks (1 is the best),
     ``ensemble_weight`` (its share of the ensemble's picks, 0 for a non-member), metrics, parameters,
@@ -188,10 +188,11 @@ def top_networks(state: SearchState, space, k: int) -> list[dict]:
     return [_top_row(r, place, weights, space) for place, r in enumerate(ok, 1) if place <= k or r.id in weights]
 
 
-def _top_row(r: Record, place: int, weights: dict[int, float], space) -> dict:
+def _top_row(r: Record, place: int, weights: dict[int, float], space) -> TopNetwork:
     """A row of :func:`top_networks`: the record ranked ``place`` among the successful ones."""
     genome = space.decode(r.genome)
-    return {**record_facts(r), "rank": place, "ensemble_weight": weights.get(r.id, 0.0), "network": describe(genome), "genome": genome}
+    facts = {**record_facts(r), "network": describe(genome)}  # (the record's own network, an id, gives way to the words)
+    return TopNetwork(**facts, rank=place, ensemble_weight=weights.get(r.id, 0.0), genome=genome)
 
 
 def _example(r: Record) -> str:
@@ -199,7 +200,7 @@ def _example(r: Record) -> str:
     return f"#{r.id}: {r.message}" if r.message else f"#{r.id}"
 
 
-def streamed_top_and_failures(history: History, state: SearchState, info: RunInfo, k: int) -> tuple[list[dict], dict[str, dict]]:
+def streamed_top_and_failures(history: History, state: SearchState, info: RunInfo, k: int) -> tuple[list[TopNetwork], dict[str, Failure]]:
     """What :func:`top_networks` and :func:`failures_by_kind` give, from the run file's segments (``history``: those of
     the checkpoint ``state`` was read from, held open) a slice at a time: the best ``k`` and the stored ensemble's
     members ranked, and each kind of failure counted with its first example, reading whole records only for the rows
@@ -233,7 +234,7 @@ def streamed_top_and_failures(history: History, state: SearchState, info: RunInf
     records = history.fetch([at for _, at in ranked] + [at for _, at in kinds.values()], len(info.gene_names))
     space = info.space()
     top = [_top_row(r, place, weights, space) for (place, _), r in zip(ranked, records)]
-    failures = {status: {"count": count, "example": _example(r)} for (status, (count, _)), r in zip(kinds.items(), records[len(ranked):])}
+    failures = {status: Failure(count=count, example=_example(r)) for (status, (count, _)), r in zip(kinds.items(), records[len(ranked):])}
     return top, failures
 
 
@@ -245,14 +246,15 @@ def plot_data(history: History, state: SearchState, info: RunInfo):
     return PlotData.of(history.records(len(info.gene_names)), state.utilization)
 
 
-def failures_by_kind(state: SearchState) -> dict[str, dict]:
+def failures_by_kind(state: SearchState) -> dict[str, Failure]:
     """For each status other than ok: how many, and the message of the first (a sample of what went wrong)."""
-    kinds: dict[str, dict] = {}
+    counts: dict[str, int] = {}
+    first: dict[str, Record] = {}
     for r in state.records:
         if r.status != "ok":
-            entry = kinds.setdefault(r.status, {"count": 0, "example": _example(r)})
-            entry["count"] += 1
-    return kinds
+            counts[r.status] = counts.get(r.status, 0) + 1
+            first.setdefault(r.status, r)
+    return {status: Failure(count=n, example=_example(first[status])) for status, n in counts.items()}
 
 
 def report(run_dir: str, as_json: bool = False, top: int = 10, csv_path: str | None = None, plot_dir: str | None = None,
@@ -274,12 +276,12 @@ def _report(run, run_dir: str, as_json: bool, top: int, csv_path: str | None, pl
     if history is not None:  # the summary from the run's account, the tables, the CSV and the figures a slice of the history at a time
         summary = summarize(state, info, run_dir, state.tally, history=history)
         with damage_as_one_line(path):
-            summary["top"], summary["failures"] = streamed_top_and_failures(history, state, info, top)
+            shown, failures = streamed_top_and_failures(history, state, info, top)
     else:  # a run file from before the account was kept: every record
         state, info = run.load(history=True)
         summary = summarize(state, info, run_dir)
-        summary["top"] = top_networks(state, info.space(), top)
-        summary["failures"] = failures_by_kind(state)
+        shown, failures = top_networks(state, info.space(), top), failures_by_kind(state)
+    summary = replace(summary, top=shown, failures=failures)
     space = info.space()
     notes = []
     if csv_path:
@@ -304,10 +306,10 @@ def _report(run, run_dir: str, as_json: bool, top: int, csv_path: str | None, pl
         written = write_plots(data, summary, space, plot_dir, objective)
         notes.append(f"wrote {len(written)} figures: {', '.join(written)}")
     if as_json:
-        return json.dumps(summary, indent=2, sort_keys=True)
+        return json.dumps(summary.to_dict(), indent=2, sort_keys=True)
     text = format_summary(summary)
-    picks = summary["ensemble"]["picks"] if summary["ensemble"] else 0
-    extra = format_top(summary["top"], summary["metric"], top, picks, summary["chosen_on"]["word"]) + format_failures(summary["failures"])
+    picks = summary.ensemble.picks if summary.ensemble else 0
+    extra = format_top(shown, summary.metric, top, picks, summary.chosen_on.word) + format_failures(failures)
     return "\n".join([text, *extra, *notes])
 
 

@@ -15,6 +15,7 @@ from evolve.runfile.checkpoint import RunInfo
 from .report import summarize
 from .rundir import SUMMARY_NAME, checkpoint_path, write_json
 from .runlock import RunLock
+from .summary import Summary
 
 
 def select_for_run(hall: HallOfFame, info: RunInfo, method: str | None = None, size: int | None = None) -> Selection | None:
@@ -45,7 +46,7 @@ class SelectionCache:
         return self._selection
 
 
-def reselect(run_dir: str, model_path: str | None = None, **settings) -> dict:
+def reselect(run_dir: str, model_path: str | None = None, **settings) -> Summary:
     """``evens select``: choose the run's ensemble again from its hall of fame, without training.
 
     ``settings``: ``[ensemble]`` keys to change (``method``, ``size``, ``criterion``, ``bags``,
@@ -65,7 +66,7 @@ def _warn(line: str) -> None:
     print(f"evens: {line}", file=sys.stderr, flush=True)
 
 
-def _reselect(run_dir: str, path: str, model_path: str | None, settings: dict) -> dict:
+def _reselect(run_dir: str, path: str, model_path: str | None, settings: dict) -> Summary:
     """The choice needs the hall of fame alone, and the summary the run's account (and a Pareto front's members): the
     whole history is read only from a run file that has no account."""
     # a damaged member is left out, by name, and the rest chosen from; the memory is written back as it is
@@ -81,7 +82,7 @@ def _reselect(run_dir: str, path: str, model_path: str | None, settings: dict) -
     state.selection = select_for_run(state.hall_of_fame, info)
     checkpoint.save(path, state, info)
     summary = summarize(state, info, run_dir, state.tally)  # (without an account: from the records, all read then)
-    write_json(os.path.join(run_dir, SUMMARY_NAME), summary)
+    write_json(os.path.join(run_dir, SUMMARY_NAME), summary.to_dict())
     return summary
 
 

@@ -179,7 +179,7 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
     if not finished:
         return _stopped(comm, state, stop, transport, prepared)
     summary = summarize(state, info, prepared.run_dir, state.tally)  # (a Pareto front's members are read from the history)
-    write_json(os.path.join(prepared.run_dir, SUMMARY_NAME), summary)
+    write_json(os.path.join(prepared.run_dir, SUMMARY_NAME), summary.to_dict())
     print(format_summary(summary), flush=True)
     transport.stop()
     return 0

@@ -16,6 +16,10 @@ sees the old one or the new one whole (see :mod:`evolve.runfile.version`). Every
 - or, where a job has claimed the run and written no checkpoint yet, that it is starting (and which job).
 
 It never takes the run's lock, so it cannot stop a job from starting.
+
+:func:`status` reads the run's summary (evolve.app.summary.Summary) by its fields, and returns plain facts, the JSON
+that ``--json`` prints: the summary's parts in them as their ``to_dict()``. :func:`format_status` reads those facts by
+key, and the summary's parts back as their types (``from_dict``).
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from .report import summarize, tally_of
 from .report_text import counted, format_halving, score_text
 from .rundir import checkpoint_path
 from .runlock import lock_holder
+from .summary import BestNetwork, ChosenOn, EnsembleFacts, Halving, Scored
 
 RECENT_SECONDS = 600.0
 
@@ -59,7 +64,7 @@ def status(run_dir: str, now: float | None = None) -> dict:
     summary = summarize(state, info, run_dir, state.tally, pareto=False)  # (status shows no Pareto front)
     view = state.dispatch
     saved_at = float(view.get("saved_at") or os.stat(path).st_mtime)
-    done, budget = summary["evaluations"], summary["budget"]
+    done, budget = summary.evaluations, summary.budget
     left = max(0, budget - done)
     searched = info.wall_seconds
     facts = {
@@ -74,18 +79,18 @@ def status(run_dir: str, now: float | None = None) -> dict:
         "per_minute_recent": None,  # while a job holds the run: over recent_seconds before the checkpoint
         "recent_seconds": None,
         "eta_seconds": None,
-        "best": summary["best"],
-        "ensemble": summary["ensemble"],
-        "metric": summary["metric"],
-        "failures": {k: n for k, n in summary["status_counts"].items() if k not in ("ok", "paused")},
-        "promotion": summary.get("promotion"),  # successive halving: each rung's stages and promotions
+        "best": _as_json(summary.best),
+        "ensemble": _as_json(summary.ensemble),
+        "metric": summary.metric,
+        "failures": {k: n for k, n in summary.status_counts.items() if k not in ("ok", "paused")},
+        "promotion": _as_json(summary.promotion),  # successive halving: each rung's stages and promotions
         "workers": len(view["workers"]) if "workers" in view else _devices(run_dir),
         "workers_training": len(view["training"]) if "training" in view else None,
         "tasks_queued": len(view["queued"]) if "queued" in view else None,
         "longest_training": None,
-        "worker_utilization": summary["worker_utilization"],
-        "sessions": summary["sessions"],
-        "chosen_on": summary["chosen_on"],
+        "worker_utilization": summary.worker_utilization,
+        "sessions": summary.sessions,
+        "chosen_on": summary.chosen_on.to_dict(),
         "folds": info.config.data.fold_count,  # with cross-validation: networks begun, and their fold trainings back
         "networks_open": len(state.pending) if info.config.data.fold_count else None,
         "folds_back": sum(len(parts) for parts in state.folding.values()) if info.config.data.fold_count else None,
@@ -105,6 +110,11 @@ def status(run_dir: str, now: float | None = None) -> dict:
             elif rate > 0:
                 facts["eta_seconds"] = max(0.0, left / rate * 60 - (now - saved_at))
     return facts
+
+
+def _as_json(facts) -> dict | None:
+    """A part of the summary as the JSON holds it (None as None)."""
+    return None if facts is None else facts.to_dict()
 
 
 def _starting(run_dir: str, holder: dict[str, str]) -> dict:
@@ -132,15 +142,15 @@ def _duration(seconds: float) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
-def _scores(s: dict, metric: str, val: str = "val") -> str:
+def _scores(s: Scored, metric: str, val: str = "val") -> str:
     if metric == "accuracy":
-        return f"{val} {score_text(s['val_accuracy'])}  test {score_text(s['test_accuracy'])}"
-    return f"{val} rmse {score_text(s['val_rmse'], 'rmse')}  test rmse {score_text(s['test_rmse'], 'rmse')}"
+        return f"{val} {score_text(s.score('val', 'accuracy'))}  test {score_text(s.score('test', 'accuracy'))}"
+    return f"{val} rmse {score_text(s.score('val', 'rmse'), 'rmse')}  test rmse {score_text(s.score('test', 'rmse'), 'rmse')}"
 
 
 def _folds_line(s: dict) -> str:
     """Cross-validation: the folds, the rows chosen on, and the networks begun with their fold trainings back."""
-    return (f"cross-validation: {s['folds']} folds of {s['chosen_on']['rows']} training rows; at the last checkpoint "
+    return (f"cross-validation: {s['folds']} folds of {ChosenOn.from_dict(s['chosen_on']).rows} training rows; at the last checkpoint "
             f"{counted(s['networks_open'], 'network')} begun and not recorded, with {counted(s['folds_back'], 'fold training')} back")
 
 
@@ -205,14 +215,14 @@ def format_status(s: dict) -> str:
     if s.get("folds"):
         lines.append(_folds_line(s))
     if s.get("promotion"):
-        lines.append(format_halving(s["promotion"]))
-    word = (s.get("chosen_on") or {}).get("word", "val")
-    best = s["best"]
-    if best:
-        lines.append(f"best network: #{best['id']} {_scores(best, metric, word)}")
-    e = s["ensemble"]
-    if e:
-        lines.append(f"ensemble: {counted(len(set(e['members'])), 'network')} ({e['method']}), {_scores(e, metric, word)}")
+        lines.append(format_halving(Halving.from_dict(s["promotion"])))
+    word = ChosenOn.from_dict(s["chosen_on"]).word if s.get("chosen_on") else "val"
+    if s["best"]:
+        best = BestNetwork.from_dict(s["best"])
+        lines.append(f"best network: #{best.id} {_scores(best, metric, word)}")
+    if s["ensemble"]:
+        e = EnsembleFacts.from_dict(s["ensemble"])
+        lines.append(f"ensemble: {counted(len(set(e.members)), 'network')} ({e.method}), {_scores(e, metric, word)}")
     failures = ", ".join(f"{n} {k}" for k, n in sorted(s["failures"].items()))
     lines.append(f"not ok: {failures}" if failures else "not ok: none")
     return "\n".join(lines)

@@ -45,18 +45,18 @@ def run_seed(seed: int, ranks: int, config: str, extra: list[str], workdir: str)
     summary = summarize(state, info, out)
     row = {
         "seed": seed,
-        "evaluations": summary["evaluations"],
-        "best_val": summary["best"]["val_accuracy"],
-        "best_test": summary["best"]["test_accuracy"],
-        "wall_seconds": summary["wall_seconds"],
-        "utilization": summary["worker_utilization"],
+        "evaluations": summary.evaluations,
+        "best_val": summary.best.score("val", "accuracy"),
+        "best_test": summary.best.score("test", "accuracy"),
+        "wall_seconds": summary.wall_seconds,
+        "utilization": summary.worker_utilization,
     }
     for method in METHODS:
         state.selection = select_for_run(state.hall_of_fame, info, method=method)
         scores = ensemble_scores(state, info, problem)
-        row[f"{method}_test"] = scores["test_accuracy"]
-        row[f"{method}_val"] = scores["val_accuracy"]
-        row[f"{method}_members"] = len(scores["members"])
+        row[f"{method}_test"] = scores.score("test", "accuracy")
+        row[f"{method}_val"] = scores.score("val", "accuracy")
+        row[f"{method}_members"] = len(scores.members)
     return row
 
 
