@@ -103,6 +103,9 @@ def _cnn(spec: NetworkSpec, sample_shape: tuple[int, ...], outputs: int) -> nn.M
     pool = {"max": {1: nn.MaxPool1d, 2: nn.MaxPool2d}, "avg": {1: nn.AvgPool1d, 2: nn.AvgPool2d}}.get(spec.pooling, {}).get(dims)
     k = spec.kernel_size
     layers: list[nn.Module] = [ChannelsLast()] if dims == 2 else []
+    if spec.downsample > 1:  # averaged over blocks of downsample positions (a partial last block: over what it holds)
+        layers.append({1: nn.AvgPool1d, 2: nn.AvgPool2d}[dims](spec.downsample, ceil_mode=True))
+        spatial = [-(-s // spec.downsample) for s in spatial]
     for i, width in enumerate(spec.layer_widths):
         dilation = 2 ** i if spec.dilation == "growing" else 1
         block = [*_same_size_conv(conv, dims, channels, width, k, dilation), *_norm(spec.norm, width, dims), ACTIVATIONS[spec.activation]()]

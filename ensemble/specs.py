@@ -32,6 +32,9 @@ class NetworkSpec:
       by 2**i in block i; ``norm``, ``activation``, ``pooling``, dropout), then a linear head that reads
       up to 4 positions per spatial dimension of each map (``head="flatten"``) or each map's mean
       (``head="average"``, global average pooling);
+    * ``downsample`` (a ``cnn``'s): the input averaged over blocks of ``downsample`` positions along each spatial
+      dimension (a partial block at the end averaged over what it holds) before the first convolution, so
+      that a large image or a long signal is convolved at a lower resolution; 1 keeps it as it is;
     * with ``standardize``, any family first standardises each input feature by the training split's
       mean and standard deviation, kept in the network (its first layer's buffers) so that whatever
       applies the network applies them too;
@@ -62,6 +65,7 @@ class NetworkSpec:
     dilation: str = "none"
     head: str = "flatten"
     standardize: bool = False
+    downsample: int = 1
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -74,8 +78,10 @@ class NetworkSpec:
                                    ("dilation", self.dilation, DILATIONS), ("head", self.head, HEADS)):
             if value not in known:
                 raise ValueError(f"unknown {name} {value!r} (known: {', '.join(known)})")
-        if self.depth < 1 or self.width < 1 or not 0.0 <= self.dropout < 1.0 or self.kernel_size < 1:
-            raise ValueError(f"invalid network size: depth={self.depth} width={self.width} dropout={self.dropout} kernel={self.kernel_size}")
+        if self.depth < 1 or self.width < 1 or not 0.0 <= self.dropout < 1.0 or self.kernel_size < 1 \
+                or self.downsample < 1:
+            raise ValueError(f"invalid network size: depth={self.depth} width={self.width} dropout={self.dropout} kernel={self.kernel_size} "
+                             f"downsample={self.downsample}")
         if self.widths and (len(self.widths) != self.depth or min(self.widths) < 1):
             raise ValueError(f"widths {self.widths} must give {self.depth} positive widths, one per layer")
 
@@ -94,7 +100,7 @@ class NetworkSpec:
         uniform = self.family == "rnn" or len(set(widths)) == 1
         spec = replace(self, width=widths[0], widths=() if uniform else widths)
         if self.family != "cnn":
-            spec = replace(spec, kernel_size=3, pooling="max", dilation="none", head=self.head if self.family == "rnn" else "flatten")
+            spec = replace(spec, kernel_size=3, pooling="max", dilation="none", downsample=1, head=self.head if self.family == "rnn" else "flatten")
         if self.family == "rnn":
             return replace(spec, activation="relu", norm="none", residual=False)
         return replace(spec, cell="gru", bidirectional=False)

@@ -35,8 +35,9 @@ HAS_ONNX = all(importlib.util.find_spec(name) for name in ("onnx", "onnxscript",
 # one test process for the module, so that the exports of its module fixture (three searches, each exported) are made once
 pytestmark = pytest.mark.xdist_group("export")
 FORMATS = ["pt2", pytest.param("onnx", marks=pytest.mark.skipif(not HAS_ONNX, reason="needs evens[export]: onnx, onnxscript, onnxruntime"))]
-RUNS = {  # a classifier of images taken as uint8, one of signals with a recurrent member, a regression with standardised inputs
-    "images": ((1, 8, 8), [NetworkSpec("cnn", 2, 8)], np.uint8, False),
+RUNS = {  # a classifier of images taken as uint8 (one member downsampled, in partial blocks), one of signals with a recurrent
+    # member, a regression with standardised inputs
+    "images": ((1, 8, 8), [NetworkSpec("cnn", 2, 8), NetworkSpec("cnn", 2, 8, downsample=3)], np.uint8, False),
     "signals": ((2, 16), [NetworkSpec("cnn", 1, 8, dilation="growing"), NetworkSpec("rnn", 1, 8, cell="lstm", bidirectional=True)],
                 np.float32, False),
     "regression": ((12,), [NetworkSpec("mlp", 2, 16, standardize=True), NetworkSpec("mlp", 1, 8, "tanh")], np.float32, True),

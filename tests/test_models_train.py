@@ -368,6 +368,28 @@ def test_shift_augmentation_moves_each_sample_by_its_own_offset_within_an_eighth
     assert ev.status == "ok" and ev.metrics["val_accuracy"] > 0.8
 
 
+def test_downsample_averages_the_input_over_blocks_before_the_first_convolution():
+    """A CNN with downsample f convolves the input's f x f block averages (a partial block at an edge: the average of
+    what it holds); the classic space has no downsample gene (its genomes as before), a [space] table may declare it."""
+    from torch import nn
+
+    net = build_network(NetworkSpec("cnn", 2, 8, downsample=8, head="average"), (3, 250, 250), 4)
+    pool = next(m for m in net if isinstance(m, nn.AvgPool2d))
+    x = torch.rand(2, 3, 250, 250)
+    blocks = pool(x)
+    assert blocks.shape == (2, 3, 32, 32) and net(x).shape == (2, 4)
+    assert torch.allclose(blocks[:, :, 0, 0], x[:, :, :8, :8].mean(dim=(2, 3)))
+    assert torch.allclose(blocks[:, :, 31, 31], x[:, :, 248:, 248:].mean(dim=(2, 3)))  # a 2x2 block at the corner
+    assert build_network(NetworkSpec("cnn", 2, 8, downsample=4), (1, 100), 3)(torch.zeros(5, 1, 100)).shape == (5, 3)
+    assert NetworkSpec("mlp", 2, 8, downsample=4).canonical() == NetworkSpec("mlp", 2, 8)
+    with pytest.raises(ValueError, match="downsample=0"):
+        NetworkSpec("cnn", 2, 8, downsample=0)
+    assert "downsample" not in parse_space({}).names
+    space = parse_space({"family": "cnn", "downsample": [2, 4]})
+    network, _ = space.candidate([0.9] * len(space))
+    assert network.downsample == 4
+
+
 def test_the_signal_presets_networks_read_every_channel_of_a_multichannel_series():
     """Genomes of the signal preset for (6, 50) and (6, 100) series build CNNs and RNNs (on the shorter) whose output depends on all 6 channels."""
     from evolve.search.presets import DataFacts, table

@@ -7,6 +7,7 @@ from conftest import ROOT
 
 from evolve.config.schema import config_from_dict, load_config
 from evolve.errors import ConfigError
+from evolve.search import presets
 from evolve.search.presets import DataFacts
 from evolve.search.space import DEFAULT_SPACE
 from evolve.search.space_config import parse_space
@@ -133,3 +134,80 @@ def test_training_length_is_a_step_budget_on_small_data_and_tens_of_epochs_on_mo
     if f.fit_rows >= 1000 or rows >= 720:
         assert (epochs["low"], epochs["high"]) == old
     assert epochs["low"] >= old[0] and epochs["high"] >= old[1]
+
+
+def counted_macs(network, shape) -> int:
+    """Multiply-adds of one sample's forward pass through the built network: counted layer by layer on its convolutions
+    (each output position: input channels x kernel positions), linear layers and recurrent layers (each step: every
+    weight matrix once)."""
+    import math
+
+    import torch
+    from torch import nn
+
+    from ensemble.models import build_network
+
+    model = build_network(network, shape, 6).eval()
+    total = 0
+
+    def count(module, inputs, out):
+        nonlocal total
+        if isinstance(module, (nn.Conv1d, nn.Conv2d)):
+            total += out.numel() * module.in_channels // module.groups * math.prod(module.kernel_size)
+        elif isinstance(module, nn.Linear):
+            total += out.numel() * module.in_features
+        else:
+            total += inputs[0].shape[1] * sum(p.numel() for name, p in module.named_parameters() if name.startswith("weight"))
+
+    for module in model.modules():
+        if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Linear, nn.RNNBase)):
+            module.register_forward_hook(count)
+    with torch.no_grad():
+        model(torch.zeros(1, *shape))
+    return total
+
+
+@pytest.mark.parametrize("shape, rows", [((3, 256, 256), 36), ((3, 224, 224), 5000), ((1, 10_000), 40)])
+def test_a_preset_bounds_the_cost_of_a_network_on_large_samples(shape, rows):
+    """Issue 35: 36 training images of 3x256x256 (5 folds of 28 rows, 143-429 epochs) got the image preset of small images,
+    whose largest network convolved 256x256 maps: about 1,700 T multiply-adds a network, hours of CPU. Now every preset's
+    largest network costs at most presets.ROW_MACS multiply-adds per training row over its training (there: its input
+    averaged down to 32x32, widths up to 64, the same epochs; 7 T a network); likewise on more rows and on a long series."""
+    facts = DataFacts(shape, "classification", rows, folds=5 if rows < 1000 else 0)
+    space = config_from_dict({}).resolved(facts)[0].space.for_data(shape, "classification")
+    network, training = space.candidate([1.0] * len(space))  # every gene's last choice: the deepest, widest, longest training
+    per_row = counted_macs(network, shape) * training.epochs
+    if shape == (3, 256, 256):
+        assert 3 * per_row * facts.fit_rows * facts.folds < 10e12  # forward and backward, every fold (HEAD: 1,700 T)
+        assert network.downsample == 8 and network.width == 64 and training.epochs == 429  # the step budget kept
+    assert per_row <= presets.ROW_MACS and network.downsample > 1
+
+
+BENCHMARKED = [  # (sample shape, training rows, folds): bench_quality's and bench_small's sets, the examples' and these tests'
+    ((1, 8, 8), 720, 0), ((1, 16, 16), 1000, 0), ((2, 128), 1000, 0), ((1, 150), 50, 5), ((1, 24), 67, 5), ((6, 100), 40, 5),
+    ((12, 25), 270, 5), ((4,), 75, 5), ((13,), 89, 5), ((30,), 284, 5), ((10,), 266, 5), ((2, 64), 31, 0), ((2, 64), 1_000_000, 0),
+    ((1, 100), 255, 0), ((3, 16, 16), 1000, 0), ((3, 32, 32), 800, 0), ((3, 32, 32), 800, 5), ((3, 32, 32), 50_000, 0),
+    ((1, 500), 4000, 0), ((1, 500), 10_000, 0)]
+
+
+@pytest.mark.parametrize("shape, rows, folds", BENCHMARKED)
+def test_the_cost_bound_leaves_the_presets_of_the_benchmarked_sizes_as_they_were(shape, rows, folds):
+    facts = DataFacts(shape, "classification", rows, folds)
+    name, _ = presets.choose(facts)
+    assert presets.table(name, facts) == presets.by_rows(name, facts)
+    assert "downsample" not in presets.table(name, facts)
+
+
+@pytest.mark.parametrize("network, shape", [
+    ({"family": "cnn", "depth": 5, "width": 32, "kernel_size": 5, "pooling": "max", "downsample": 8}, (3, 250, 250)),
+    ({"family": "cnn", "depth": 3, "width": 16, "kernel_size": 4, "pooling": "none", "downsample": 1, "dilation": "growing"}, (2, 100)),
+    ({"family": "mlp", "depth": 3, "width": 64}, (30,)),
+    ({"family": "rnn", "depth": 2, "width": 16, "cell": "lstm", "bidirectional": True}, (3, 40)),
+])
+def test_the_cost_estimate_is_what_the_built_network_computes(network, shape):
+    """presets.sample_macs against the multiply-adds counted on the built network (which adds its head's few: 4 % of this MLP's)."""
+    from ensemble.specs import NetworkSpec
+
+    spec = NetworkSpec(**network, residual=False)
+    estimate = presets.sample_macs({"cell": "gru", "bidirectional": False, **network}, shape)
+    assert estimate <= counted_macs(spec, shape) <= 1.05 * estimate

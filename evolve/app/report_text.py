@@ -40,6 +40,8 @@ def describe(g: dict) -> str:
         words.append(g.get("activation", "relu"))
     if g["family"] == "cnn":
         words += [f"k{g.get('kernel_size', 3)}", f"{g.get('pooling', 'max')}-pool"]
+        if g.get("downsample", 1) > 1:
+            words.append(f"input/{g['downsample']}")
     if g.get("norm", "none") != "none":
         words.append(f"{g['norm']}-norm")
     if g.get("residual"):

@@ -101,7 +101,7 @@ def reference() -> str:
                           + ([f"{' or '.join(kind.problems)} only"] if len(kind.problems) == 1 else [])
                           + ([f"samples of {' or '.join(map(str, kind.sample_dims))} dimensions"] if len(kind.sample_dims) < 3 else []))
         default_space = DEFAULT_SPACE.get(name, "")
-        shown = _space_value(default_space)
+        shown = _space_value(default_space) if name in DEFAULT_SPACE else "not in it (an optional gene: in a space only where declared)"
         lines.append(f"| `{name}` | {kind.type} | {legal} | `{_toml(kind.default)}` | {needs} | {shown} |")
     lines.append("")
     return "\n".join(lines)

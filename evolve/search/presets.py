@@ -8,7 +8,9 @@ beside ``preset`` replace the preset's. A ``[space]`` table without ``preset`` i
 
 Each preset is a ``[space]`` table (the short forms of :mod:`evolve.search.space_config`) made from
 the data's facts: widths and epochs scale with the training split's size, so small data gets small,
-fast networks. Why each range: docs/search-space.md, "Presets".
+fast networks; and the cost of a training per row is bounded (:func:`bounded`), so that large samples
+(images of hundreds of pixels a side, long signals) are convolved at a lower resolution and by
+narrower networks. Why each range: docs/search-space.md, "Presets".
 """
 from __future__ import annotations
 
@@ -56,6 +58,11 @@ def table(name: str, facts: DataFacts) -> dict:
     fits = {"tabular": 1, "signal": 2, "image": 3}[name]
     if len(facts.sample_shape) != fits:
         raise ConfigError(f"space.preset {name!r} is for samples of {fits} dimension(s); the data's are {tuple(facts.sample_shape)}")
+    return bounded(by_rows(name, facts), facts)
+
+
+def by_rows(name: str, facts: DataFacts) -> dict:
+    """Preset ``name``'s table scaled to the rows alone, before :func:`bounded`."""
     return {"tabular": _tabular, "signal": _signal, "image": _image}[name](facts) | training(facts)
 
 
@@ -168,3 +175,60 @@ def _image(facts: DataFacts) -> dict:
         "residual": [False, True],
         "augment": ["none", "shift"],
     }
+
+
+# Why these two: docs/search-space.md, "Presets" (a training row's cost).
+ROW_MACS = 32e9  # the most multiply-adds a training row may cost over a training: the largest network's forward pass x its most epochs
+MIN_SIDE = 32  # downsampling stops before a spatial size falls under this many positions (32x32 pixels: CIFAR's images)
+
+
+def bounded(table: dict, facts: DataFacts) -> dict:
+    """``table`` with the cost of a training per row (:func:`row_macs`) within :data:`ROW_MACS`: first a signal's or an
+    image's input downsampled by 2, 4, 8, ... (while that lowers the cost and every spatial size keeps :data:`MIN_SIDE`
+    positions), then the widest widths dropped (down to the narrowest). A training costs its rows times that, so that a
+    network's cost grows with the rows and the folds, not with a sample's pixels or steps. Within the bound, ``table``
+    is returned as it is."""
+    shape, spatial = facts.sample_shape, facts.sample_shape[1:]
+    while (cost := row_macs(table, shape)) > ROW_MACS and spatial and min(spatial) // (2 * table.get("downsample", 1)) >= MIN_SIDE:
+        smaller = table | {"downsample": 2 * table.get("downsample", 1)}
+        if row_macs(smaller, shape) >= cost:  # a recurrent network's cost: downsampling is for the CNNs
+            break
+        table = smaller
+    while row_macs(table, shape) > ROW_MACS and len(table["width"]) > 1:
+        table = table | {"width": table["width"][:-1]}
+    return table
+
+
+def row_macs(table: dict, sample_shape: tuple[int, ...]) -> float:
+    """The multiply-adds a training of the table's largest network spends on each training row: its forward pass
+    (:func:`sample_macs`) times the table's most epochs (the backward pass costs about twice the forward)."""
+    def options(gene, default) -> list:  # a range by its high end
+        value = table.get(gene, default)
+        return [value["high"]] if isinstance(value, dict) else value if isinstance(value, list) else [value]
+
+    largest = {"depth": max(options("depth", 1)), "width": max(options("width", 1)), "kernel_size": max(options("kernel_size", 3)),
+               "pooling": "none" if "none" in options("pooling", "max") else "max", "downsample": table.get("downsample", 1),
+               "cell": "lstm" if "lstm" in options("cell", "gru") else "gru", "bidirectional": True in options("bidirectional", False)}
+    return max(sample_macs({**largest, "family": f}, sample_shape) for f in options("family", "mlp")) * max(options("epochs", 1))
+
+
+def sample_macs(network: dict, sample_shape: tuple[int, ...]) -> float:
+    """Multiply-adds of a built-in network's forward pass over one sample (its genes: ``family``, ``depth``, ``width``,
+    and as they apply ``kernel_size``, ``pooling``, ``downsample``, ``cell``, ``bidirectional``): its linear,
+    convolutional and recurrent layers, not the norms, activations, shortcuts or head (a few per cent more)."""
+    channels, *spatial = sample_shape
+    depth, width = network["depth"], network["width"]
+    if network["family"] == "mlp":
+        return math.prod(sample_shape) * width + (depth - 1) * width * width
+    if network["family"] == "rnn":  # per step and direction: gates x (inputs + width) x width, in every layer
+        gates, directions = (4 if network["cell"] == "lstm" else 3), (2 if network["bidirectional"] else 1)
+        inputs = channels + (depth - 1) * width * directions
+        return spatial[0] * directions * gates * width * (inputs + depth * width)
+    positions = [-(-s // network["downsample"]) for s in spatial]
+    total = 0.0
+    for _ in range(depth):
+        total += math.prod(positions) * channels * width * network["kernel_size"] ** len(positions)
+        if network["pooling"] != "none" and min(positions) >= 2:  # halved after each block (ensemble.models._cnn)
+            positions = [p // 2 for p in positions]
+        channels = width
+    return total

@@ -7,14 +7,15 @@ alike, categorical ones included.
 
 The genes a network and its training understand are the :data:`VOCABULARY`:
 architecture genes (``family``, ``depth``, ``width``, ``activation``, ``dropout``,
-``kernel_size``, ``pooling``, ``norm``, ``residual``, ``cell``, ``bidirectional``)
+``kernel_size``, ``pooling``, ``norm``, ``residual``, ``cell``, ``bidirectional``, ``downsample``)
 and training genes (``optimizer``, ``learning_rate``, ``weight_decay``,
 ``schedule``, ``warmup``, ``batch_size``, ``epochs``). A config's ``[space]`` table
 declares what each gene may take (:mod:`evolve.search.space_config` reads it, and shows its
-forms); a gene it leaves out takes :data:`DEFAULT_SPACE`.
+forms); a gene it leaves out takes :data:`DEFAULT_SPACE`, but for an optional gene (``downsample``), which is
+in a space only where declared.
 
 A gene is *active* when every condition on it holds: its own ``when`` and the
-built-in ones (``kernel_size`` and ``pooling`` only for ``cnn``; ``cell`` and
+built-in ones (``kernel_size``, ``pooling`` and ``downsample`` only for ``cnn``; ``cell`` and
 ``bidirectional`` only for ``rnn``; ``activation``, ``norm`` and ``residual`` not for
 ``rnn``; ``width_i`` only when ``depth >= i``). A condition on a gene that is itself
 inactive is false. An inactive gene takes its default when a genome is decoded
@@ -60,6 +61,8 @@ class Kind:
     per_layer: bool = False  # may be declared per layer
     problems: tuple = ("classification", "regression")  # the problems it matters for; fixed at its default for the others
     sample_dims: tuple = (1, 2, 3)  # the samples' dimensions it matters for (a table's, a signal's, an image's); likewise
+    optional: bool = False  # in a space only where its [space] table declares it (else its default holds): a gene added
+    # after run files existed, so that the spaces made before it, and their genomes, stay as they were
 
 
 _NOT_RNN = (("family", ("mlp", "cnn")),)
@@ -73,6 +76,7 @@ VOCABULARY: dict[str, Kind] = {
     "kernel_size": Kind("int", bounds=(1, 15), default=3, needs=_CNN),
     "pooling": Kind("str", POOLINGS, default="max", needs=_CNN),
     "dilation": Kind("str", DILATIONS, default="none", needs=_CNN),
+    "downsample": Kind("int", bounds=(1, None), default=1, needs=_CNN, optional=True),
     "head": Kind("str", HEADS, default="flatten", needs=(("family", ("cnn", "rnn")),)),
     "norm": Kind("str", NORMS, default="none", needs=_NOT_RNN),
     "residual": Kind("bool", default=False, needs=_NOT_RNN),
@@ -89,7 +93,8 @@ VOCABULARY: dict[str, Kind] = {
     "label_smoothing": Kind("float", bounds=(0.0, 0.5), default=0.0, problems=("classification",)),
     "augment": Kind("str", AUGMENTS, default="none", sample_dims=(2, 3)),
 }
-GENE_NAMES = tuple(VOCABULARY)  # the vocabulary's order; a per-layer gene expands in place
+GENE_NAMES = tuple(n for n, kind in VOCABULARY.items() if not kind.optional)  # the default space's genes, in the vocabulary's
+# order (a per-layer gene expands in place)
 
 DEFAULT_SPACE: dict = {
     "family": ["mlp", "cnn", "rnn"],
@@ -119,7 +124,7 @@ DEFAULT_SPACE: dict = {
     "label_smoothing": 0.0,
     "augment": "none",
 }
-assert tuple(DEFAULT_SPACE) == GENE_NAMES
+assert tuple(DEFAULT_SPACE) == GENE_NAMES  # (an optional gene is not in it)
 TRAINING_GENES = ("learning_rate", "batch_size", "epochs", "optimizer", "weight_decay", "schedule", "warmup", "label_smoothing", "augment")
 
 
@@ -398,6 +403,7 @@ class SearchSpace:
             "widths": [] if uniform else widths, "kernel_size": v["kernel_size"] if cnn else 3,
             "pooling": v["pooling"] if cnn else "max", "norm": "none" if rnn else v["norm"], "residual": False if rnn else v["residual"],
             "dilation": v["dilation"] if cnn else "none", "head": v["head"] if cnn or rnn else "flatten", "standardize": v["standardize"],
+            "downsample": v.get("downsample", 1) if cnn else 1,
         }
         return network, {n: v[n] for n in TRAINING_GENES}
 

@@ -2,7 +2,8 @@
 :class:`~evolve.errors.ConfigError` for anything it cannot take.
 
 The table declares what each gene of the :data:`~evolve.search.space.VOCABULARY` may take; a gene it
-leaves out takes :data:`~evolve.search.space.DEFAULT_SPACE`. Short forms::
+leaves out takes :data:`~evolve.search.space.DEFAULT_SPACE` (an optional gene, ``downsample``, is then not in
+the space at all, and its default holds). Short forms::
 
     width = [16, 32, 64]                                  # choose one of these
     learning_rate = {low = 1e-4, high = 3e-2, log = true} # a range (int genes: integers)
@@ -38,7 +39,7 @@ import re
 
 from evolve.errors import ConfigError
 
-from .space import DEFAULT_SPACE, GENE_NAMES, TRAINING_GENES, VOCABULARY, Choice, Gene, Kind, Range, SearchSpace
+from .space import DEFAULT_SPACE, TRAINING_GENES, VOCABULARY, Choice, Gene, Kind, Range, SearchSpace
 
 TYPES = ("float", "int", "categorical", "bool")  # what a gene's ``type`` may say
 
@@ -238,7 +239,8 @@ def _check_conditions(genes: list[Gene]) -> None:
 
 
 def parse_space(raw: dict, builder: str = "") -> SearchSpace:
-    """Validate the ``[space]`` table; genes it leaves out take :data:`DEFAULT_SPACE`. With a model
+    """Validate the ``[space]`` table; genes it leaves out take :data:`DEFAULT_SPACE` (an optional one is left out of
+    the space: its default holds). With a model
     ``builder``, the genes other than the training genes are the user's own, and only those declared exist."""
     if not isinstance(raw, dict):
         raise ConfigError("[space] must be a table")
@@ -246,8 +248,9 @@ def parse_space(raw: dict, builder: str = "") -> SearchSpace:
         return _parse_user_space(raw, builder)
     for name in raw:
         if name not in VOCABULARY:
-            raise ConfigError(f"unknown gene 'space.{name}' (known: {', '.join(GENE_NAMES)}; other names need a model builder, [model] builder)")
-    genes = [g for name in GENE_NAMES for g in _parse_gene(name, raw.get(name, DEFAULT_SPACE[name]), VOCABULARY)]
+            raise ConfigError(f"unknown gene 'space.{name}' (known: {', '.join(VOCABULARY)}; other names need a model builder, [model] builder)")
+    genes = [g for name in VOCABULARY if name in raw or not VOCABULARY[name].optional
+             for g in _parse_gene(name, raw[name] if name in raw else DEFAULT_SPACE[name], VOCABULARY)]
     depth = next(g for g in genes if g.name == "depth")
     genes = _expand(genes, depth)
     _check_conditions(genes)
