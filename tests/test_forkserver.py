@@ -73,6 +73,26 @@ def test_the_ranks_of_a_node_share_one_server_which_ends_with_their_last_connect
     assert servers(token) == []
 
 
+def test_the_rank_that_started_the_server_waits_at_its_end_for_it_to_end_and_kills_one_held_past_that():
+    """close(wait=...), as a rank ends: the server, and what it forked, gone before the rank that started it (issue 35,
+    defect 17: a job's launcher returned with its fork server still alive)."""
+    token = os.urandom(6).hex()
+    first = forkserver.connect(token, trainer_environment())
+    second = forkserver.connect(token, trainer_environment())
+    second.close()
+    started = time.monotonic()
+    first.close(wait=10)
+    assert first._server.returncode == 0 and time.monotonic() - started < 5 and servers(token) == []
+    token = os.urandom(6).hex()
+    first = forkserver.connect(token, trainer_environment())
+    held = forkserver.connect(token, trainer_environment())  # a rank of the node that does not let go
+    try:
+        first.close(wait=0.5)
+        assert first._server.returncode == -signal.SIGKILL and servers(token) == []
+    finally:
+        held.close()
+
+
 def test_another_jobs_ranks_get_a_server_of_their_own():
     one, other = (forkserver.connect(os.urandom(6).hex(), trainer_environment()) for _ in range(2))
     try:

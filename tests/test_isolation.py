@@ -13,7 +13,7 @@ from data_bcast.memory import NodeMemory
 from ensemble.problem import problem_for
 from ensemble.specs import BUILDER, GENES
 from evolve.transport.isolation import KILL_GRACE, TrainerError, TrainerProcess, trainer_environment
-from evolve.transport.protocol import Task
+from evolve.transport.protocol import Ended, Task
 
 pytestmark = pytest.mark.xdist_group("isolation")  # one process: the module's training process is made once
 
@@ -98,6 +98,22 @@ def test_a_training_stuck_inside_forward_is_killed_at_its_time_limit(trainer):
     assert ev.status == "timeout" and f"past its time limit of {limit:g} s" in ev.message, ev.message
     assert limit + KILL_GRACE - 0.5 <= took < limit + KILL_GRACE + 10
     assert trainer.evaluate(task(5, "none")).status == "ok"
+
+
+def test_a_training_the_master_ends_is_killed_and_reaped_and_gives_no_result(trainer):
+    """The master ends the job mid-training (MPIMasterTransport.end, issue 35 defect 17): the rank's wait for the result
+    asks end_requested, kills the training's process (its group with it), reaps it, and raises Ended."""
+    started = time.monotonic()
+    trainer.end_requested = lambda: time.monotonic() - started > 1.0
+    try:
+        pid = trainer.proc.pid
+        with pytest.raises(Ended):
+            trainer.evaluate(task(6, "sleep"))
+        assert time.monotonic() - started < 5 and trainer.proc is None
+        assert not os.path.exists(f"/proc/{pid}"), "the ended training process is reaped"
+    finally:
+        trainer.end_requested = None
+    assert trainer.evaluate(task(7, "none")).status == "ok"  # (a rank that goes on would start a fresh process)
 
 
 @pytest.mark.parametrize("fault, words", [("huge", "memory: "), ("grow", "memory: its training process held"),

@@ -70,6 +70,7 @@ def test_a_full_disk_ends_the_job_in_one_line_and_keeps_the_last_checkpoint(tmp_
     errors = [line[line.index("evens: error:"):] for line in proc.stderr.splitlines() if "evens: error:" in line]
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert len(errors) == 1 and "cannot write the checkpoint (No space left on device)" in errors[0] and f"--resume {out}" in errors[0]
+    assert "MPI_Abort" not in proc.stderr  # the workers end with the master, trainings out or not (issue 35, defect 17)
     assert time.monotonic() - start < 90
     done = checkpoint_evaluations(out)  # the second write's: it loads, and the run resumes from it
     resumed = launch(3, evens_cmd() + ["run", "--resume", out, "--set", f"search.evaluations={done + 2}"], timeout=180, cwd=ROOT)
@@ -414,3 +415,42 @@ def test_mpich_leftovers_of_an_aborted_step_are_removed(slurm_job, tmp_path):
             assert not left - _held_files(), f"the aborted step's files are left: {sorted(left - _held_files())}"
         finally:
             os.remove(held_file)
+
+
+def _job_processes(token: str) -> list[str]:
+    """The live processes (not zombies) whose environment holds ``token``: what a job started, at any depth."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if token.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ").decode(errors="replace")[:120]
+        except OSError:
+            continue
+        if state != "Z":
+            found.append(f"{pid} {state} {command}")
+    return found
+
+
+@pytest.mark.parametrize("attempt", range(2))
+def test_when_mpiexec_returns_after_an_abort_no_process_of_the_job_is_left(tmp_path, small_config, attempt):
+    """SIGTERM with trainings out and no drain: the master checkpoints and ends the job (exit 75). When mpiexec
+    returns, no rank and no training process of the job is alive (before, it aborted the job: 3 of 13 runs left some
+    for up to 30 s, and a requeued step could start beside them)."""
+    token = f"evens-job-{os.getpid()}-{time.monotonic_ns()}"
+    out = str(tmp_path / "run")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT, EVENS_TEST_JOB=token)
+    proc = subprocess.Popen([mpiexec(), "-n", "3", *evens_cmd(), "run", small_config, "--out", out, "--set", "search.evaluations=400",
+                             "--set", "search.term_drain_seconds=0", *SMALL, "--set", "space.epochs={low = 200, high = 300}"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    wait_for_checkpoint(proc, out, 1, seconds=180)
+    assert len(_job_processes(token)) >= 5  # mpiexec, its proxy, three ranks, and training processes
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    left = _job_processes(token)
+    assert proc.returncode == 75 and "checkpoint saved" in stderr, stderr
+    assert not left, f"alive when mpiexec returned: {left}"

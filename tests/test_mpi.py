@@ -64,3 +64,17 @@ def test_the_master_takes_other_results_while_a_payload_is_on_its_way():
     a master that waited for the payload would take none."""
     proc = launch_python(3, "prog_slow_payload.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("silent", [False, True])
+def test_the_master_ends_the_job_mid_training_and_a_worker_that_does_not_answer_is_left_to_the_abort(tmp_path, silent):
+    """prog_end.py: the workers stop their trainings, start none of the tasks queued behind them and end normally
+    with the master; one that does not answer is named within end's bound, and the job aborted (issue 35, defect 17)."""
+    path = tmp_path / "report.json"
+    proc = launch_python(3, "prog_end.py", "silent" if silent else "answer", str(path), timeout=60)
+    assert path.exists(), proc.stdout + proc.stderr
+    report = json.loads(path.read_text())
+    if silent:
+        assert proc.returncode == 75 and report == {"silent": [2], "in_bound": True}, proc.stdout + proc.stderr
+    else:
+        assert proc.returncode == 0 and report == {"silent": [], "in_bound": True, "began": [1, 1]}, proc.stdout + proc.stderr

@@ -217,7 +217,7 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
     error = comm.bcast(error if is_master else None, root=MASTER)
     if error:
         if trainer is not None:
-            trainer.close()
+            _close_trainer(trainer)
         return _fail(is_master, error)
     if is_master:
         for line in device_lines:
@@ -227,16 +227,28 @@ def _run_roles(comm, config: Config, data: SharedDataset, prepared: Prepared | N
         return run_master(comm, config, data, problem, prepared, space, trainer_data, started, quiet, stop)
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)  # the master decides when to stop
+    channel = MPIWorkerChannel(comm, MASTER)
     if trainer is None:
-        serve(MPIWorkerChannel(comm, MASTER), trainer_for(trainer_data, config.data.split_seed))
-        return 0
-    try:
-        serve(MPIWorkerChannel(comm, MASTER), trainer.evaluate)
-    finally:
-        trainer.close()
-        if trainer.server is not None:
-            trainer.server.close()
+        serve(channel, trainer_for(trainer_data, config.data.split_seed))
+    else:
+        trainer.end_requested = channel.end_requested  # the master may end the job mid-training (MPIMasterTransport.end)
+        try:
+            serve(channel, trainer.evaluate)
+        finally:
+            _close_trainer(trainer)
+    channel.say_ended()  # (where the master ended the job: this rank's training processes and fork server are gone)
     return 0
+
+
+SERVER_END_SECONDS = 5.0  # at a rank's end, how long the rank that started its node's fork server waits for it to end
+
+
+def _close_trainer(trainer: TrainerProcess) -> None:
+    """End this rank's training process and let go of its node's fork server; the rank that started the server waits
+    for it to end: nothing this rank started outlives it."""
+    trainer.close()
+    if trainer.server is not None:
+        trainer.server.close(wait=SERVER_END_SECONDS)
 
 
 def _stopped_starting(is_master: bool, stop: StopFlag, prepared: Prepared | None) -> int:

@@ -27,7 +27,7 @@ from evolve.runfile.genomes import GenomeFile, genomes_path, open_for
 from evolve.runfile.proposed import ProposedLog
 from evolve.search.records import networks
 from evolve.search.space import SearchSpace
-from evolve.transport.mpi_transport import MPIMasterTransport, abort
+from evolve.transport.mpi_transport import END_SECONDS, MPIMasterTransport, abort
 from evolve.transport.protocol import InProcessTransport
 from evolve.transport.worker import trainer_for
 
@@ -166,8 +166,7 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
     except RunDirError as exc:
         progress.close()
         say(f"error: {located(str(exc))}")
-        if comm.size > 1:
-            abort(comm, 2)  # the workers may be mid-training: nothing more can be recorded
+        _end_workers(comm, transport, config, 2, busy=True)  # they may be mid-training: nothing more can be recorded
         return 2
     except HungWorker as exc:
         progress.close()
@@ -177,7 +176,7 @@ def run_master(comm, config: Config, data: SharedDataset, problem: Problem, prep
         save.close()
         track.close()  # what it holds written, at a stop too
     if not finished:
-        return _stopped(comm, state, stop, transport, prepared)
+        return _stopped(comm, state, stop, transport, prepared, config)
     summary = summarize(state, info, prepared.run_dir, state.tally)  # (a Pareto front's members are read from the history)
     write_json(os.path.join(prepared.run_dir, SUMMARY_NAME), summary.to_dict())
     print(format_summary(summary), flush=True)
@@ -252,13 +251,31 @@ def _hung(comm, exc: HungWorker, state: SearchState, save: Checkpointer, config:
     return EXIT_HUNG
 
 
-def _stopped(comm, state: SearchState, stop: StopFlag, transport, prepared: Prepared) -> int:
+def _stopped(comm, state: SearchState, stop: StopFlag, transport, prepared: Prepared, config: Config) -> int:
     out = len(state.pending)
     say(f"stopped by signal {stop.signum}; checkpoint saved with {state.recorded} evaluations"
         f"{f', {out} to redo' if out else ''}; continue with: evens run --resume {prepared.run_dir} "
         f"(exit status {EXIT_RESUMABLE}: resumable)")
-    if comm.size > 1:
-        if state.workers_busy:
-            abort(comm, EXIT_RESUMABLE)  # workers are mid-training; the checkpoint has what they held
-        transport.stop()  # every worker is idle: a normal end, which frees MPI's shared memory
+    _end_workers(comm, transport, config, EXIT_RESUMABLE, busy=state.workers_busy > 0)  # the checkpoint has what they held
     return EXIT_RESUMABLE
+
+
+def _end_workers(comm, transport, config: Config, code: int, busy: bool) -> None:
+    """End the workers with the job, whose exit status is ``code``, cleanly where they can take part: every rank then
+    finalizes MPI (which frees its shared memory) and the launcher returns once all have, with nothing of the job left.
+    Idle workers are stopped. Workers that may be ``busy`` training are told to end now where they train in processes
+    of their own (each kills its training, lets its fork server end and says so: MPIMasterTransport.end); else, or if
+    one has not answered within END_SECONDS (hung), the job ends with MPI_Abort: its ranks, and the processes that die
+    with them, end after the launcher has returned."""
+    if comm.size == 1:
+        return
+    if not busy:
+        transport.stop()
+        return
+    if config.train.isolation == "process":
+        silent = transport.end(END_SECONDS)
+        if not silent:
+            return
+        say(f"warning: worker rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} did not end within "
+            f"{END_SECONDS:g} s; ending the job with MPI_Abort")
+    abort(comm, code)  # (with train.isolation = "none" a training runs in its rank, which cannot end it midway)

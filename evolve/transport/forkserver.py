@@ -15,7 +15,8 @@ pipes, the node's data and its stderr (descriptors over the socket), and its env
   starts it; the others wait for it. Only a process of this user may connect (``SO_PEERCRED``).
 * **Lifetime.** The server serves until every rank that connected has closed its connection (each keeps it
   for its life, to start a new training process after one dies), or until no rank connected within
-  :data:`START_SECONDS`. It ignores the stop signals, as training processes do: a drain lets trainings end.
+  :data:`START_SECONDS`; the rank that started it waits, as it ends, for the server to end (:meth:`ForkServer.close`).
+  It ignores the stop signals, as training processes do: a drain lets trainings end.
 * **A forked process** takes its rank's environment, working folder and cores (its CPU affinity: srun may bind each
   task to cores of its own; one that cannot take them ends, and its rank starts fresh interpreters instead), and
   dies with its rank (it watches the rank's pidfd), not with the server. The rank
@@ -231,11 +232,20 @@ class ForkServer:
             if reply["exit"] == until:
                 return reply, got
 
-    def close(self) -> None:
+    def close(self, wait: float = 0.0) -> None:
+        """Let go of the server. With ``wait`` (a rank's end), the rank that started it then waits up to that many seconds
+        for it to end, as it does once every rank of the node has let go, and kills it past that: the server, and the
+        training processes it forked and reaped, are gone before that rank ends (and the job's launcher returns)."""
         for s in (self.conn, self._starter):
             if s is not None:
                 s.close()
         self.conn = self._starter = None
+        if wait > 0 and self._server is not None:
+            try:
+                self._server.wait(timeout=wait)
+            except subprocess.TimeoutExpired:  # (a rank of the node that does not let go: hung, or ending late)
+                self._server.kill()
+                self._server.wait()
 
 
 class ForkedProcess:
@@ -332,4 +342,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stderr.flush()
+    os._exit(code)  # without the interpreter's teardown of torch's modules (seconds, which the rank that started it waits for)

@@ -6,7 +6,9 @@ When that process dies (a signal, an exit, the out-of-memory killer) the evaluat
 with the cause (the signal's name or the exit status, and its last line on stderr), a fresh process
 is started and the rank takes its next task: the MPI job goes on. A training past its time limit
 (``search.eval_timeout_seconds``) plus :data:`KILL_GRACE` is killed, even inside one kernel, and is
-``timeout``; the training's own check between batches stops it politely first.
+``timeout``; the training's own check between batches stops it politely first. A training the master
+ends the job during (``end_requested``, asked every :data:`END_POLL_SECONDS` of the wait) is killed with
+its process group and reaped, and the evaluation raises :class:`~evolve.transport.protocol.Ended`.
 
 The start method is a fresh interpreter (``subprocess``, which forks and at once executes), never a
 fork that goes on running Python: forking a process after MPI_Init is unsafe on some RDMA networks
@@ -26,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -33,12 +36,13 @@ from data_bcast.layout import unpack_arrays
 from ensemble.results import Evaluation, failed_evaluation
 
 from .forkserver import ForkedProcess, ForkServer
-from .protocol import Task
+from .protocol import Ended, Task
 from .trainer_process import read_message, status_kb, write_message
 from .wire import WireError, unpack_result
 
 WATCH_SECONDS = 0.25  # with a memory limit, how often the rank looks at its training process's memory
 KILL_GRACE = 5.0  # seconds past a training's time limit before its process is killed
+END_POLL_SECONDS = 0.1  # while a training runs, how often the rank asks whether the master has ended the job (end_requested)
 START_SECONDS = 600.0  # for a training process to start and set up (importing torch, initialising CUDA)
 # The launcher's variables: a process that has them may take itself for an MPI rank (mpi4py, or a
 # library the user's model imports, would initialise MPI and join the job).
@@ -83,6 +87,9 @@ class TrainerProcess:
         self.starts = 0
         self.memory_limit = int(float(setup.get("max_host_memory_gb", 0.0)) * (1 << 30))  # bytes; 0: none
         self.over_memory = ""  # why the watchdog killed the process, if it did
+        # Asked while the rank waits for the process (never waiting itself): True when the master has ended the job
+        # (MPIWorkerChannel.end_requested); the process is then killed and Ended raised. None: never asked.
+        self.end_requested: Callable[[], bool] | None = None
 
     # --- starting -------------------------------------------------------------------------------
 
@@ -193,12 +200,21 @@ class TrainerProcess:
             return failed_evaluation(f"its training process sent a bad message ({exc})", "crashed")
 
     def _wait(self, deadline: float | None) -> tuple[bytes, bytearray] | None:
-        """The process's next message; None if it died, or ``deadline`` (time.monotonic) passed."""
+        """The process's next message; None if it died, or ``deadline`` (time.monotonic) passed. Raises :class:`Ended`
+        (the process killed and reaped) if the master ends the job meanwhile."""
         while True:
             wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-            ready, _, _ = select.select([self.from_child], [], [], min(wait, WATCH_SECONDS) if self.memory_limit else wait)
+            if self.memory_limit:
+                wait = min(wait, WATCH_SECONDS)
+            if self.end_requested is not None:
+                wait = min(wait, END_POLL_SECONDS)
+            ready, _, _ = select.select([self.from_child], [], [], wait)
             if ready:
                 return read_message(self.from_child)  # (None: it died while it wrote)
+            if self.end_requested is not None and self.end_requested():
+                self._end()  # (its process group with it)
+                self.proc = None
+                raise Ended("the master ended the job during this training")
             if self.proc.poll() is not None or (deadline is not None and time.monotonic() >= deadline) or self._over_memory():
                 return None
 

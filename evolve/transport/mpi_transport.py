@@ -26,6 +26,15 @@ every message that has come and looks among them for the stop and the drain: a s
 queued before it, a drain (``TAG_DRAIN``, sent as a drain begins) answers each of them with a
 result whose status is ``skipped``, so that the master waits only for the trainings running.
 
+A job that ends with trainings out (a stop without a drain, or one past its deadline; a full disk) ends
+as cleanly as one whose workers are idle, where the workers train in processes of their own
+(:meth:`MPIMasterTransport.end`): the master sends every worker ``TAG_END``; a worker waiting for its
+training's result asks for it on that wait's poll timeouts (:meth:`MPIWorkerChannel.end_requested`) and
+stops the training, one waiting for a task or an answer takes it as the stop. Each ends its training
+process and lets its fork server end, then says so (``TAG_ENDED``) and finalizes MPI as at any end; the
+master drops the results that come meanwhile (its checkpoint has their tasks as out). A worker that has
+not answered within :data:`END_SECONDS` (hung) is left to the caller's MPI_Abort.
+
 Both ends wait by testing (the master its receive, a worker with ``Iprobe``), yielding the CPU
 between tests and then sleeping (see :func:`_wait_for`), so the master stays responsive to signals
 and a waiting rank uses almost no CPU; results already waiting are taken without waiting
@@ -49,8 +58,10 @@ from .protocol import SKIPPED, Result, Task, Wants, want_all
 from .wire import long_marker, long_size, pack_result, unpack_result
 
 TAG_TASK, TAG_STOP, TAG_RESULT, TAG_PAYLOAD, TAG_WANT, TAG_SPACE, TAG_KEYED, TAG_LONG, TAG_DRAIN = 11, 12, 13, 14, 15, 16, 17, 18, 19
+TAG_END, TAG_ENDED = 20, 21  # master -> worker: end now, a training abandoned; worker -> master: ended (see MPIMasterTransport.end)
 RESULT_BYTES = 1 << 16  # the master's result buffer; a longer header follows a marker, on TAG_LONG
 PAYLOAD_DRAIN_SECONDS = 60.0  # at stop, how long the payloads still on their way are waited for
+END_SECONDS = 10.0  # at end, how long every worker is waited for to say it has ended (its training and fork server gone)
 
 
 def send_arrays(comm: MPI.Comm, header: dict, arrays: dict[str, np.ndarray], dest: int, tag: int, payload_tag: int) -> None:
@@ -238,9 +249,37 @@ class MPIMasterTransport:
         MPI.Request.Waitall([self.comm.isend(None, dest=w, tag=TAG_DRAIN) for w in self.workers])
 
     def stop(self) -> None:
-        # a payload on its way is taken first: its worker is inside a Send that must complete (the workers
-        # of undecided offers take the stop as their answer, and skip the tasks queued before it)
-        if self._payload is not None and not _wait_until(self._payload[4].Test, PAYLOAD_DRAIN_SECONDS):
+        self._let_go(PAYLOAD_DRAIN_SECONDS)
+        requests = [self.comm.isend(None, dest=w, tag=TAG_STOP) for w in self.workers]
+        MPI.Request.Waitall(requests)
+
+    def end(self, seconds: float = END_SECONDS) -> list[int]:
+        """Tell every worker to end now, the training it runs (if any) abandoned, and wait up to ``seconds`` for each
+        to say it has (``TAG_ENDED``: its training process and fork server are gone; it then finalizes MPI with the
+        master). The results that come meanwhile are dropped: the caller's checkpoint has their tasks as out.
+        Returns the workers that did not answer (hung, or training in the rank itself): the caller aborts the job."""
+        deadline = time.monotonic() + seconds
+        self._let_go(seconds)
+        requests = [self.comm.isend(None, dest=w, tag=TAG_END) for w in self.workers]
+        silent, status, iprobe, recv = set(self.workers), MPI.Status(), self.comm.Iprobe, self.comm.Recv
+
+        def answered() -> bool:
+            while iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status):  # (every message a worker sends, in order)
+                worker, tag = status.Get_source(), status.Get_tag()
+                recv([bytearray(status.Get_count(MPI.BYTE)), MPI.BYTE], source=worker, tag=tag)  # a result (dropped), or the answer
+                if tag == TAG_ENDED:
+                    silent.discard(worker)
+            return not silent
+
+        if _wait_until(answered, max(0.0, deadline - time.monotonic())):
+            MPI.Request.Waitall(requests)  # (each was received: a worker answers only after it took its TAG_END)
+        return sorted(silent)
+
+    def _let_go(self, seconds: float) -> None:
+        """Before the stop or the end: a payload on its way is taken first (up to ``seconds``): its worker is inside a Send
+        that must complete (the workers of undecided offers take the stop or end as their answer, and skip the tasks
+        queued before it); the receive of results is cancelled."""
+        if self._payload is not None and not _wait_until(self._payload[4].Test, seconds):
             self._payload[4].Cancel()  # a worker that never finishes sending: let the job's end deal with it
         self._payload = None
         self._offers.clear()
@@ -251,8 +290,6 @@ class MPIMasterTransport:
                 self._waiting = False
             self._request.Free()
             self._request = None
-        requests = [self.comm.isend(None, dest=w, tag=TAG_STOP) for w in self.workers]
-        MPI.Request.Waitall(requests)
 
 
 class MPIWorkerChannel:
@@ -262,6 +299,7 @@ class MPIWorkerChannel:
         self.comm = comm
         self.master = master
         self.offers = self.sent = 0  # payloads offered, and sent because the master wanted them
+        self.ending = False  # the master said to end now (TAG_END): next_task gives None, and say_ended answers it
         self._inbox: deque[tuple[int, object]] = deque()  # messages taken from MPI's queue, not yet acted on
         self._space = None  # the search space the master sent, to decode keyed tasks with
         self._status = MPI.Status()
@@ -289,8 +327,9 @@ class MPIWorkerChannel:
         if not inbox:
             return False
         tags = [tag for tag, _ in inbox]
-        if TAG_STOP in tags:
-            inbox.clear()  # (nothing is sent after the stop)
+        if TAG_STOP in tags or TAG_END in tags:
+            self.ending = self.ending or TAG_END in tags
+            inbox.clear()  # (nothing is sent after the stop or the end)
             return True
         if TAG_DRAIN in tags:
             while True:
@@ -305,6 +344,9 @@ class MPIWorkerChannel:
         return False
 
     def next_task(self) -> Task | None:
+        if self.ending:  # (seen while a training ran: the tasks queued behind it are not started)
+            self._inbox.clear()
+            return None
         tag = TAG_DRAIN
         while tag in (TAG_DRAIN, TAG_SPACE):
             if self._stopping():
@@ -312,7 +354,8 @@ class MPIWorkerChannel:
             tag, message = self._next_message()
             if tag == TAG_SPACE:
                 self._space = _space_from(message)
-        if tag == TAG_STOP:
+        if tag in (TAG_STOP, TAG_END):
+            self.ending = tag == TAG_END
             return None
         if tag == TAG_KEYED:
             ident, seed, entry_bar, watch, key, fold = message
@@ -320,11 +363,32 @@ class MPIWorkerChannel:
         return Task(**message)
 
     def _wanted(self) -> bool:
-        """The master's answer to an offer: True (send the payload) or False; the stop, which next_task
+        """The master's answer to an offer: True (send the payload) or False; the stop or the end, which next_task
         takes, answers it too. Tasks queued meanwhile stay in MPI's queue."""
         iprobe, master = self.comm.Iprobe, self.master
-        _wait_until(lambda: iprobe(source=master, tag=TAG_WANT) or iprobe(source=master, tag=TAG_STOP), None, WORKER_SPINS)
+        _wait_until(lambda: iprobe(source=master, tag=TAG_WANT) or iprobe(source=master, tag=TAG_STOP) or iprobe(source=master, tag=TAG_END),
+                    None, WORKER_SPINS)
         return iprobe(source=master, tag=TAG_WANT) and bool(self.comm.recv(source=master, tag=TAG_WANT))
+
+    def end_requested(self) -> bool:
+        """Has the master said to end now (``TAG_END``)? Asked, never waiting, while a training runs (the wait for its
+        result: evolve.transport.isolation); once it has, next_task gives None."""
+        if not self.ending and self.comm.Iprobe(source=self.master, tag=TAG_END):
+            # Every message the master sent before it (tasks queued here, a drain) is taken too, in order, and dropped:
+            # MPI wants each received before the rank finalizes (MPICH killed a rank that left two, 1 run in 5).
+            status = self._status
+            while True:
+                self.comm.recv(source=self.master, tag=MPI.ANY_TAG, status=status)
+                if status.Get_tag() == TAG_END:
+                    break
+            self._inbox.clear()
+            self.ending = True
+        return self.ending
+
+    def say_ended(self) -> None:
+        """If the master said to end now: tell it this rank has (called once its training process and fork server are gone)."""
+        if self.ending:
+            self.comm.send(None, dest=self.master, tag=TAG_ENDED)
 
     def send_result(self, result: Result) -> None:
         ev = result.evaluation

@@ -141,12 +141,21 @@ class Transport(Protocol):
     # Optional: ``poll(wants)``, a finished result that is already here, or None at once, never waiting.
     # A transport that has it lets the master take the results already waiting in one loop turn
     # (MPIMasterTransport); one that has not (a simulated clock has no "already") gives one a turn.
+    # Optional: ``end(seconds)``, the stop for a job that ends with trainings out: every worker ends now, the
+    # training it runs abandoned (:class:`Ended`), and says so; the workers that did not within ``seconds``.
+
+
+class Ended(Exception):
+    """The master ended the job while this task trained: the training was stopped, and no result goes back."""
 
 
 def evaluate_safely(evaluate: Callable[[Task], Evaluation], task: Task) -> Evaluation:
-    """Run ``evaluate``; an exception becomes an ``"error"`` evaluation instead of killing the worker."""
+    """Run ``evaluate``; an exception becomes an ``"error"`` evaluation instead of killing the worker
+    (:class:`Ended` excepted: it ends the worker's serve loop)."""
     try:
         return evaluate(task)
+    except Ended:
+        raise
     except Exception as exc:  # a bad network must not end the search
         return failed_evaluation(f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 from ensemble.hall_of_fame import clears
 from ensemble.results import Evaluation
 
-from .protocol import Result, Task, evaluate_safely
+from .protocol import Ended, Result, Task, evaluate_safely
 
 if TYPE_CHECKING:
     from ensemble.train import DeviceData
@@ -132,9 +132,14 @@ def trainer_for(data: DeviceData, split_seed: int = 0) -> Callable[[Task], Evalu
 
 
 def serve(channel: WorkerChannel, evaluate: Callable[[Task], Evaluation]) -> int:
-    """Evaluate tasks until the master says stop; returns how many were done."""
+    """Evaluate tasks until the master says stop, or ends the job while one trains (``evaluate`` raises
+    :class:`~evolve.transport.protocol.Ended`: no result goes back); returns how many were done."""
     done = 0
     while (task := channel.next_task()) is not None:
-        channel.send_result(Result(task.id, evaluate_safely(evaluate, task)))
+        try:
+            ev = evaluate_safely(evaluate, task)
+        except Ended:
+            break
+        channel.send_result(Result(task.id, ev))
         done += 1
     return done
