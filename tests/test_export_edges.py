@@ -85,11 +85,13 @@ def edge_run(tmp_path):
 
 
 def export_process(args, env=None, limit_kib=None):
-    """``evens export ARGS`` as its own process (``limit_kib``: RLIMIT_FSIZE, so that a write past it fails with EFBIG)."""
+    """``evens export ARGS`` as its own process (``limit_kib``: RLIMIT_FSIZE, so that a write past it fails with EFBIG),
+    started as from a terminal: SIGINT acts, even where the suite itself runs with it ignored (a shell's background job,
+    nohup), which the export would rightly keep."""
     limit = ["bash", "-c", f'ulimit -f {limit_kib} && exec "$@"', "limit"] if limit_kib is not None else []
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ROOT, **(env or {})}
-    return subprocess.Popen(limit + evens_cmd() + ["export", *args], cwd=ROOT, env=full_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(limit + evens_cmd() + ["export", *args], cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def finished(proc, timeout=180):
