@@ -20,13 +20,19 @@ _TOKEN_BYTES = 8
 def temp_name(name: str, name_max: int = 255) -> str:
     """``.<name>.<random>.tmp``, with ``name`` cut (never below one character) to fit ``name_max`` bytes."""
     token = secrets.token_hex(_TOKEN_BYTES)
-    room = name_max - len(f"..{token}{SUFFIX}")
+    return f".{fitting(name, name_max - len(f'..{token}{SUFFIX}'))}.{token}{SUFFIX}"
+
+
+def fitting(name: str, room: int) -> str:
+    """``name`` cut at a character to at most ``room`` bytes (never below one character): the part of a
+    hidden temporary's name that comes from its target, so that it fits wherever the target fits."""
     while len(os.fsencode(name)) > room and len(name) > 1:
         name = name[:-1]
-    return f".{name}.{token}{SUFFIX}"
+    return name
 
 
-def _name_max(folder: str) -> int:
+def name_max(folder: str) -> int:
+    """The longest file name ``folder`` takes, in bytes (255 where it does not say)."""
     try:
         return os.pathconf(folder, "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):  # pragma: no cover - not POSIX, or not said
@@ -38,7 +44,7 @@ def exclusive_temp(target: str, mode: int = 0o666) -> tuple[str, int]:
     ``mode`` is filtered by the user's umask, as for any new file."""
     folder, name = os.path.split(os.path.abspath(target))
     flags = os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
-    limit = _name_max(folder)
+    limit = name_max(folder)
     for _ in range(16):
         path = os.path.join(folder, temp_name(name, limit))
         try:

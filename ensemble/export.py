@@ -48,6 +48,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from data_bcast.exclusive import fitting, name_max
+
 from .predict import Ensemble, build_ensemble, read_members
 from .problem import Problem
 from .references import first_line
@@ -349,7 +351,7 @@ def _partial_folder(out: str) -> tuple[str, list[str]]:
         above = os.path.dirname(above)
     try:
         os.makedirs(parent, exist_ok=True)
-        prefix = f".{_fitting(name, _name_max(parent) - len('..partial-') - 8)}.partial-"  # mkdtemp adds 8 characters
+        prefix = f".{fitting(name, name_max(parent) - len('..partial-') - 8)}.partial-"  # mkdtemp adds 8 characters
         return tempfile.mkdtemp(prefix=prefix, dir=parent), made
     except OSError as exc:
         _remove_empty(made)
@@ -360,20 +362,6 @@ def _remove_empty(folders: list[str]) -> None:
     for folder in folders:
         with contextlib.suppress(OSError):
             os.rmdir(folder)
-
-
-def _fitting(name: str, room: int) -> str:
-    """``name`` cut at a character to at most ``room`` bytes (never below one character)."""
-    while len(os.fsencode(name)) > room and len(name) > 1:
-        name = name[:-1]
-    return name
-
-
-def _name_max(folder: str) -> int:
-    try:
-        return os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError):  # not said
-        return 255
 
 
 def _write_new(path: str, data: bytes) -> None:

@@ -9,41 +9,18 @@ from __future__ import annotations
 
 import glob
 import os
-import secrets
 
-SUFFIX = ".tmp"
-_TOKEN_BYTES = 8  # random bytes in a name, written as twice as many hex digits
+from data_bcast.exclusive import SUFFIX
+from data_bcast.exclusive import exclusive_temp as created_beside  # (one way to name and create them, the datasets' too)
 
 
 def exclusive_temp(target: str, mode: int = 0o666) -> str:
     """Create an empty temporary file beside ``target`` (``.<name>.<random>.tmp``) and return its path.
     ``mode`` is filtered by the user's umask, as for any new file (mkstemp would make it private).
     ``<name>`` is cut to fit the folder's NAME_MAX, so the temporary fits wherever the target does."""
-    folder, name = os.path.split(os.path.abspath(target))
-    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0)
-    name = _fitting(name, _name_max(folder) - len(f"..{SUFFIX}") - 2 * _TOKEN_BYTES)
-    for _ in range(16):
-        path = os.path.join(folder, f".{name}.{secrets.token_hex(_TOKEN_BYTES)}{SUFFIX}")
-        try:
-            os.close(os.open(path, flags, mode))
-            return path
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"{folder}: cannot create a temporary file beside {name}")
-
-
-def _fitting(name: str, room: int) -> str:
-    """``name`` cut at a character to at most ``room`` bytes (never below one character)."""
-    while len(os.fsencode(name)) > room and len(name) > 1:
-        name = name[:-1]
-    return name
-
-
-def _name_max(folder: str) -> int:
-    try:
-        return os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError):  # not said
-        return 255
+    path, fd = created_beside(target, mode)
+    os.close(fd)
+    return path
 
 
 def remove_stale(folder: str) -> list[str]:
