@@ -107,14 +107,15 @@ def finished(proc, timeout=180):
 # 1. A full disk is the folder's failure: one line, exit 2, nothing published and nothing left.
 
 @contextlib.contextmanager
-def small_tmpfs(folder, size):
-    """A tmpfs of ``size`` mounted on ``folder`` (root only: skipped otherwise, saying why)."""
+def small_tmpfs(folder, options, why="mounting a small tmpfs needs root (the RLIMIT_FSIZE test covers the write path without it)"):
+    """A tmpfs mounted with ``options`` (``size=64k``, ``ro,size=64k``) on the new folder ``folder`` (root only:
+    skipped otherwise, saying ``why``)."""
     if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root (the RLIMIT_FSIZE test covers the write path without it)")
+        pytest.skip(why)
     folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True, text=True, check=False)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True, text=True, check=False)
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+        pytest.skip(f"cannot mount a tmpfs ({options}) here: {mounted.stderr.strip()}")
     try:
         yield folder
     finally:
@@ -125,7 +126,7 @@ def test_a_full_disk_fails_the_export_in_one_line_and_publishes_nothing(tmp_path
     # before: torch's C++ writer aborted (SIGABRT, leaving .new.partial-*), or its iostream error left the member
     # out with a warning and published the rest with exit 0
     path, _, _ = stored_run(tmp_path, (12,), [SMALL, BIG])
-    with small_tmpfs(tmp_path / "full", "64k") as full:
+    with small_tmpfs(tmp_path / "full", "size=64k") as full:
         code, out, err = finished(export_process([path, "--format", "pt2", "--out", str(full / "new")]))
         assert (code, out) == (2, "")
         assert err == f"evens: error: {full / 'new'}: cannot write the export (No space left on device); nothing was written\n"
@@ -222,21 +223,16 @@ def test_an_out_that_is_a_symbolic_link_is_refused_up_front(tmp_path, capsys, ca
 @contextlib.contextmanager
 def read_only_folder(folder):
     """``folder``, which no one can write in: a read-only tmpfs for root (to whom permissions do not apply), else mode 555."""
-    folder.mkdir()
-    if os.geteuid() != 0:
-        folder.chmod(0o555)
-        try:
-            yield folder
-        finally:
-            folder.chmod(0o755)
+    if os.geteuid() == 0:
+        with small_tmpfs(folder, "ro,size=64k") as mounted:
+            yield mounted
         return
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)], capture_output=True, text=True, check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a read-only tmpfs here: {mounted.stderr.strip()}")
+    folder.mkdir()
+    folder.chmod(0o555)
     try:
         yield folder
     finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
+        folder.chmod(0o755)
 
 
 def test_a_folder_that_cannot_be_written_is_refused_before_any_member_is_captured(tmp_path, capsys, captured):
