@@ -118,6 +118,15 @@ def tiny_search(family: str = "['mlp', 'cnn']") -> list[str]:
     return [arg for s in settings for arg in ("--set", s)]
 
 
+def alive(pid: int) -> bool:
+    """Is process ``pid`` running (there, and not a zombie)?"""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def evens_cmd() -> list[str]:
     return [sys.executable, "-m", "evolve"]
 

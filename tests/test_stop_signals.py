@@ -8,7 +8,7 @@ import sys
 import textwrap
 import time
 
-from conftest import ROOT, mpiexec
+from conftest import ROOT, alive, mpiexec
 
 
 def run_script(code: str, timeout: float = 60, ranks: int = 0, **popen):
@@ -78,9 +78,9 @@ def test_a_third_signal_ends_a_rank_stuck_in_an_mpi_call():
             os.kill(pid, signal.SIGTERM)
             time.sleep(0.8)
         deadline = time.monotonic() + 20
-        while _alive(pid) and time.monotonic() < deadline:
+        while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _alive(pid), "the rank stuck in MPI_Barrier outlived three signals"
+        assert not alive(pid), "the rank stuck in MPI_Barrier outlived three signals"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
@@ -135,11 +135,3 @@ def _descendants(pid: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False

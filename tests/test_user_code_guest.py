@@ -8,7 +8,7 @@ import subprocess
 import time
 
 from cli_fixture import checkpoint_evaluations, report
-from conftest import ROOT, evens_cmd, mpiexec, write_blobs
+from conftest import ROOT, alive, evens_cmd, mpiexec, write_blobs
 
 MODELS = os.path.join(ROOT, "tests", "models")
 
@@ -99,8 +99,8 @@ def test_processes_a_builder_starts_end_with_its_training_and_the_job(tmp_path):
     started = [int(p) for p in os.listdir(pids)]
     assert len(started) >= 5  # the master's check, and one a training at least
     time.sleep(1)
-    alive = [pid for pid in started if _alive(pid)]
-    assert not alive, f"{len(alive)} of the {len(started)} processes the builder started outlived the job"
+    outlived = [pid for pid in started if alive(pid)]
+    assert not outlived, f"{len(outlived)} of the {len(started)} processes the builder started outlived the job"
 
 
 def test_a_builder_that_resets_the_signal_handlers_does_not_stop_the_drain(tmp_path):
@@ -118,11 +118,3 @@ def test_a_builder_that_resets_the_signal_handlers_does_not_stop_the_drain(tmp_p
     assert proc.returncode == 75, err
     assert "checkpoint saved" in err
     assert report(out)["evaluations"] >= 2
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
