@@ -6,7 +6,7 @@ a transport, ``transport`` carries tasks and results (over MPI, or in one
 process), ``runfile`` stores and restores the run, ``config`` reads its
 settings, and ``app`` is the ``evens`` command (``app.driver`` branches the
 master and worker roles under MPI). ``run_search_from`` starts a search from Python
-(see :mod:`evolve.app.api`).
+(see :mod:`evolve.app.commands.api`).
 """
 import os as _os
 import sys as _sys
@@ -34,7 +34,7 @@ _no_launch_folder()
 
 
 def __getattr__(name: str):
-    """``run_search_from`` and ``SearchFailed`` (evolve.app.api), imported on first use: importing evolve stays light."""
+    """``run_search_from`` and ``SearchFailed`` (evolve.app.commands.api), imported on first use: importing evolve stays light."""
     if name in __all__:
         from .app import api
 

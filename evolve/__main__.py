@@ -1,5 +1,5 @@
 import sys
 
-from evolve.app.cli import main
+from evolve.app.commands.cli import main
 
 sys.exit(main())

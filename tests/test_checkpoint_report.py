@@ -10,11 +10,11 @@ import pytest
 from fakes import PROBLEM, TEST_Y, VAL_Y, landscape, search_config
 
 from ensemble.combine import combine, ensemble_prediction
-from evolve.app.report import summarize
-from evolve.app.report_text import format_summary
-from evolve.app.reselect import select_for_run
-from evolve.app.rundir import check_new_run_dir, claim_default_run_dir, claim_run_dir
-from evolve.app.runlock import RunLock
+from evolve.app.presentation.report import summarize
+from evolve.app.presentation.report_text import format_summary
+from evolve.app.run.reselect import select_for_run
+from evolve.app.infra.rundir import check_new_run_dir, claim_default_run_dir, claim_run_dir
+from evolve.app.infra.runlock import RunLock
 from evolve.config.schema import config_from_dict
 from evolve.engine.loop import run_search
 from evolve.engine.state import SearchState
@@ -282,7 +282,7 @@ def test_new_run_dir_never_takes_a_used_directory(tmp_path):
 
 
 def test_temporary_files_are_unpredictable_exclusive_and_cleared_by_the_next_job(tmp_path):
-    from evolve.app.prepare import prepare
+    from evolve.app.run.prepare import prepare
     from evolve.runfile.tempfiles import exclusive_temp, remove_stale
 
     target = str(tmp_path / "checkpoint.h5")

@@ -281,7 +281,7 @@ def test_srun_with_a_plugin_that_does_not_match_is_refused_on_every_rank_naming_
 
 def test_the_allocations_task_count_is_not_a_launchers(monkeypatch):
     """A batch script's own process (no srun) sees SLURM_NTASKS of the allocation: it started no one."""
-    from evolve.app.process import launcher_size
+    from evolve.app.infra.process import launcher_size
 
     for name in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"):
         monkeypatch.delenv(name, raising=False)

@@ -19,11 +19,11 @@ from ensemble.hall_of_fame import HallOfFame, Member
 from ensemble.problem import Classification
 from ensemble.select import select_ensemble
 from ensemble.store import StoredEnsemble, chosen_members, read_chosen, write_ensemble
-from evolve.app.report import report
-from evolve.app.reselect import SelectionCache, reselect
-from evolve.app.rundir import CLAIM_NAME, claim_run_dir
-from evolve.app.runlock import LOCK_NAME
-from evolve.app.status import format_status, status
+from evolve.app.presentation.report import report
+from evolve.app.run.reselect import SelectionCache, reselect
+from evolve.app.infra.rundir import CLAIM_NAME, claim_run_dir
+from evolve.app.infra.runlock import LOCK_NAME
+from evolve.app.commands.status import format_status, status
 from evolve.engine.loop import run_search
 from evolve.engine.state import SearchState
 from evolve.errors import RunDirError

@@ -9,7 +9,7 @@ from conftest import blobs
 from data_bcast.convert import npz_to_h5
 from data_bcast.h5file import DataError
 from data_bcast.reader import load_dataset
-from evolve.app import cli
+from evolve.app.commands import cli
 
 
 def save(tmp_path, **arrays) -> str:

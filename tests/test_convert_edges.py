@@ -14,7 +14,7 @@ from conftest import blobs
 import data_bcast.convert as convert_module
 from data_bcast.convert import npz_to_h5
 from data_bcast.h5file import DataError, write_dataset
-from evolve.app import cli
+from evolve.app.commands import cli
 
 X, Y = blobs(30, (4,))
 MiB = 1 << 20

@@ -81,7 +81,7 @@ def test_describe_the_cpu():
 
 
 def test_ranks_bound_to_cores_of_their_own_each_take_them_all_and_unbound_ranks_divide_them():
-    from evolve.app.local import ranks_sharing
+    from evolve.app.infra.local import ranks_sharing
 
     node = frozenset(range(16))
     assert ranks_sharing(node, [node] * 4) == 4  # mpiexec, no binding: 4 threads each
@@ -102,7 +102,7 @@ def test_ranks_bound_to_cores_of_their_own_each_take_them_all_and_unbound_ranks_
     ({"OMP_NUM_THREADS": "junk"}, 0, 4),
 ])
 def test_trainer_threads_honour_train_threads_then_the_launcher_then_divide_the_cores(monkeypatch, env, threads, expected):
-    from evolve.app import local
+    from evolve.app.infra import local
 
     for name in ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK"):
         monkeypatch.delenv(name, raising=False)
@@ -120,7 +120,7 @@ def test_trainer_threads_honour_train_threads_then_the_launcher_then_divide_the_
     (16, 4, 12.0, 4),  # bound by a scheduler to 4 cores: its own, whatever the machine's load
 ])
 def test_spare_cores_leave_out_the_machines_load_unless_a_scheduler_bound_the_rank(monkeypatch, machine, bound, load, spare):
-    from evolve.app import local
+    from evolve.app.infra import local
 
     monkeypatch.setattr(local.os, "cpu_count", lambda: machine)
     monkeypatch.setattr(local.os, "getloadavg", lambda: (load, load, load))

@@ -14,7 +14,7 @@ from cli_fixture import SMALL, report, wait_for_checkpoint
 from conftest import ROOT, evens_cmd, launch, mpiexec
 from fakes import PROBLEM, TEST_Y, VAL_Y, SimulatedTransport, VirtualClock, landscape, search_config
 
-from evolve.app.runlock import LOCK_NAME
+from evolve.app.infra.runlock import LOCK_NAME
 from evolve.config.schema import config_from_dict
 from evolve.engine.loop import run_search
 from evolve.engine.state import SearchState

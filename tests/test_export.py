@@ -29,7 +29,7 @@ from ensemble.select import select_ensemble
 from ensemble.specs import NetworkSpec, TrainSpec
 from ensemble.store import EnsembleError, StoredEnsemble, write_ensemble
 from ensemble.train import DeviceData, train_and_evaluate
-from evolve.app.cli import main
+from evolve.app.commands.cli import main
 
 HAS_ONNX = all(importlib.util.find_spec(name) for name in ("onnx", "onnxscript", "onnxruntime"))
 # one test process for the module, so that the exports of its module fixture (three searches, each exported) are made once

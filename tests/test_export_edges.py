@@ -23,7 +23,7 @@ from ensemble.select import select_ensemble
 from ensemble.specs import NetworkSpec, TrainSpec
 from ensemble.store import EnsembleError, StoredEnsemble, write_ensemble
 from ensemble.train import DeviceData, train_and_evaluate
-from evolve.app.cli import main
+from evolve.app.commands.cli import main
 from evolve.runfile.tempfiles import exclusive_temp, remove_stale
 
 pytestmark = pytest.mark.xdist_group("export")

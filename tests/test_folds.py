@@ -294,7 +294,7 @@ def test_a_folded_member_predicts_in_evens_predict_and_export_what_the_master_re
 def test_auto_folds_where_a_small_file_has_no_val_split_and_refusals_where_folds_cannot_be(tmp_path):
     from conftest import write_blobs
 
-    from evolve.app.prepare import AUTO_FOLDS, AUTO_FOLDS_UNDER, resolve_folds
+    from evolve.app.run.prepare import AUTO_FOLDS, AUTO_FOLDS_UNDER, resolve_folds
     from evolve.config.schema import load_config
     from evolve.errors import ConfigError
 

@@ -172,8 +172,8 @@ def test_promotion_needs_a_strategy_that_supports_it(monkeypatch):
 
 
 def test_the_report_counts_networks_and_says_what_each_rung_did():
-    from evolve.app.report import halving_facts
-    from evolve.app.report_text import format_halving
+    from evolve.app.presentation.report import halving_facts
+    from evolve.app.presentation.report_text import format_halving
     from evolve.search.records import networks
     from evolve.search.tally import Tally
 
@@ -248,7 +248,7 @@ def test_a_job_killed_with_paused_trainings_and_resumed_on_other_worker_counts_f
 
 
 def test_status_counts_networks_and_lists_the_rungs(tmp_path):
-    from evolve.app.status import format_status, status
+    from evolve.app.commands.status import format_status, status
 
     state = run(15)
     config = config_from_dict({"search": {"evaluations": 15, "promotion": True, "eta": 3, "min_budget": 1 / 9}, "space": TABLE})
@@ -265,7 +265,7 @@ def test_the_csv_has_each_stages_rung_network_and_budget():
     import csv
     import io
 
-    from evolve.app.csv_table import to_csv
+    from evolve.app.presentation.csv_table import to_csv
 
     state = run(12)
     rows = list(csv.DictReader(io.StringIO(to_csv(state, SPACE))))

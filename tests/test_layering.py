@@ -88,6 +88,42 @@ def test_subpackages_of_evolve_import_only_those_below_them(module):
     assert imported <= EVOLVE_LAYERS[mine], f"{module} imports evolve.{sorted(imported - EVOLVE_LAYERS[mine])}"
 
 
+# evolve/app by concern, each folder importing only those below it: the commands (the leaves: each `evens` command and
+# the Python API) use the run's life cycle, which uses the presentation, which uses the infrastructure under all three.
+APP_LAYERS = {
+    "infra": set(),  # process-level facts and primitives, user code as a guest, the run directory and its lock, logging
+    "presentation": {"infra"},  # the summary's types, its text, CSV, plots, progress
+    "run": {"infra", "presentation"},  # evens run: roles, preparation, the master's session, tracking, the ensemble's choice
+    "commands": {"infra", "presentation", "run"},  # the parser and each command's handler; the Python API
+}
+
+
+def app_folder(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[2] if parts[:2] == ["evolve", "app"] and len(parts) > 3 and parts[2] in APP_LAYERS else None
+
+
+def test_every_module_of_app_is_in_a_folder_by_concern():
+    app = sorted(m for m in ALL if m.startswith("evolve.app."))
+    assert app and [m for m in app if app_folder(m + ".x") is None or m.count(".") != 3] == []
+    assert {app_folder(m + ".x") for m in app} == set(APP_LAYERS)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in ALL if app_folder(m)))
+def test_folders_of_app_import_only_those_below_them(module):
+    mine = app_folder(module)
+    imported = {app_folder(n) for n in imported_names(module, ALL[module])} - {None, mine}
+    assert imported <= APP_LAYERS[mine], f"{module} imports evolve.app.{sorted(imported - APP_LAYERS[mine])}"
+
+
+def test_nothing_imports_the_command_line_but_the_entry_point():
+    """cli is a leaf: the stop flag, the signals and the launcher's facts live in infra/process.py, not in cli."""
+    importers = sorted(m for m in ALL if m != "evolve.app.commands.cli"
+                       and any(n == "evolve.app.commands.cli" or n.startswith("evolve.app.commands.cli.")
+                               for n in imported_names(m, ALL[m])))
+    assert importers == ["evolve.__main__"]
+
+
 @pytest.mark.parametrize("module", sorted(ALL))
 def test_only_the_communication_layer_imports_mpi4py(module):
     uses_mpi = any(n == "mpi4py" or n.startswith("mpi4py.") for n in imported_names(module, ALL[module]))
@@ -134,7 +170,7 @@ def test_the_search_imports_without_torch_or_mpi():
 def test_evens_predict_checks_its_input_without_torch():
     """A rank of ``evens predict`` imports torch only once the run and the input are known to be good: bad input is
     refused on every rank without loading it (seconds sooner, as tests/test_predict.py's bad inputs are)."""
-    code = "import json, sys\nimport evolve.app.predict_ranks\nprint(json.dumps('torch' in sys.modules))\n"
+    code = "import json, sys\nimport evolve.app.commands.predict\nprint(json.dumps('torch' in sys.modules))\n"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) is False
@@ -149,7 +185,7 @@ def test_the_lazy_package_still_exports_its_names():
         ensemble.no_such_name  # noqa: B018
 
 
-ROLE_BRANCHES = {"evolve.app.driver", "evolve.app.predict_ranks"}  # where evens asks which rank it is
+ROLE_BRANCHES = {"evolve.app.run.driver", "evolve.app.commands.predict"}  # where evens asks which rank it is
 
 
 def compares_a_rank(path: str) -> bool:

@@ -13,10 +13,10 @@ from fakes import search_config
 from ensemble.hall_of_fame import clears
 from ensemble.problem import Regression
 from ensemble.results import Evaluation
-from evolve.app.progress import Progress
-from evolve.app.report import summarize
-from evolve.app.report_text import score_text
-from evolve.app.reselect import SelectionCache, select_for_run
+from evolve.app.presentation.progress import Progress
+from evolve.app.presentation.report import summarize
+from evolve.app.presentation.report_text import score_text
+from evolve.app.run.reselect import SelectionCache, select_for_run
 from evolve.config.schema import config_from_dict
 from evolve.engine.loop import run_search
 from evolve.engine.state import SearchState

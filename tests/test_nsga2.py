@@ -10,9 +10,9 @@ import pytest
 from conftest import ROOT, evens_cmd, launch, tiny_search, write_blobs
 from fakes import PROBLEM, TEST_Y, VAL_Y, SimulatedTransport, VirtualClock, landscape, search_config
 
-from evolve.app.report import summarize
-from evolve.app.report_text import format_summary
-from evolve.app.reselect import select_for_run
+from evolve.app.presentation.report import summarize
+from evolve.app.presentation.report_text import format_summary
+from evolve.app.run.reselect import select_for_run
 from evolve.config.schema import ConfigError, SearchConfig, config_from_dict, load_config
 from evolve.engine.loop import run_search
 from evolve.engine.state import SearchState

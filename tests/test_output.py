@@ -12,12 +12,12 @@ from cli_fixture import SMALL
 from conftest import ROOT, evens_cmd, launch
 from test_checkpoint_report import finished_run
 
-from evolve.app.progress import Progress
-from evolve.app.report import summarize, top_networks
-from evolve.app.report_text import format_summary, format_top
-from evolve.app.simulate_command import simulate_command
-from evolve.app.status import format_status
-from evolve.app.summary import Curve, EarlyStopping, Summary
+from evolve.app.presentation.progress import Progress
+from evolve.app.presentation.report import summarize, top_networks
+from evolve.app.presentation.report_text import format_summary, format_top
+from evolve.app.commands.simulate import simulate_command
+from evolve.app.commands.status import format_status
+from evolve.app.presentation.summary import Curve, EarlyStopping, Summary
 
 pytestmark = pytest.mark.xdist_group("output")  # one process: the module's run is made once
 
@@ -147,7 +147,8 @@ def test_simulate_does_not_warn_for_a_sensible_population():
 
 def test_a_broken_pipe_other_than_the_output_is_a_bug_with_its_traceback(monkeypatch):
     """Only a closed standard output is a quiet end: a BrokenPipeError from another pipe (a trainer's) is not hidden."""
-    from evolve.app import cli, report
+    from evolve.app.commands import cli
+    from evolve.app.presentation import report
 
     def broken(*args, **kwargs):
         raise BrokenPipeError(32, "Broken pipe")

@@ -5,8 +5,8 @@ import math
 
 from test_checkpoint_report import finished_run
 
-from evolve.app.log import LOG, setup_logging
-from evolve.app.progress import Progress
+from evolve.app.infra.log import LOG, setup_logging
+from evolve.app.presentation.progress import Progress
 
 
 class Clock:

@@ -7,9 +7,9 @@ import os
 import pytest
 from test_checkpoint_report import finished_run
 
-from evolve.app.report import report
-from evolve.app.runlock import LOCK_NAME, RunLock
-from evolve.app.status import format_status, status
+from evolve.app.presentation.report import report
+from evolve.app.infra.runlock import LOCK_NAME, RunLock
+from evolve.app.commands.status import format_status, status
 from evolve.errors import RunDirError
 from evolve.runfile import checkpoint
 
@@ -79,7 +79,7 @@ def test_status_of_a_finished_run_and_of_one_a_job_holds(run_dir):
 def test_csv_has_a_column_for_every_gene_whatever_family_the_first_network_is():
     """The gene columns come from the search space, not from the first record: an MLP first still
     leaves the CNN genes their columns, empty where a gene did not shape the network."""
-    from evolve.app.csv_table import to_csv
+    from evolve.app.presentation.csv_table import to_csv
     from evolve.engine.state import SearchState
     from evolve.search.records import Record
     from evolve.search.space_config import parse_space

@@ -11,7 +11,7 @@ import pytest
 from test_checkpoint_report import finished_run
 from test_live_ensemble import regression_info, regression_search
 
-from evolve.app import plots
+from evolve.app.presentation import plots
 from evolve.search.space import Choice
 
 plt = pytest.importorskip("matplotlib.pyplot")

@@ -9,7 +9,7 @@ import math
 from test_checkpoint_report import finished_run
 
 from ensemble.select import Selection
-from evolve.app.report import report, summarize, top_networks
+from evolve.app.presentation.report import report, summarize, top_networks
 from evolve.runfile import checkpoint
 from evolve.search.records import Record, best_first
 

@@ -136,7 +136,7 @@ def test_the_memory_is_small_and_its_hashes_are_every_network_proposed(tmp_path)
 def test_the_account_the_master_keeps_is_the_one_the_history_gives(tmp_path, settings):
     """The tally written into every checkpoint (counts, the best record, early stopping's and promotion's figures, the
     networks of each recent second) is what summarizing the whole history gives, through resumes as well."""
-    from evolve.app.report import summarize, tally_of
+    from evolve.app.presentation.report import summarize, tally_of
 
     path = str(tmp_path / "run" / "checkpoint.h5")
     os.makedirs(os.path.dirname(path))
@@ -154,7 +154,7 @@ def test_the_account_the_master_keeps_is_the_one_the_history_gives(tmp_path, set
 
 def test_status_reads_the_state_file_alone(tmp_path, monkeypatch):
     """evens status at any size of history: it reads no segment."""
-    from evolve.app.status import status
+    from evolve.app.commands.status import status
     from evolve.runfile import segments
 
     path = str(tmp_path / "run" / "checkpoint.h5")
@@ -175,7 +175,7 @@ def test_status_reads_the_state_file_alone(tmp_path, monkeypatch):
 def test_the_report_streams_the_history_and_shows_what_reading_every_record_shows(tmp_path, monkeypatch, k):
     """evens report ranks the networks and counts the failures from a few columns, a slice of rows at a time, and reads
     whole records only for the rows it shows: the same tables as from every record, across many segments."""
-    from evolve.app import report as reporting
+    from evolve.app.presentation import report as reporting
     from evolve.runfile import history
 
     monkeypatch.setattr(history, "ROWS", 7)  # slices that cut the segments anywhere
@@ -194,7 +194,7 @@ def test_the_report_streams_the_history_and_shows_what_reading_every_record_show
 
 
 def test_a_damaged_segment_is_a_one_line_error_of_the_report(tmp_path):
-    from evolve.app import report as reporting
+    from evolve.app.presentation import report as reporting
     from evolve.errors import RunDirError
 
     path = str(tmp_path / "run" / "checkpoint.h5")
@@ -213,8 +213,8 @@ def test_a_damaged_segment_is_a_one_line_error_of_the_report(tmp_path):
 def test_the_csv_streams_the_history_and_holds_what_every_record_gives(tmp_path, monkeypatch, capsys):
     """evens report --csv writes the rows a slice of the history at a time (slices cutting segments anywhere here) and
     reads no whole history: the same rows as the CSV of every record in memory."""
-    from evolve.app import report as reporting
-    from evolve.app.csv_table import to_csv
+    from evolve.app.presentation import report as reporting
+    from evolve.app.presentation.csv_table import to_csv
     from evolve.runfile import history, segments
 
     path = str(tmp_path / "run" / "checkpoint.h5")
@@ -238,7 +238,7 @@ def test_the_csv_streams_the_history_and_holds_what_every_record_gives(tmp_path,
 
 
 def test_a_damaged_segment_leaves_no_half_written_csv(tmp_path):
-    from evolve.app.csv_table import write_csv
+    from evolve.app.presentation.csv_table import write_csv
     from evolve.errors import RunDirError
 
     path = str(tmp_path / "run" / "checkpoint.h5")
@@ -261,8 +261,8 @@ def test_a_damaged_segment_leaves_no_half_written_csv(tmp_path):
 def test_select_reads_no_history_and_keeps_what_a_resume_needs(tmp_path, monkeypatch):
     """evens select chooses from the hall of fame and summarises from the run's account: no segment read; the records,
     the account and the master's memory stay as they were, and the summary is what every record gives."""
-    from evolve.app.report import summarize
-    from evolve.app.reselect import reselect
+    from evolve.app.presentation.report import summarize
+    from evolve.app.run.reselect import reselect
     from evolve.runfile import segments
 
     folder = tmp_path / "run"
@@ -288,8 +288,8 @@ def test_select_reads_no_history_and_keeps_what_a_resume_needs(tmp_path, monkeyp
 def test_a_pareto_front_is_read_from_its_members_rows_only(tmp_path, monkeypatch):
     """NSGA-II's report and select show the Pareto front from the state file and its members' rows (found by a scan of
     the ids, a slice at a time), never the whole history: the same front as from every record."""
-    from evolve.app import report as reporting
-    from evolve.app.reselect import reselect
+    from evolve.app.presentation import report as reporting
+    from evolve.app.run.reselect import reselect
     from evolve.runfile import history, segments
 
     monkeypatch.setattr(history, "ROWS", 7)  # slices that cut the segments anywhere

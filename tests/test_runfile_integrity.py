@@ -15,8 +15,8 @@ from test_checkpoint_report import finished_run
 
 from ensemble.predict import load_ensemble, read_stored
 from ensemble.store import EnsembleError
-from evolve.app.prepare import prepare
-from evolve.app.reselect import reselect
+from evolve.app.run.prepare import prepare
+from evolve.app.run.reselect import reselect
 from evolve.errors import RunDirError
 from evolve.runfile import checkpoint
 

@@ -44,7 +44,7 @@ rule = MedianRule.restored(memory.part(state.memory, "median"))
 print(json.dumps({"recorded": state.recorded, "proposals": strategy.ask() is not None, "peak_mb": PEAK()}))
 """
 COMMAND = PEAK + """import contextlib, io, json, sys
-from evolve.app.cli import main
+from evolve.app.commands.cli import main
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
     code = main(sys.argv[1:])

@@ -201,7 +201,7 @@ def test_evens_select_chooses_again_by_log_loss_and_the_run_keeps_the_setting(tm
     from test_checkpoint_report import finished_run
 
     from ensemble.problem import problem_from_dict
-    from evolve.app.reselect import reselect
+    from evolve.app.run.reselect import reselect
     from evolve.runfile import checkpoint
 
     state, info = finished_run(budget=20, k=3, candidates=8)

@@ -9,9 +9,9 @@ import pytest
 from fakes import SimulatedTransport, VirtualClock, search_config
 from test_checkpoint_report import finished_run
 
-from evolve.app.report import tally_of
-from evolve.app.runlock import RunLock
-from evolve.app.status import format_status, status, status_command
+from evolve.app.presentation.report import tally_of
+from evolve.app.infra.runlock import RunLock
+from evolve.app.commands.status import format_status, status, status_command
 from evolve.engine.loop import run_search
 from evolve.engine.state import SearchState
 from evolve.errors import RunDirError
@@ -182,7 +182,7 @@ def test_a_job_killed_while_it_held_the_run_is_not_shown_as_holding_it(tmp_path)
     state, info = finished_run(budget=20)
     info = with_budget(info, 40)
     folder = save(tmp_path / "run", state, info)
-    code = f"import os, signal; from evolve.app.runlock import RunLock; RunLock.acquire({folder!r}); os.kill(os.getpid(), signal.SIGKILL)"
+    code = f"import os, signal; from evolve.app.infra.runlock import RunLock; RunLock.acquire({folder!r}); os.kill(os.getpid(), signal.SIGKILL)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=60).returncode == -signal.SIGKILL
     s = status(folder)
     assert s["job"] is None and s["ended_job"]["pid"] and s["state"] == "stopped" and s["eta_seconds"] is None
@@ -191,7 +191,7 @@ def test_a_job_killed_while_it_held_the_run_is_not_shown_as_holding_it(tmp_path)
 
 @pytest.mark.parametrize("age, held", [(60.0, True), (3600.0, False)])
 def test_another_hosts_job_holds_the_run_while_its_heartbeat_is_fresh(tmp_path, age, held):
-    from evolve.app.runlock import LOCK_NAME
+    from evolve.app.infra.runlock import LOCK_NAME
 
     state, info = finished_run(budget=20)
     folder = save(tmp_path / "run", state, info)

@@ -1,4 +1,4 @@
-"""The stop signals are counted as the drain needs them (evolve.app.process.StopFlag): copies of one signal
+"""The stop signals are counted as the drain needs them (evolve.app.infra.process.StopFlag): copies of one signal
 that reach a process together count once, a third signal ends it even inside a call that never returns to
 Python (an MPI collective a peer never joins), and a caller gets its own handlers back."""
 import os
@@ -24,7 +24,7 @@ def test_copies_of_a_signal_that_arrive_together_count_once():
     proxy's copies. Counted once, the drain goes on (before: the second copy ended it, the third the master)."""
     proc = run_script("""
         import os, signal, time
-        from evolve.app.process import StopFlag
+        from evolve.app.infra.process import StopFlag
         stop = StopFlag()
         for _ in range(3):
             os.kill(os.getpid(), signal.SIGTERM)
@@ -38,7 +38,7 @@ def test_copies_of_a_signal_that_arrive_together_count_once():
 def test_a_signal_after_the_window_counts_and_a_third_ends_the_process():
     proc = run_script("""
         import os, signal, sys, time
-        from evolve.app.process import StopFlag
+        from evolve.app.infra.process import StopFlag
         stop = StopFlag(duplicate_seconds=0.3)
         for expected in (1, 2):
             os.kill(os.getpid(), signal.SIGINT)
@@ -59,7 +59,7 @@ def test_a_third_signal_ends_a_rank_stuck_in_an_mpi_call():
     (each after the window) end it within seconds; before, only SIGKILL did."""
     proc = run_script("""
         import time
-        from evolve.app.process import StopFlag
+        from evolve.app.infra.process import StopFlag
         stop = StopFlag(duplicate_seconds=0.3)
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
@@ -89,7 +89,7 @@ def test_a_third_signal_ends_a_rank_stuck_in_an_mpi_call():
 def test_close_puts_back_the_handlers_found():
     proc = run_script("""
         import signal
-        from evolve.app.process import STOP_SIGNALS, StopFlag
+        from evolve.app.infra.process import STOP_SIGNALS, StopFlag
         mine = lambda signum, frame: None
         signal.signal(signal.SIGINT, mine)
         found = [signal.getsignal(s) for s in STOP_SIGNALS]

@@ -1,4 +1,4 @@
-"""The report's summary as a type (evolve.app.summary; issue 35): the JSON it gives is the one users read, it reads back
+"""The report's summary as a type (evolve.app.presentation.summary; issue 35): the JSON it gives is the one users read, it reads back
 to itself, a key it does not declare is refused, and a network's facts are the record's one-value fields."""
 import json
 
@@ -7,9 +7,9 @@ from test_checkpoint_report import finished_run
 from test_nsga2 import run_info, search
 
 from ensemble.results import kinds
-from evolve.app.report import SCALARS, report, summarize
-from evolve.app.reselect import select_for_run
-from evolve.app.summary import BestNetwork, ChosenOn, NetworkFacts, ParetoMember, Summary, TopNetwork
+from evolve.app.presentation.report import SCALARS, report, summarize
+from evolve.app.run.reselect import select_for_run
+from evolve.app.presentation.summary import BestNetwork, ChosenOn, NetworkFacts, ParetoMember, Summary, TopNetwork
 from evolve.runfile import checkpoint
 from evolve.search.records import Record
 

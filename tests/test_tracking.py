@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, evens_cmd, launch, tiny_search
 from fakes import PROBLEM, TEST_Y, VAL_Y, run_on, search_config
 
-from evolve.app.tracking import FOLDER, Untracked, _Events, _masked_crc32c, check_trackers, open_tracker
+from evolve.app.run.tracking import FOLDER, Untracked, _Events, _masked_crc32c, check_trackers, open_tracker
 from evolve.config.schema import TrackConfig
 from evolve.engine.state import SearchState
 from evolve.errors import ConfigError
@@ -267,7 +267,7 @@ def test_a_resume_that_read_no_history_carries_on_from_the_account_and_the_hall_
     their fitness, test from their test predictions): what a resume that read every record knows, without it."""
     from checkpoint_fixture import info
 
-    from evolve.app.tracking import _carried_over
+    from evolve.app.run.tracking import _carried_over
     from evolve.runfile import checkpoint
     from evolve.search.tally import Tally
 
@@ -291,7 +291,7 @@ def test_a_resume_that_read_no_history_carries_on_from_the_account_and_the_hall_
 
 
 def test_it_keeps_the_metrics_of_the_best_networks_only():
-    from evolve.app.tracking import _Members
+    from evolve.app.run.tracking import _Members
 
     members = _Members(4, {})
     for i in range(1000):

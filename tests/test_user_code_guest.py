@@ -1,4 +1,4 @@
-"""A user's code is a guest (evolve.app.user_code): on the master it runs in a process of its own for the checks, with
+"""A user's code is a guest (evolve.app.infra.user_code): on the master it runs in a process of its own for the checks, with
 a time limit and no MPI in reach, and what it starts ends with it; evens' signal handlers survive it. Each case is a
 real `mpiexec -n 3 evens run`, and each failed before the guest rules (the job hung beyond every signal, ended with a
 traceback and MPI_Abort, left processes behind, or died of the signal it should have drained on)."""

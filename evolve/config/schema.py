@@ -60,7 +60,7 @@ class DataConfig:
 
     @property
     def fold_count(self) -> int:
-        """The folds as a number: 0 without cross-validation, and while ``"auto"`` waits for the data (evolve.app.prepare)."""
+        """The folds as a number: 0 without cross-validation, and while ``"auto"`` waits for the data (evolve.app.run.prepare)."""
         return self.folds if isinstance(self.folds, int) else 0
 
 

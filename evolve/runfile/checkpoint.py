@@ -74,7 +74,7 @@ class RunInfo:
 
     config: Config
     gene_names: list[str]
-    data: dict  # path, sample_shape, x_dtype, sizes, problem, fingerprint (see evolve.app.prepare.data_facts)
+    data: dict  # path, sample_shape, x_dtype, sizes, problem, fingerprint (see evolve.app.run.prepare.data_facts)
     val_y: np.ndarray  # labels or targets of the validation split
     test_y: np.ndarray
     wall_seconds: float = 0.0
@@ -89,7 +89,7 @@ class RunInfo:
 
 def stored_ensemble(state: SearchState, info: RunInfo) -> StoredEnsemble:
     """The ensemble group's content for this state. A selection naming a member that has left the hall of fame since it
-    was chosen is not stored (evens run chooses again before each checkpoint, evolve.app.session.Checkpointer; a caller
+    was chosen is not stored (evens run chooses again before each checkpoint, evolve.app.run.session.Checkpointer; a caller
     that does not gets a run file without a selection, not one that its loader refuses)."""
     selection = state.selection
     if selection is not None and not set(selection.ids) <= set(state.hall_of_fame.ids):

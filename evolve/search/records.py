@@ -1,7 +1,7 @@
 """What the search remembers of each individual: a finished :class:`Record`, or a :class:`Pending` one.
 
 Both are declared with :func:`ensemble.results.column`, so the run file's columns and the CSV are
-derived from these fields (see :mod:`evolve.runfile.columns` and :mod:`evolve.app.csv_table`).
+derived from these fields (see :mod:`evolve.runfile.columns` and :mod:`evolve.app.presentation.csv_table`).
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ The start method is a fresh interpreter (``subprocess``, which forks and at once
 fork that goes on running Python: forking a process after MPI_Init is unsafe on some RDMA networks
 (InfiniBand, Slingshot), and after CUDA is initialised everywhere. The process imports nothing of
 MPI and its environment has no MPI launcher variables (:func:`trainer_environment`). It starts once
-per worker, not once per training, while the data is broadcast (see evolve.app.driver).
+per worker, not once per training, while the data is broadcast (see evolve.app.run.driver).
 """
 from __future__ import annotations
 

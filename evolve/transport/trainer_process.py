@@ -101,7 +101,7 @@ def _set_up(setup: dict):
     memory = mapped(setup["data"]["fd"], setup["data"]["size"])
     arrays = unpack_arrays(setup["data"]["specs"], memory.buffer)  # (the layout the broadcast gave them)
     d, t = setup["device"], setup["train"]
-    torch.set_num_threads(d["threads"])  # (the rank read its share of the node's cores: evolve.app.local)
+    torch.set_num_threads(d["threads"])  # (the rank read its share of the node's cores: evolve.app.infra.local)
     device = choose_device(d["local_index"], d["prefer"], d["workers_per_gpu"])
     data = DeviceData.from_arrays(arrays, problem_from_dict(setup["problem"]), device, t["precision"], t["loss"], t["class_weights"])
     limit_memory(setup.get("max_host_memory_gb", 0.0))

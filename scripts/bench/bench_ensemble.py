@@ -28,8 +28,8 @@ import tempfile
 import harness
 
 from ensemble.problem import problem_from_dict
-from evolve.app.report import ensemble_scores, summarize
-from evolve.app.reselect import select_for_run
+from evolve.app.presentation.report import ensemble_scores, summarize
+from evolve.app.run.reselect import select_for_run
 from evolve.runfile import checkpoint
 
 METHODS = ("greedy", "top_k")

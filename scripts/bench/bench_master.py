@@ -132,8 +132,8 @@ def search(transport, evaluations: int, workers_cpu=lambda: 0.0, prefetch: int =
     the variant changes (default: :data:`VARIANTS`' ``variant``)."""
     settings = VARIANTS[variant] if settings is None else settings
     from ensemble.problem import Classification
-    from evolve.app.progress import Progress
-    from evolve.app.reselect import SelectionCache
+    from evolve.app.presentation.progress import Progress
+    from evolve.app.run.reselect import SelectionCache
     from evolve.config.schema import config_from_dict
     from evolve.engine.loop import run_search
     from evolve.engine.state import SearchState

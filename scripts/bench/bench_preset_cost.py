@@ -49,7 +49,7 @@ from data_bcast.h5file import write_dataset
 from data_bcast.synthetic import make_shapes, write_shapes, write_signals
 from ensemble.folds import assign_folds
 from ensemble.problem import Classification
-from evolve.app.prepare import resolve_folds
+from evolve.app.run.prepare import resolve_folds
 from evolve.config.schema import config_from_dict
 from evolve.search import presets
 from evolve.search.ga import random_genome

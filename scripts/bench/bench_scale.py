@@ -105,7 +105,7 @@ HISTORY_UP_TO = 1_000_000  # larger histories are not loaded whole (some 35 us a
 
 COMMAND = PEAK + """import sys, time
 t = time.perf_counter()
-from evolve.app.cli import main
+from evolve.app.commands.cli import main
 code = main(sys.argv[2:])
 if code:
     raise SystemExit(code)

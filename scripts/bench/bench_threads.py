@@ -10,7 +10,7 @@ user runs it: one process (``evens run``), or ``mpiexec -n N`` (a master and N -
 contenders run one after the other on the same machine, alternating, so a change of load touches both:
 
 * ``default``: ``train.threads = 0`` and no ``OMP_NUM_THREADS``: each training rank takes the cores it may
-  run on divided among the training ranks that may run on them (evolve.app.local);
+  run on divided among the training ranks that may run on them (evolve.app.infra.local);
 * ``one``: ``--set train.threads=1``.
 
 The load is ``--load`` busy processes of this machine's own (a user's CI with other jobs on it), started

@@ -8,7 +8,7 @@ Run from the repository root::
 Both contenders write the same facts of N made-up records (11 scalars, a curve of 2-12 epochs and the
 23 genes as HParams, one run per trial so that TensorBoard's HParams view lists every trial):
 
-* ``evens``: :func:`evolve.app.tracking.open_tracker`, as the master calls it (the search loop's
+* ``evens``: :func:`evolve.app.run.tracking.open_tracker`, as the master calls it (the search loop's
   thread only queues a record; a writer thread builds and writes the events);
 * ``summarywriter``: ``torch.utils.tensorboard.SummaryWriter`` (``add_scalar`` and ``add_hparams``),
   what a user would write.
@@ -30,7 +30,7 @@ import time
 import harness
 
 from ensemble.problem import Classification
-from evolve.app.tracking import open_tracker
+from evolve.app.run.tracking import open_tracker
 from evolve.config.schema import Config, TrackConfig
 from evolve.engine.state import SearchState
 from evolve.search.records import Record

@@ -12,7 +12,7 @@ import sys
 
 from mpi4py import MPI
 
-from evolve.app.cli import main
+from evolve.app.commands.cli import main
 from evolve.runfile import checkpoint
 from evolve.transport import mpi_transport
 

@@ -9,7 +9,7 @@ import sys
 import h5py
 from mpi4py import MPI
 
-from evolve.app.cli import main
+from evolve.app.commands.cli import main
 
 comm = MPI.COMM_WORLD
 opened = []

@@ -1,9 +1,9 @@
 """``evens run``: the one place that decides who is the master and who is a worker.
 
 Every rank runs :func:`run`. Rank 0 (the master) validates the config and the run directory
-(:mod:`evolve.app.prepare`), reads the data and broadcasts it; every rank then sets itself up, and
+(:mod:`evolve.app.run.prepare`), reads the data and broadcasts it; every rank then sets itself up, and
 all ranks agree on the first error before anyone goes on, so bad input ends the whole job at once
-with one message. After that the master runs the search (:mod:`evolve.app.session`) and the
+with one message. After that the master runs the search (:mod:`evolve.app.run.session`) and the
 workers serve it. With a single rank, the master trains in-process.
 """
 from __future__ import annotations
@@ -20,6 +20,12 @@ from data_bcast.broadcast import SharedDataset, broadcast_dataset, located
 from data_bcast.h5file import DataError
 from data_bcast.reader import read_array
 from ensemble.problem import Problem, problem_for
+from evolve.app.infra.local import affinity, ranks_sharing, trainer_threads, usable_cores
+from evolve.app.infra.log import LOG, setup_logging
+from evolve.app.infra.process import STOP_SIGNALS, StopFlag
+from evolve.app.infra.user_code import user_code_problem
+from evolve.app.run.prepare import Prepared, check_same_data, prepare
+from evolve.app.run.session import EXIT_RESUMABLE, MASTER, run_master, say
 from evolve.config.schema import Config, config_from_dict
 from evolve.errors import EvensError, debug_traceback
 from evolve.search.presets import DataFacts
@@ -27,13 +33,6 @@ from evolve.transport import forkserver
 from evolve.transport.isolation import TrainerError, TrainerProcess, trainer_environment
 from evolve.transport.mpi_transport import MPIWorkerChannel, world
 from evolve.transport.worker import serve, trainer_for
-
-from .process import STOP_SIGNALS, StopFlag
-from .local import affinity, ranks_sharing, trainer_threads, usable_cores
-from .log import LOG, setup_logging
-from .prepare import Prepared, check_same_data, prepare
-from .session import EXIT_RESUMABLE, MASTER, run_master, say
-from .user_code import user_code_problem
 
 if TYPE_CHECKING:
     from ensemble.train import DeviceData
@@ -65,8 +64,7 @@ def data_description(data: SharedDataset, folds: int = 0) -> DataFacts:
 def setup_trainer(config: Config, data: SharedDataset, problem: Problem, local_index: int, sharing: int) -> DeviceData:
     """Pick this rank's device and threads and put the data there (a GPU copy, or the shared host copy)."""
     from ensemble.train import DeviceData  # (here: a rank that only serves a training process imports no torch)
-
-    from .local import take_device
+    from evolve.app.infra.local import take_device
 
     device = take_device(config.train.device, local_index, sharing, config.train.threads, config.train.workers_per_gpu)
     return DeviceData.from_arrays(data.arrays, problem, device, config.train.precision, config.train.loss, config.train.class_weights)
@@ -112,7 +110,7 @@ def run_search(config_path: str | None, overrides: list[str], out: str | None = 
                verbose: bool = False, status_seconds: float = 60.0, stop: StopFlag | None = None) -> tuple[int, str | None]:
     """:func:`run`, with the run directory the master used (None on the workers, and where none was made).
 
-    ``stop`` counts the stop signals; make it before mpi4py starts MPI (:class:`~evolve.app.process.StopFlag`
+    ``stop`` counts the stop signals; make it before mpi4py starts MPI (:class:`~evolve.app.infra.process.StopFlag`
     says why). Without one, the signals are counted from here on."""
     stop = StopFlag() if stop is None else stop
     comm = world()

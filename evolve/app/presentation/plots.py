@@ -29,11 +29,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from evolve.app.presentation.summary import BestNetwork, EnsembleFacts, ParetoMember, Summary
 from evolve.errors import EvensError
 from evolve.search.records import Record, best_first
 from evolve.search.space import Choice, SearchSpace
-
-from .summary import BestNetwork, EnsembleFacts, ParetoMember, Summary
 
 COLOURS = {"ok": "#1f77b4", "stopped": "#9e9e9e", "timeout": "#ff7f0e", "diverged": "#d62728", "error": "#8c1a1a",
            "crashed": "#000000"}

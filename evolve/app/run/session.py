@@ -15,6 +15,15 @@ from data_bcast.broadcast import SharedDataset, located
 from data_bcast.h5file import first_line
 from ensemble.problem import Problem
 from evolve import __version__
+from evolve.app.infra.log import LOG
+from evolve.app.infra.process import StopFlag
+from evolve.app.infra.rundir import DEVICES_NAME, SUMMARY_NAME, write_json
+from evolve.app.presentation.progress import Progress
+from evolve.app.presentation.report import summarize
+from evolve.app.presentation.report_text import describe_space, format_summary
+from evolve.app.run.prepare import AUTO_FOLDS_UNDER, Prepared, choice_labels, data_facts
+from evolve.app.run.reselect import SelectionCache
+from evolve.app.run.tracking import open_tracker
 from evolve.config.schema import Config, SearchConfig
 from evolve.engine import memory
 from evolve.engine.evaluations import FoldPlan
@@ -30,16 +39,6 @@ from evolve.search.space import SearchSpace
 from evolve.transport.mpi_transport import END_SECONDS, MPIMasterTransport, abort
 from evolve.transport.protocol import InProcessTransport
 from evolve.transport.worker import trainer_for
-
-from .process import StopFlag
-from .log import LOG
-from .prepare import AUTO_FOLDS_UNDER, Prepared, choice_labels, data_facts
-from .progress import Progress
-from .report import summarize
-from .report_text import describe_space, format_summary
-from .reselect import SelectionCache
-from .rundir import DEVICES_NAME, SUMMARY_NAME, write_json
-from .tracking import open_tracker
 
 # The exit status of a job stopped by a signal (Slurm's time limit, preemption, or its early warning
 # with --signal) after its checkpoint was written: "resume me". EX_TEMPFAIL of sysexits.h; a batch

@@ -10,11 +10,10 @@ import os
 import time
 from dataclasses import dataclass
 
+from evolve.app.infra.runlock import LOCK_NAME, RunLock, describe_holder, lock_holder
 from evolve.errors import RunDirError
 from evolve.runfile.checkpoint import CHECKPOINT_NAME
 from evolve.runfile.tempfiles import exclusive_temp
-
-from .runlock import LOCK_NAME, RunLock, describe_holder, lock_holder
 
 SUMMARY_NAME = "summary.json"
 

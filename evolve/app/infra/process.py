@@ -2,7 +2,7 @@
 launcher says (rank, size, an MPI that does not match it), an MPI command run so that a rank that fails takes
 the job with it, and a standard output whose reader went away.
 
-The command line (:mod:`evolve.app.cli`), ``evens run``'s roles (:mod:`evolve.app.driver`), the master's
+The command line (:mod:`evolve.app.commands.cli`), ``evens run``'s roles (:mod:`evolve.app.run.driver`), the master's
 session and the Python API all use these; this module imports none of them.
 """
 from __future__ import annotations

@@ -12,6 +12,23 @@ from ensemble.combine import combine, ensemble_prediction, mean_uncertainty
 from ensemble.hall_of_fame import standing
 from ensemble.problem import Problem, problem_from_dict
 from ensemble.results import kinds
+from evolve.app.infra.rundir import checkpoint_path
+from evolve.app.presentation.report_text import describe, format_failures, format_summary, format_top
+from evolve.app.presentation.summary import (
+    BestNetwork,
+    ChosenOn,
+    Curve,
+    EarlyStopping,
+    EnsembleFacts,
+    Failure,
+    Hall,
+    Halving,
+    ParetoMember,
+    Rung,
+    SearchMetric,
+    Summary,
+    TopNetwork,
+)
 from evolve.engine.promotion import rung_count
 from evolve.engine.state import SearchState
 from evolve.errors import RunDirError
@@ -22,11 +39,6 @@ from evolve.search.pareto import OBJECTIVES
 from evolve.search.records import Record, best_first
 from evolve.search.registry import capabilities
 from evolve.search.tally import Tally
-
-from .report_text import describe, format_failures, format_summary, format_top
-from .rundir import checkpoint_path
-from .summary import (BestNetwork, ChosenOn, Curve, EarlyStopping, EnsembleFacts, Failure, Hall, Halving, ParetoMember, Rung,
-                      SearchMetric, Summary, TopNetwork)
 
 
 def ensemble_scores(state: SearchState, info: RunInfo, problem: Problem) -> EnsembleFacts | None:
@@ -125,7 +137,7 @@ SCALARS = ("integer", "real", "label", "text")
 
 
 def record_facts(r: Record) -> dict:
-    """A record's facts as :class:`~evolve.app.summary.NetworkFacts` takes them: each of its one-value fields (kinds of
+    """A record's facts as :class:`~evolve.app.presentation.summary.NetworkFacts` takes them: each of its one-value fields (kinds of
     Record), and ``metrics``, its metrics with an undefined R² as None."""
     facts = {name: getattr(r, name) for name, kind in kinds(Record).items() if kind in SCALARS}
     metrics = {}
@@ -239,9 +251,9 @@ def streamed_top_and_failures(history: History, state: SearchState, info: RunInf
 
 
 def plot_data(history: History, state: SearchState, info: RunInfo):
-    """What ``--plot``'s figures draw (evolve.app.plots.PlotData), from the run file's segments (``history``, held open) a
+    """What ``--plot``'s figures draw (evolve.app.presentation.plots.PlotData), from the run file's segments (``history``, held open) a
     slice at a time."""
-    from .plots import PlotData
+    from evolve.app.presentation.plots import PlotData
 
     return PlotData.of(history.records(len(info.gene_names)), state.utilization)
 
@@ -285,14 +297,14 @@ def _report(run, run_dir: str, as_json: bool, top: int, csv_path: str | None, pl
     space = info.space()
     notes = []
     if csv_path:
-        from .csv_table import write_csv
+        from evolve.app.presentation.csv_table import write_csv
 
         rows = write_csv(csv_path, path, state, info, history)
         if csv_path == "-":
             return None
         notes.append(f"wrote {csv_path}: {rows} evaluations")
     if plot_dir:
-        from .plots import PlotData, write_plots
+        from evolve.app.presentation.plots import PlotData, write_plots
 
         for name in ("search.png", "ensemble.png", "workers.png", "pareto.png", "hyperparameters.png"):
             _refuse_to_replace(os.path.join(plot_dir, name), force)

@@ -45,7 +45,7 @@ def run_search_from(config: str | dict | None = None, *, builder: Callable | str
     :class:`SearchFailed` on every rank if it ended otherwise (bad input, a signal, a failure: the reason is
     printed on rank 0, in one line). The process's signal handlers are as they were when it returns or raises.
     """
-    from evolve.app import process
+    from evolve.app.infra import process
 
     try:
         config_path, sets = search_arguments(config, builder, overrides)
@@ -55,7 +55,7 @@ def run_search_from(config: str | dict | None = None, *, builder: Callable | str
         raise SearchFailed(2) from None
     stop = process.StopFlag()  # before MPI starts, so that a signal while the job starts up is kept (see StopFlag)
     try:
-        from evolve.app import driver  # mpi4py and torch: imported when a search starts, not with evolve
+        from evolve.app.run import driver  # mpi4py and torch: imported when a search starts, not with evolve
 
         result: dict = {}
 

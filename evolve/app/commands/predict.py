@@ -214,8 +214,7 @@ def _plan_and_predict(comm, ending, run_dir, input_path, out, split, batch_size,
 
 def _predict(comm, ending, job, stored, chosen, x_name, y_name, writer, run_dir, input_path, out, device) -> tuple[int, str]:
     from ensemble.predict import build_ensemble  # torch: here, once the input and the run are known to be good
-
-    from .local import take_device
+    from evolve.app.infra.local import take_device
 
     job = comm.bcast(job, root=ROOT)
     mine = share_members(comm, job, stored, chosen)

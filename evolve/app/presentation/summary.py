@@ -1,11 +1,11 @@
 """The report's summary, declared once: what ``evens report --json`` prints and ``summary.json`` holds.
 
-:func:`evolve.app.report.summarize` builds a :class:`Summary`; the readers (report_text, status, plots, report) read its
+:func:`evolve.app.presentation.report.summarize` builds a :class:`Summary`; the readers (report_text, status, plots, report) read its
 fields, so a misspelt name is an AttributeError in the first test that reaches it. ``to_dict()`` is the JSON's dict, key
 for key what the summary printed when it was a dict: a field marked :func:`omitted` is left out while it is None, and a
 ``metrics`` field's entries are keys of their own beside the fields. ``from_dict`` reads a dict of that JSON back, and
 refuses a key its type does not declare; ``evens status`` reads its facts' parts of a summary back with it
-(evolve.app.status), and the tests read ``summary.json`` and ``evens report --json`` as the plain JSON users read.
+(evolve.app.commands.status), and the tests read ``summary.json`` and ``evens report --json`` as the plain JSON users read.
 
 What a summary carries from elsewhere stays a dict, its keys declared there: a network's metrics ("val_accuracy",
 "test_rmse", "fold_std", "params": the problem's scores and the training's), its genes (the search space's), the run's

@@ -35,12 +35,10 @@ import numpy as np
 from data_bcast.h5file import DataError, DataPlan, inspect_file
 from ensemble.problem import check_metric, user_metric
 from ensemble.references import USER_FAILURES, UserCodeError, add_model_path, find_by_name, first_line, import_by_name, is_reference
+from evolve.app.infra.process import STOP_SIGNALS
 from evolve.config.schema import Config
 from evolve.search.space_config import parse_space
 from evolve.transport.isolation import trainer_environment
-
-from .process import STOP_SIGNALS
-
 
 # torch, and ensemble's modules that import it, are imported where a check needs them: a worker rank
 # whose trainings run in a process of their own, with no user code to check, imports no torch.
@@ -170,7 +168,7 @@ def checked_here(config: Config) -> str | None:
 
 
 def check_in_child(config: Config, seconds: float) -> str | None:
-    """:func:`checked_here` in a fresh interpreter (``python -m evolve.app.user_code``): no MPI of the job's (the
+    """:func:`checked_here` in a fresh interpreter (``python -m evolve.app.infra.user_code``): no MPI of the job's (the
     launcher's variables left out), a process group of its own that is killed whole after (a builder's own
     processes too), at most ``seconds``. What is wrong, in one line, or None."""
     read_fd, write_fd = os.pipe()
@@ -178,7 +176,7 @@ def check_in_child(config: Config, seconds: float) -> str | None:
     # stderr goes to a file, not a pipe: a process the user's code started may hold it open long after the check
     with tempfile.TemporaryFile("w+") as err, os.fdopen(read_fd) as answer:
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "evolve.app.user_code", str(write_fd)], stdin=subprocess.PIPE,
+            proc = subprocess.Popen([sys.executable, "-m", "evolve.app.infra.user_code", str(write_fd)], stdin=subprocess.PIPE,
                                     stderr=err, pass_fds=(write_fd,), env=trainer_environment(), process_group=0, text=True)
         finally:
             os.close(write_fd)
@@ -250,7 +248,7 @@ def as_guest():
 
 
 def main(argv: list[str]) -> int:
-    """``python -m evolve.app.user_code FD``: the master's checks (:func:`check_in_child`) of the config read from
+    """``python -m evolve.app.infra.user_code FD``: the master's checks (:func:`check_in_child`) of the config read from
     standard input; ``{"error": ... or null}`` written to the descriptor FD."""
     from evolve.config.schema import config_from_dict
 

@@ -8,14 +8,13 @@ from ensemble.hall_of_fame import HallOfFame
 from ensemble.problem import problem_from_dict, user_metric
 from ensemble.references import add_model_path, is_reference
 from ensemble.select import Selection
+from evolve.app.infra.rundir import SUMMARY_NAME, checkpoint_path, write_json
+from evolve.app.infra.runlock import RunLock
+from evolve.app.presentation.report import summarize
+from evolve.app.presentation.summary import Summary
 from evolve.errors import ConfigError
 from evolve.runfile import checkpoint
 from evolve.runfile.checkpoint import RunInfo
-
-from .report import summarize
-from .rundir import SUMMARY_NAME, checkpoint_path, write_json
-from .runlock import RunLock
-from .summary import Summary
 
 
 def select_for_run(hall: HallOfFame, info: RunInfo, method: str | None = None, size: int | None = None) -> Selection | None:

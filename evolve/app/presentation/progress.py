@@ -21,11 +21,12 @@ from tqdm import tqdm
 
 from ensemble.hall_of_fame import HallOfFame
 from ensemble.select import Selection
+from evolve.app.infra.log import LOG
+from evolve.app.presentation.report_text import (
+    score_text,  # one precision with the summary and `evens report` ("-" before the first ensemble)
+)
 from evolve.engine.state import SearchState
 from evolve.search.records import Record
-
-from .log import LOG
-from .report_text import score_text  # one precision with the summary and `evens report` ("-" before the first ensemble)
 
 
 def _duration(seconds: float) -> str:

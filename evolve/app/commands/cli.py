@@ -27,9 +27,8 @@ from functools import partial
 from typing import NamedTuple
 
 from evolve import __version__, errors
+from evolve.app.infra.process import StopFlag, collective, launcher_rank, pipe_closed
 from evolve.errors import EvensError, debug_traceback
-
-from .process import StopFlag, collective, launcher_rank, pipe_closed
 
 
 class Parser(argparse.ArgumentParser):
@@ -69,7 +68,7 @@ def _run(args) -> int:
     stop = StopFlag()  # before collective imports mpi4py, which starts MPI
 
     def on_every_rank() -> int:
-        from . import driver
+        from evolve.app.run import driver
 
         return driver.run(args.config, args.overrides, out=args.out, resume=args.resume, quiet=args.quiet, verbose=args.verbose,
                           status_seconds=args.status_seconds, stop=stop)
@@ -89,7 +88,7 @@ def _add_report(sub, name: str) -> Parser:
 
 
 def _report(args) -> int:
-    from .report import report
+    from evolve.app.presentation.report import report
 
     text = report(args.run_dir, as_json=args.json, top=args.top, csv_path=args.csv, plot_dir=args.plot, force=args.force)
     if text is not None:  # (None: the CSV went to standard output)
@@ -105,7 +104,7 @@ def _add_status(sub, name: str) -> Parser:
 
 
 def _status(args) -> int:
-    from .status import status_command
+    from evolve.app.commands.status import status_command
 
     print(status_command(args.run_dir, as_json=args.json))
     return 0
@@ -127,8 +126,8 @@ def _add_select(sub, name: str) -> Parser:
 
 
 def _select(args) -> int:
-    from .report_text import format_summary
-    from .reselect import reselect
+    from evolve.app.presentation.report_text import format_summary
+    from evolve.app.run.reselect import reselect
 
     summary = reselect(args.run_dir, args.model_path, method=args.method, size=args.size, criterion=args.criterion, bags=args.bags)
     print(json.dumps(summary.to_dict(), indent=2, sort_keys=True) if args.json else format_summary(summary))
@@ -150,7 +149,7 @@ def _add_predict(sub, name: str) -> Parser:
 
 def _predict(args) -> int:
     def on_every_rank() -> int:
-        from .predict_ranks import run_predict
+        from evolve.app.commands.predict import run_predict
 
         code, line = run_predict(args.run_dir, args.input, args.out, args.split, args.batch_size, args.device, args.force,
                                  args.model_path)
@@ -206,7 +205,7 @@ def _add_simulate(sub, name: str) -> Parser:
 
 
 def _simulate(args) -> int:
-    from .simulate_command import simulate_command
+    from evolve.app.commands.simulate import simulate_command
 
     print(simulate_command(args))
     return 0

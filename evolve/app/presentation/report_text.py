@@ -1,12 +1,11 @@
 """The text of a run's summary: the lines that `evens report`, the summary at a search's end and `evens status` print,
-from the facts that evolve.app.report gathers (evolve.app.summary's types), and the score format every output shares."""
+from the facts that evolve.app.presentation.report gathers (evolve.app.presentation.summary's types), and the score format every output shares."""
 from __future__ import annotations
 
 import math
 
+from evolve.app.presentation.summary import EnsembleFacts, Failure, Halving, ParetoMember, Scored, SearchMetric, Summary, TopNetwork
 from evolve.search.space import TRAINING_GENES
-
-from .summary import EnsembleFacts, Failure, Halving, ParetoMember, Scored, SearchMetric, Summary, TopNetwork
 
 # Scores between 0 and 1 print with four decimals (1 reads 1.0000, as 0.9944 does beside it); errors (rmse, loss, a
 # user's metric) with four significant digits. The summary, `evens report`, `evens status` and the live line share these.

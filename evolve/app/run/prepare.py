@@ -10,6 +10,9 @@ import numpy as np
 from data_bcast.broadcast import SharedDataset
 from data_bcast.h5file import DataError, inspect_file
 from ensemble.problem import Problem
+from evolve.app.infra.rundir import Claim, checkpoint_path, claim_default_run_dir, claim_run_dir
+from evolve.app.infra.runlock import RunLock
+from evolve.app.run.tracking import check_trackers
 from evolve.config.schema import Config, load_config
 from evolve.engine import memory
 from evolve.engine.loop import uses_median_rule
@@ -19,10 +22,6 @@ from evolve.runfile import checkpoint, genomes
 from evolve.runfile.checkpoint import RunInfo
 from evolve.runfile.tempfiles import remove_stale
 from evolve.search.presets import DataFacts
-
-from .rundir import Claim, checkpoint_path, claim_default_run_dir, claim_run_dir
-from .runlock import RunLock
-from .tracking import check_trackers
 
 
 @dataclass

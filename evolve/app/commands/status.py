@@ -17,7 +17,7 @@ sees the old one or the new one whole (see :mod:`evolve.runfile.version`). Every
 
 It never takes the run's lock, so it cannot stop a job from starting.
 
-:func:`status` reads the run's summary (evolve.app.summary.Summary) by its fields, and returns plain facts, the JSON
+:func:`status` reads the run's summary (evolve.app.presentation.summary.Summary) by its fields, and returns plain facts, the JSON
 that ``--json`` prints: the summary's parts in them as their ``to_dict()``. :func:`format_status` reads those facts by
 key, and the summary's parts back as their types (``from_dict``).
 """
@@ -28,16 +28,14 @@ import os
 import time
 from datetime import datetime
 
+from evolve.app.infra.rundir import checkpoint_path
+from evolve.app.infra.runlock import lock_holder
+from evolve.app.presentation.report import summarize, tally_of
+from evolve.app.presentation.report_text import counted, format_halving, score_text
+from evolve.app.presentation.summary import BestNetwork, ChosenOn, EnsembleFacts, Halving, Scored
 from evolve.errors import RunDirError
-
 from evolve.runfile.checkpoint import CHECKPOINT_NAME
 from evolve.runfile.version import read_run
-
-from .report import summarize, tally_of
-from .report_text import counted, format_halving, score_text
-from .rundir import checkpoint_path
-from .runlock import lock_holder
-from .summary import BestNetwork, ChosenOn, EnsembleFacts, Halving, Scored
 
 RECENT_SECONDS = 600.0
 
