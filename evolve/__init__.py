@@ -36,7 +36,7 @@ _no_launch_folder()
 def __getattr__(name: str):
     """``run_search_from`` and ``SearchFailed`` (evolve.app.commands.api), imported on first use: importing evolve stays light."""
     if name in __all__:
-        from .app import api
+        from .app.commands import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'evolve' has no attribute {name!r}")

@@ -124,6 +124,32 @@ def test_nothing_imports_the_command_line_but_the_entry_point():
     assert importers == ["evolve.__main__"]
 
 
+def folder_imports(module: str, path: str) -> list[tuple[str, str]]:
+    """(folder, name) for each ``from FOLDER import name`` of ``module`` whose FOLDER is one of ours without an
+    ``__init__.py`` (a namespace package: what it holds is its modules and folders, nothing else)."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    package = module.split(".") if path.endswith("__init__.py") else module.split(".")[:-1]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            prefix = ".".join(base + ([node.module] if node.module else []))
+            folder = os.path.join(ROOT, *prefix.split("."))
+            if prefix.split(".")[0] in PACKAGES and os.path.isdir(folder) and not os.path.exists(os.path.join(folder, "__init__.py")):
+                found += [(prefix, alias.name) for alias in node.names]
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(ALL))
+def test_what_is_imported_from_a_folder_is_there(module):
+    """``from evolve.app import api`` names a module that must exist in that folder (a move of modules between
+    folders leaves no import behind that only fails when its branch runs)."""
+    missing = [f"{prefix}.{name}" for prefix, name in folder_imports(module, ALL[module])
+               if f"{prefix}.{name}" not in ALL and not os.path.isdir(os.path.join(ROOT, *prefix.split("."), name))]
+    assert missing == [], f"{module} imports {missing}, which do not exist"
+
+
 @pytest.mark.parametrize("module", sorted(ALL))
 def test_only_the_communication_layer_imports_mpi4py(module):
     uses_mpi = any(n == "mpi4py" or n.startswith("mpi4py.") for n in imported_names(module, ALL[module]))
