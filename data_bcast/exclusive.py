@@ -13,6 +13,10 @@ import secrets
 from contextlib import contextmanager
 from typing import BinaryIO, Iterator
 
+# A signal that a command turns into an exception (evolve.app.infra.process.ending_signals) waits while this module
+# runs: raised between a temporary file's creation and the ``try`` that removes it, it would leave the file behind.
+SIGNALS_WAIT_HERE = True
+
 SUFFIX = ".tmp"
 _TOKEN_BYTES = 8
 

@@ -26,6 +26,9 @@ from .exclusive import replacing
 from .layout import ArraySpec
 
 SPLITS = ("train", "val", "test")
+# A signal that a command turns into an exception (evolve.app.infra.process.ending_signals) waits while this module
+# runs: raised between h5py's calls here, it can leave an h5py object open past the file it writes through.
+SIGNALS_WAIT_HERE = True
 # What h5py raises on a damaged file, past a header that opened: checksums, filters and addresses
 # that fail (OSError), corrupted object headers (RuntimeError, KeyError, ValueError, ...).
 DAMAGE = (OSError, RuntimeError, KeyError, ValueError, TypeError, IndexError)

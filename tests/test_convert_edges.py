@@ -3,13 +3,16 @@ declare more than the file, the memory or the disk can hold (issue 35, defects 9
 import errno
 import io
 import os
+import signal
+import subprocess
+import time
 import tracemalloc
 import zipfile
 
 import h5py
 import numpy as np
 import pytest
-from conftest import blobs
+from conftest import ROOT, blobs, evens_cmd
 
 import data_bcast.convert as convert_module
 from data_bcast.convert import npz_to_h5
@@ -238,3 +241,29 @@ def test_bad_rows_are_counted_over_every_block(tmp_path, monkeypatch):
     message = one_line_error(src, tmp_path / "out.h5")
     assert "in 2 rows, first row 2" in message and "padded with NaN" in message, message
     assert leftovers(tmp_path) == []
+
+
+# --- a signal while writing: one line, 128 + the signal, no temporary file, the user's file as it was ------------
+
+@pytest.mark.parametrize("sig, replacing", [(signal.SIGTERM, False), (signal.SIGINT, True), (signal.SIGHUP, False)])
+def test_a_signal_while_converting_leaves_nothing_behind(tmp_path, sig, replacing):
+    """h5py runs weakref callbacks, where Python drops an exception a signal handler raises; a lost signal is sent
+    again, so each try ends the write (before, a SIGTERM left ``.out.h5.<hex>.tmp`` and SIGINT a traceback)."""
+    rng = np.random.default_rng(0)
+    src = tmp_path / "big.npz"
+    np.savez(src, x_train=rng.standard_normal((30000, 1, 1000), dtype=np.float32), y_train=rng.integers(0, 3, 30000),
+             x_test=np.zeros((10, 1, 1000), np.float32), y_test=np.zeros(10, int))
+    out = tmp_path / "out.h5"
+    if replacing:
+        out.write_bytes(b"the user's own file")
+    proc = subprocess.Popen([*evens_cmd(), "convert", str(src), str(out), *(["--force"] if replacing else [])],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not leftovers(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert leftovers(tmp_path), "the write never began"
+    proc.send_signal(sig)
+    err = proc.communicate(timeout=120)[1]
+    assert (proc.returncode, err) == (128 + sig, f"evens: error: {out}: ended by {signal.Signals(sig).name}; nothing was written\n")
+    assert leftovers(tmp_path) == []
+    assert out.read_bytes() == b"the user's own file" if replacing else not out.exists()

@@ -21,13 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
 from functools import partial
 from typing import NamedTuple
 
 from evolve import __version__, errors
-from evolve.app.infra.process import StopFlag, collective, launcher_rank, pipe_closed
+from evolve.app.infra.process import StopFlag, collective, ending_signals, launcher_rank, pipe_closed
 from evolve.errors import EvensError, debug_traceback
 
 
@@ -239,9 +240,38 @@ def _add_convert(sub, name: str) -> Parser:
 def _convert(args) -> int:
     from data_bcast.convert import npz_to_h5
 
-    counts = npz_to_h5(args.src, args.dst, overwrite=args.force, ignore_extra=args.ignore_extra, say=print)
-    print(f"wrote {args.dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    return 0
+    return _writing(args.dst, lambda: npz_to_h5(args.src, args.dst, overwrite=args.force, ignore_extra=args.ignore_extra, say=print))
+
+
+def _writing(dst: str, write: Callable[[], dict]) -> int:
+    """Run ``write`` (a dataset writer, which returns the rows of each split, and removes its temporary file on any
+    exception) and say what it wrote. A signal ends it in one line with 128 + the signal: nothing written, or, where
+    the writer had renamed the file into place before the signal could stop it, the file written whole."""
+    before, counts = _identity(dst), {}
+    with ending_signals() as ending:
+        try:
+            counts = write()
+        except BaseException:
+            if not ending.signum:
+                raise
+        finally:
+            ending.caught = True
+    name = signal.Signals(ending.signum).name if ending.signum else ""
+    if name and _identity(dst) == before:
+        print(f"evens: error: {dst}: ended by {name}; nothing was written", file=sys.stderr)
+    elif name:
+        print(f"evens: {dst}: written whole before {name} could stop it", file=sys.stderr)
+    else:
+        print(f"wrote {dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return 128 + ending.signum if name else 0
+
+
+def _identity(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns
 
 
 def _add_make(sub, name: str, what: str) -> Parser:
@@ -265,9 +295,7 @@ def _make(writer: str, args) -> int:
         os.makedirs(folder, exist_ok=True)  # `evens make-digits data/digits.h5` on a fresh clone
     except OSError as exc:
         raise DataError(f"{args.dst}: cannot create the folder {folder} ({exc.strerror})") from None
-    counts = write(args.dst, seed=args.seed, overwrite=args.force)
-    print(f"wrote {args.dst}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    return 0
+    return _writing(args.dst, lambda: write(args.dst, seed=args.seed, overwrite=args.force))
 
 
 def _demo(name: str, what: str, writer: str) -> Command:

@@ -17,6 +17,9 @@ import threading
 import time
 import traceback
 
+# ending_signals raises nowhere in this module (its own handler and trace functions run here)
+SIGNALS_WAIT_HERE = True
+
 ABORT_GRACE_SECONDS = 0.5  # between writing why a rank fails and aborting the job
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 
@@ -207,3 +210,94 @@ def pipe_closed(exc: BrokenPipeError) -> int:
         os.dup2(devnull, fd)
     os.close(devnull)
     return EXIT_BROKEN_PIPE
+
+
+
+class Ended(BaseException):
+    """SIGTERM or SIGHUP during a command that writes a file (convert, make-*), raised where the command is so
+    that its temporary file is removed on the way out (a BaseException, as KeyboardInterrupt is: no ``except
+    Exception`` takes it for a failure of the data). The command ends with :attr:`status`, 128 + the signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"ended by {signal.Signals(signum).name}; nothing was written")
+        self.status = 128 + signum
+
+
+
+
+
+# evens' own packages (evolve/, ensemble/, data_bcast/), beside each other wherever evens is installed
+_OWN_CODE = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
+                               package, "") for package in ("evolve", "ensemble", "data_bcast"))
+
+
+
+class ending_signals:
+    """``with ending_signals() as ending:`` SIGTERM and SIGHUP raise :class:`Ended` in the block and SIGINT
+    KeyboardInterrupt, so that a writer's ``finally`` removes its temporary file; ``ending.signum`` says which came.
+    Once the caller has caught it (it sets ``ending.caught``), further signals are only noted.
+
+    The exception is raised only in evens' own code, and not in a module that sets ``SIGNALS_WAIT_HERE``
+    (data_bcast/exclusive.py: a temporary file made, renamed or removed halfway would stay). Python drops an
+    exception raised inside a weakref callback or a ``__del__``, which h5py runs many of, and h5py's file driver
+    fails in odd ways when one lands there; a signal that finds the process elsewhere is raised at the next line of
+    evens' own code that runs (a trace function, set only then). The handlers found are put back after. A signal
+    that was ignored (nohup, a background job) stays ignored; off the main thread, where Python cannot set
+    handlers, nothing changes."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.signum, self.caught = 0, False
+        self._previous: dict = {}
+        self._tracing = False
+
+    def _exception(self) -> BaseException:
+        return KeyboardInterrupt() if self.signum == signal.SIGINT else Ended(self.signum)
+
+    def _handle(self, signum, frame) -> None:
+        if self.caught or self.signum:
+            self.signum = self.signum or signum
+            return
+        self.signum = signum
+        if _raisable(frame):
+            raise self._exception()
+        self._tracing = True
+        sys.settrace(self._call)
+        while frame is not None:  # the frames already running: evens' own among them raise at their next line
+            if _raisable(frame):
+                frame.f_trace = self._line
+            frame = frame.f_back
+
+    def _call(self, frame, event, arg):
+        return self._line if _raisable(frame) else None
+
+    def _line(self, frame, event, arg):
+        if event == "line" and not self.caught and _raisable(frame):
+            self._stop_tracing()
+            raise self._exception()
+        return self._line
+
+    def _stop_tracing(self) -> None:
+        if self._tracing:
+            self._tracing = False
+            sys.settrace(None)
+
+    def __enter__(self) -> "ending_signals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                if signal.getsignal(sig) != signal.SIG_IGN:
+                    self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.caught = True
+        self._stop_tracing()
+        previous, self._previous = self._previous, {}
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+
+
+def _raisable(frame) -> bool:
+    """Is ``frame`` evens' own code, where an exception from a signal unwinds as any other would?"""
+    return frame is not None and frame.f_code.co_filename.startswith(_OWN_CODE) and not frame.f_globals.get("SIGNALS_WAIT_HERE")
