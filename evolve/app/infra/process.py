@@ -262,7 +262,7 @@ class ending_signals:
         self.signum = signum
         if _raisable(frame):
             raise self._exception()
-        self._tracing = True
+        self._tracing, self._prior_trace = True, sys.gettrace()  # (a coverage tool's or debugger's, put back after)
         sys.settrace(self._call)
         while frame is not None:  # the frames already running: evens' own among them raise at their next line
             if _raisable(frame):
@@ -281,7 +281,7 @@ class ending_signals:
     def _stop_tracing(self) -> None:
         if self._tracing:
             self._tracing = False
-            sys.settrace(None)
+            sys.settrace(self._prior_trace)
 
     def __enter__(self) -> "ending_signals":
         if threading.current_thread() is threading.main_thread():
