@@ -24,7 +24,8 @@ The folder is filled under a hidden temporary name beside it and renamed into pl
 so it is never seen half-written, and it never replaces anything: ``out`` must be new or empty, and not
 a symbolic link. Each member is serialised in memory and written by Python, so a full disk is an
 OSError (never a C++ abort): the folder's failure, not the member's, and nothing is published. SIGTERM,
-SIGHUP and SIGINT remove the temporary folder too (:class:`ExportEnded`, KeyboardInterrupt).
+SIGHUP and SIGINT remove the temporary folder too (:class:`ExportEnded`, KeyboardInterrupt). Where the export goes
+and how the folder is made, published or removed is :mod:`ensemble.export_folder`.
 """
 from __future__ import annotations
 
@@ -37,10 +38,7 @@ import logging
 import os
 import shutil
 import signal
-import stat
 import sys
-import tempfile
-import threading
 import warnings
 from typing import Callable
 
@@ -48,8 +46,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from data_bcast.exclusive import fitting, name_max
-
+from .export_folder import EndingSignals, ExportEnded, check_destination, ended, partial_folder, publish, remove_empty, write_new
 from .predict import Ensemble, build_ensemble, read_members
 from .problem import Problem
 from .references import first_line
@@ -103,28 +100,6 @@ def applied(models: list[nn.Module], problem: Problem) -> nn.Module:
     """A member's networks as one module: ``x`` in, the member's prediction out."""
     each = [Applied(model, problem) for model in models]
     return (each[0] if len(each) == 1 else Bagged(each)).eval()
-
-
-def check_destination(out: str) -> None:
-    """EnsembleError unless ``out`` names a new or empty folder that is not a symbolic link: an export replaces
-    nothing, and it is renamed into place at ``os.path.abspath(out)``, which this checks as the rename will see it."""
-    name = os.path.basename(out.rstrip(os.sep))
-    if name in ("", ".", ".."):  # "" and "." name the current folder, which the rename would replace
-        raise EnsembleError(f"{out!r}: not a folder's name; an export goes into a new or empty folder (--out NEW_FOLDER)")
-    target = os.path.abspath(out)
-    try:
-        mode = os.lstat(target).st_mode
-        empty = not stat.S_ISDIR(mode) or not os.listdir(target)
-    except FileNotFoundError:
-        return
-    except OSError as exc:  # a name longer than NAME_MAX, a file on the way where a folder should be, no permission
-        raise EnsembleError(f"{out}: cannot put an export there ({exc.strerror})") from None
-    if stat.S_ISLNK(mode):
-        raise EnsembleError(f"{out}: is a symbolic link; an export goes into a new or empty folder, not through a link")
-    if not stat.S_ISDIR(mode):
-        raise EnsembleError(f"{out}: exists and is not a folder")
-    if not empty:
-        raise EnsembleError(f"{out}: not empty; an export goes into a new or empty folder")
 
 
 def check_format(file_format: str) -> None:
@@ -242,59 +217,6 @@ def _onnx(program, check: torch.Tensor, output: str) -> tuple[bytes, np.ndarray,
     return data, got, {"opset": int(onnx_program.model.opset_imports[""])}
 
 
-class ExportEnded(BaseException):
-    """SIGTERM or SIGHUP while exporting (a BaseException, as KeyboardInterrupt is: no ``except Exception`` in torch or
-    a user's code takes it for a member's failure). The temporary folder is removed before it leaves
-    :func:`export_ensemble`; a command ends with :attr:`status`, 128 + the signal, as ``evens predict`` does."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"ended by {signal.Signals(signum).name}; the unfinished export was removed")
-        self.status = 128 + signum
-
-
-ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
-
-
-class _EndingSignals:
-    """While an export runs, SIGTERM and SIGHUP raise :class:`ExportEnded` and SIGINT KeyboardInterrupt where the
-    export is, so that it removes its temporary folder. While held (the folder being made, published or removed)
-    a signal waits instead. Off the main thread, where Python cannot set handlers, nothing changes."""
-
-    def __init__(self) -> None:
-        self.held, self.waiting = True, 0
-        self._previous = {}
-        if threading.current_thread() is threading.main_thread():  # a signal ignored (nohup, a background job) stays so
-            ignored = {sig for sig in ENDING_SIGNALS if signal.getsignal(sig) == signal.SIG_IGN}
-            self._previous = {sig: signal.signal(sig, self._note) for sig in ENDING_SIGNALS if sig not in ignored}
-
-    def _note(self, signum, frame) -> None:
-        if self.held:
-            self.waiting = self.waiting or signum
-            return
-        self.held = True  # one signal ends the export; its copies wait, and are dropped
-        raise _ended(signum)
-
-    def hold(self) -> None:
-        self.held = True
-
-    def release(self) -> None:
-        """Signals act again; one that came while held acts now."""
-        self.held, waiting, self.waiting = False, self.waiting, 0
-        if waiting:
-            self._note(waiting, None)
-
-    def restore(self) -> int:
-        """Put back the handlers found at the start; returns the signal that waited meanwhile (0: none)."""
-        for sig, handler in self._previous.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
-        self._previous = {}
-        return self.waiting
-
-
-def _ended(signum: int) -> BaseException:
-    return KeyboardInterrupt() if signum == signal.SIGINT else ExportEnded(signum)
-
-
 def export_ensemble(run: str, out: str, file_format: str, model_path: str | None = None,
                     say: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> dict:
     """Export the ensemble of ``run`` (a run directory or run file) into the new or empty folder ``out``.
@@ -309,8 +231,8 @@ def export_ensemble(run: str, out: str, file_format: str, model_path: str | None
     stored, chosen = read_members(run, model_path)
     signals, folder, made = None, "", []
     try:
-        signals = _EndingSignals()  # held: a signal while the folder is made would leave it behind unnamed
-        folder, made = _partial_folder(out)  # the place is tried as it will be used, before any user code runs
+        signals = EndingSignals()  # held: a signal while the folder is made would leave it behind unnamed
+        folder, made = partial_folder(out)  # the place is tried as it will be used, before any user code runs
         signals.release()
         ensemble = build_ensemble(stored.problem, stored.sample_shape, stored.x_dtype, chosen, torch.device("cpu"), stored.selection, say,
                                   stored.made_with)
@@ -319,19 +241,19 @@ def export_ensemble(run: str, out: str, file_format: str, model_path: str | None
         if not written:
             raise EnsembleError(f"{run}: no member of the ensemble could be exported to {file_format} (each is named above)")
         manifest = build_manifest(run, file_format, stored, written, missing)
-        _write_new(os.path.join(folder, MANIFEST), (json.dumps(manifest, indent=2) + "\n").encode())
+        write_new(os.path.join(folder, MANIFEST), (json.dumps(manifest, indent=2) + "\n").encode())
         signals.hold()
-        _publish(folder, out)
+        publish(folder, out)
     except BaseException as exc:
         waiting = 0
         if signals is not None:
             signals.hold()
             if folder:
                 shutil.rmtree(folder, ignore_errors=True)
-                _remove_empty(made)
+                remove_empty(made)
             waiting = signals.restore()
         if waiting and not isinstance(exc, (ExportEnded, KeyboardInterrupt)):  # a signal during the cleanup says how it ends
-            raise _ended(waiting) from None
+            raise ended(waiting) from None
         if isinstance(exc, OSError):  # a full disk, say: the folder's failure, and nothing was published
             raise EnsembleError(f"{out}: cannot write the export ({exc.strerror or first_line(exc)}); nothing was written") from None
         raise
@@ -339,42 +261,6 @@ def export_ensemble(run: str, out: str, file_format: str, model_path: str | None
     if waiting:  # came while the folder was published: it acts now, as the caller's handler would have it act
         signal.raise_signal(waiting)
     return manifest
-
-
-def _partial_folder(out: str) -> tuple[str, list[str]]:
-    """A new hidden folder beside ``out``, ``.<name>.partial-<random>``, its name cut to fit where ``out``'s fits;
-    and the folders above it made for it, deepest first (a failed export removes them again)."""
-    parent, name = os.path.split(os.path.abspath(out))
-    made, above = [], parent
-    while not os.path.lexists(above):
-        made.append(above)
-        above = os.path.dirname(above)
-    try:
-        os.makedirs(parent, exist_ok=True)
-        prefix = f".{fitting(name, name_max(parent) - len('..partial-') - 8)}.partial-"  # mkdtemp adds 8 characters
-        return tempfile.mkdtemp(prefix=prefix, dir=parent), made
-    except OSError as exc:
-        _remove_empty(made)
-        raise EnsembleError(f"{out}: cannot write there ({exc.strerror or first_line(exc)})") from None
-
-
-def _remove_empty(folders: list[str]) -> None:
-    for folder in folders:
-        with contextlib.suppress(OSError):
-            os.rmdir(folder)
-
-
-def _write_new(path: str, data: bytes) -> None:
-    """``data`` as the new file ``path`` (never through a symlink, never over a file), flushed to the disk: a full
-    disk or quota is an OSError here, before anything is published."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _export_members(ensemble: Ensemble, stored: StoredEnsemble, networks: dict[int, dict], folder: str, file_format: str,
@@ -393,7 +279,7 @@ def _export_members(ensemble: Ensemble, stored: StoredEnsemble, networks: dict[i
             say(f"evens: warning: member #{member.id} ({_network_name(network)}) cannot be exported to {file_format}, left out: {why}")
             missing.append({"id": member.id, "network": network, "run_weight": member.weight, "reason": why})
             continue
-        _write_new(os.path.join(folder, name), data)  # an OSError: the folder's, not the member's (a full disk)
+        write_new(os.path.join(folder, name), data)  # an OSError: the folder's, not the member's (a full disk)
         written.append({"id": member.id, "file": name, "sha256": hashlib.sha256(data).hexdigest(), **extra, "run_weight": member.weight,
                         "network": network, "folds": len(member.models)})
     return written, missing
@@ -437,18 +323,6 @@ def build_manifest(run: str, file_format: str, stored: StoredEnsemble, written: 
         "members": members,
         "missing": missing,
     }
-
-
-def _publish(folder: str, out: str) -> None:
-    """Move the finished ``folder`` to ``out`` (a new name, or an empty folder that it replaces), readable as a
-    folder made with the user's umask would be."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(folder, 0o777 & ~umask)
-    try:
-        os.rename(folder, os.path.abspath(out))
-    except OSError as exc:  # a file or a non-empty folder appeared there meanwhile
-        raise EnsembleError(f"{out}: cannot put the export there ({exc.strerror}); nothing was replaced") from None
 
 
 def _network_name(network: dict) -> str:
