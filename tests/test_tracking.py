@@ -12,7 +12,8 @@ import pytest
 from conftest import ROOT, evens_cmd, launch, tiny_search
 from fakes import PROBLEM, TEST_Y, VAL_Y, run_on, search_config
 
-from evolve.app.run.tracking import FOLDER, Untracked, _Events, _masked_crc32c, check_trackers, open_tracker
+from evolve.app.run.tb_events import Events, masked_crc32c_function
+from evolve.app.run.tracking import FOLDER, Untracked, check_trackers, open_tracker
 from evolve.config.schema import TrackConfig
 from evolve.engine.state import SearchState
 from evolve.errors import ConfigError
@@ -170,7 +171,7 @@ def test_a_resume_after_a_kill_shows_each_evaluation_once(tmp_path):
     assert (checkpointed.recorded, len(lost.records)) == (7, 11)
     (written,) = glob.glob(str(runs / "search" / "*tfevents*"))
     with open(written, "ab") as f:  # a series only the lost evaluations have (a failure's count), and the kill cut a record
-        events = _Events()
+        events = Events()
         f.write(events.scalars(11, time.time(), {"status/error": 1.0}) + events.scalars(12, time.time(), {"evaluation/id": 99.0})[:30])
     running.AddRunsFromDirectory(str(runs))
     running.Reload()
@@ -230,7 +231,7 @@ def test_without_tensorboard_the_check_says_so_in_one_line(monkeypatch):
 def test_the_checksum_is_tensorboards():
     masked_crc32c = pytest.importorskip("tensorboard.compat.tensorflow_stub.pywrap_tensorflow").masked_crc32c
     for data in (b"", b"x", bytes(range(256)) * 9):
-        assert _masked_crc32c()(data) == masked_crc32c(data)
+        assert masked_crc32c_function()(data) == masked_crc32c(data)
 
 
 @pytest.mark.e2e
