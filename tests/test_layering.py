@@ -26,24 +26,26 @@ def modules():
                     yield rel.removesuffix(".__init__"), path
 
 
-def imported_names(module: str, path: str) -> set[str]:
-    """Absolute names of everything ``module`` imports (relative imports resolved)."""
+def imports(module: str, path: str) -> tuple[set[str], list[tuple[str, list[str]]]]:
+    """What ``module`` imports: the names of its ``import X`` lines, and each ``from PREFIX import a, b`` as
+    (PREFIX, [a, b]) with a relative PREFIX resolved."""
     with open(path) as f:
         tree = ast.parse(f.read(), path)
     package = module.split(".") if path.endswith("__init__.py") else module.split(".")[:-1]
-    names = set()
+    plain, froms = set(), []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
+            plain.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - node.level + 1]
-                prefix = ".".join(base + ([node.module] if node.module else []))
-            else:
-                prefix = node.module
-            names.add(prefix)
-            names.update(f"{prefix}.{alias.name}" for alias in node.names)
-    return names
+            base = package[: len(package) - node.level + 1] if node.level else []
+            froms.append((".".join(base + ([node.module] if node.module else [])), [alias.name for alias in node.names]))
+    return plain, froms
+
+
+def imported_names(module: str, path: str) -> set[str]:
+    """Absolute names of everything ``module`` imports (relative imports resolved)."""
+    plain, froms = imports(module, path)
+    return plain | {prefix for prefix, _ in froms} | {f"{prefix}.{name}" for prefix, names in froms for name in names}
 
 
 ALL = dict(modules())
@@ -127,17 +129,11 @@ def test_nothing_imports_the_command_line_but_the_entry_point():
 def folder_imports(module: str, path: str) -> list[tuple[str, str]]:
     """(folder, name) for each ``from FOLDER import name`` of ``module`` whose FOLDER is one of ours without an
     ``__init__.py`` (a namespace package: what it holds is its modules and folders, nothing else)."""
-    with open(path) as f:
-        tree = ast.parse(f.read(), path)
-    package = module.split(".") if path.endswith("__init__.py") else module.split(".")[:-1]
     found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else []
-            prefix = ".".join(base + ([node.module] if node.module else []))
-            folder = os.path.join(ROOT, *prefix.split("."))
-            if prefix.split(".")[0] in PACKAGES and os.path.isdir(folder) and not os.path.exists(os.path.join(folder, "__init__.py")):
-                found += [(prefix, alias.name) for alias in node.names]
+    for prefix, names in imports(module, path)[1]:
+        folder = os.path.join(ROOT, *prefix.split("."))
+        if prefix.split(".")[0] in PACKAGES and os.path.isdir(folder) and not os.path.exists(os.path.join(folder, "__init__.py")):
+            found += [(prefix, name) for name in names]
     return found
 
 

@@ -149,7 +149,6 @@ def mismatched_launcher(comm) -> str | None:
             "the launcher's MPI (docs/cluster.md)")
 
 
-
 def collective(command) -> int:
     """Run an MPI command on every rank: a rank that fails unexpectedly takes the job with it."""
     from evolve.transport.mpi_transport import abort, world  # imports mpi4py, which starts MPI: only for collective commands
@@ -184,7 +183,6 @@ def collective(command) -> int:
         return code
 
 
-
 # The status of a process that SIGPIPE ended, as a shell reports `yes | head`'s `yes`: a reader that went away
 # (`evens report RUN | head`) ends the command as it ends the Unix tools, quietly, and a script can still tell.
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
@@ -212,18 +210,13 @@ def pipe_closed(exc: BrokenPipeError) -> int:
     return EXIT_BROKEN_PIPE
 
 
-
-class Ended(BaseException):
-    """SIGTERM or SIGHUP during a command that writes a file (convert, make-*), raised where the command is so
-    that its temporary file is removed on the way out (a BaseException, as KeyboardInterrupt is: no ``except
-    Exception`` takes it for a failure of the data). The command ends with :attr:`status`, 128 + the signal."""
+class SignalEnded(BaseException):
+    """SIGTERM or SIGHUP during a command that writes a file (convert, make-*), raised where the command is so that
+    its temporary file is removed on the way out (a BaseException, as KeyboardInterrupt is: no ``except Exception``
+    takes it for a failure of the data)."""
 
     def __init__(self, signum: int):
-        super().__init__(f"ended by {signal.Signals(signum).name}; nothing was written")
-        self.status = 128 + signum
-
-
-
+        super().__init__(f"ended by {signal.Signals(signum).name}")
 
 
 # evens' own packages (evolve/, ensemble/, data_bcast/), beside each other wherever evens is installed
@@ -231,14 +224,14 @@ _OWN_CODE = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(o
                                package, "") for package in ("evolve", "ensemble", "data_bcast"))
 
 
-
 class ending_signals:
-    """``with ending_signals() as ending:`` SIGTERM and SIGHUP raise :class:`Ended` in the block and SIGINT
+    """``with ending_signals() as ending:`` SIGTERM and SIGHUP raise :class:`SignalEnded` in the block and SIGINT
     KeyboardInterrupt, so that a writer's ``finally`` removes its temporary file; ``ending.signum`` says which came.
     Once the caller has caught it (it sets ``ending.caught``), further signals are only noted.
 
     The exception is raised only in evens' own code, and not in a module that sets ``SIGNALS_WAIT_HERE``
-    (data_bcast/exclusive.py: a temporary file made, renamed or removed halfway would stay). Python drops an
+    (data_bcast/exclusive.py, where a temporary file made, renamed or removed halfway would stay; data_bcast/h5file.py,
+    where an h5py object could stay open past its file; this module). Python drops an
     exception raised inside a weakref callback or a ``__del__``, which h5py runs many of, and h5py's file driver
     fails in odd ways when one lands there; a signal that finds the process elsewhere is raised at the next line of
     evens' own code that runs (a trace function, set only then). The handlers found are put back after. A signal
@@ -253,7 +246,7 @@ class ending_signals:
         self._tracing = False
 
     def _exception(self) -> BaseException:
-        return KeyboardInterrupt() if self.signum == signal.SIGINT else Ended(self.signum)
+        return KeyboardInterrupt() if self.signum == signal.SIGINT else SignalEnded(self.signum)
 
     def _handle(self, signum, frame) -> None:
         if self.caught or self.signum:
