@@ -36,7 +36,6 @@ import io
 import json
 import logging
 import os
-import shutil
 import signal
 import sys
 import warnings
@@ -46,7 +45,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .export_folder import EndingSignals, ExportEnded, check_destination, ended, partial_folder, publish, remove_empty, write_new
+from .export_folder import EndingSignals, ExportEnded, check_destination, discard, ended, partial_folder, publish, write_new
 from .predict import Ensemble, build_ensemble, read_members
 from .problem import Problem
 from .references import first_line
@@ -249,8 +248,7 @@ def export_ensemble(run: str, out: str, file_format: str, model_path: str | None
         if signals is not None:
             signals.hold()
             if folder:
-                shutil.rmtree(folder, ignore_errors=True)
-                remove_empty(made)
+                discard(folder, made)
             waiting = signals.restore()
         if waiting and not isinstance(exc, (ExportEnded, KeyboardInterrupt)):  # a signal during the cleanup says how it ends
             raise ended(waiting) from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import stat
 import tempfile
@@ -108,11 +109,17 @@ def partial_folder(out: str) -> tuple[str, list[str]]:
         prefix = f".{fitting(name, name_max(parent) - len('..partial-') - 8)}.partial-"  # mkdtemp adds 8 characters
         return tempfile.mkdtemp(prefix=prefix, dir=parent), made
     except OSError as exc:
-        remove_empty(made)
+        _remove_empty(made)
         raise EnsembleError(f"{out}: cannot write there ({exc.strerror or first_line(exc)})") from None
 
 
-def remove_empty(folders: list[str]) -> None:
+def discard(folder: str, made: list[str]) -> None:
+    """Remove an unfinished export: the hidden folder and the folders above it that :func:`partial_folder` made."""
+    shutil.rmtree(folder, ignore_errors=True)
+    _remove_empty(made)
+
+
+def _remove_empty(folders: list[str]) -> None:
     for folder in folders:
         with contextlib.suppress(OSError):
             os.rmdir(folder)
